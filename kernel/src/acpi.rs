@@ -1,0 +1,1 @@
+//! ACPI table parsing (in progress).

@@ -1,0 +1,289 @@
+//! `struct page`: 64 bytes of metadata per 4 KiB page frame, laid out and
+//! initialised as Linux 6.1 does on x86_64.
+//!
+//! # Layout (`include/linux/mm_types.h`)
+//! | offset | Linux field                      | here              |
+//! |-------:|----------------------------------|-------------------|
+//! | 0      | `unsigned long flags`            | `flags`           |
+//! | 8      | `struct list_head lru`           | `lru`             |
+//! | 24     | `struct address_space *mapping`  | `mapping`         |
+//! | 32     | `pgoff_t index`                  | `index`           |
+//! | 40     | `unsigned long private`          | `private`         |
+//! | 48     | `atomic_t _mapcount` / page_type | `mapcount`        |
+//! | 52     | `atomic_t _refcount`             | `refcount`        |
+//! | 56     | `unsigned long memcg_data`       | `memcg_data`      |
+//!
+//! # Flags encoding (`include/linux/page-flags-layout.h`)
+//! memboot models a `CONFIG_SPARSEMEM` x86_64 kernel with section numbers kept
+//! in the flags word (`SECTION_IN_PAGE_FLAGS`), `CONFIG_NODES_SHIFT=6`, four
+//! zone slots (`ZONES_SHIFT=2`), and neither NUMA balancing (no `LAST_CPUPID`
+//! field) nor KASAN tags. Fields are packed from bit 63 down:
+//!
+//! ```text
+//! 63          45 44      39 38 37 36           13 12          0
+//! | section (19) | node (6) | zone | (unused)     | page flags   |
+//! ```
+//! `SECTIONS_SHIFT = MAX_PHYSMEM_BITS (46) - SECTION_SIZE_BITS (27) = 19`.
+//! Page-flag bit numbers are those of Linux 6.1 `enum pageflags`
+//! (`PG_reserved = 12`). `PG_buddy` is not a flag bit but a page type stored
+//! in `_mapcount` (`PAGE_TYPE_BASE | ~PG_buddy` pattern), as in Linux 6.1.
+//!
+//! # `__init_single_page` (`mm/page_alloc.c`)
+//! `mm_zero_struct_page`, `set_page_links(zone, nid, pfn)`, `_refcount = 1`,
+//! `_mapcount = -1`, and `INIT_LIST_HEAD(&lru)` (both links point at the
+//! page's own `lru` field). [`StructPage::init_single_page`] does exactly that.
+
+use crate::{pfn_to_section_nr, NodeId, Pfn, ZoneType};
+
+/// Bits of the flags word holding the section number.
+pub const SECTIONS_WIDTH: u32 = 19;
+/// Bits holding the node id (`CONFIG_NODES_SHIFT = 6`: up to 64 nodes).
+pub const NODES_WIDTH: u32 = 6;
+/// Bits holding the zone number.
+pub const ZONES_WIDTH: u32 = 2;
+/// Shift of the section field (`SECTIONS_PGSHIFT`).
+pub const SECTIONS_PGSHIFT: u32 = 64 - SECTIONS_WIDTH;
+/// Shift of the node field (`NODES_PGSHIFT`).
+pub const NODES_PGSHIFT: u32 = SECTIONS_PGSHIFT - NODES_WIDTH;
+/// Shift of the zone field (`ZONES_PGSHIFT`).
+pub const ZONES_PGSHIFT: u32 = NODES_PGSHIFT - ZONES_WIDTH;
+/// Largest node id the flags word can carry.
+pub const MAX_NUMNODES: u32 = 1 << NODES_WIDTH;
+
+const SECTIONS_MASK: u64 = (1 << SECTIONS_WIDTH) - 1;
+const NODES_MASK: u64 = (1 << NODES_WIDTH) - 1;
+const ZONES_MASK: u64 = (1 << ZONES_WIDTH) - 1;
+
+/// Linux 6.1 `enum pageflags` bit numbers used by memboot.
+pub mod pg {
+    pub const LOCKED: u32 = 0;
+    pub const REFERENCED: u32 = 1;
+    pub const UPTODATE: u32 = 2;
+    pub const DIRTY: u32 = 3;
+    pub const LRU: u32 = 4;
+    pub const RESERVED: u32 = 12;
+    pub const PRIVATE: u32 = 13;
+}
+
+/// Page types live in `_mapcount` (Linux 6.1 `PAGE_TYPE_BASE` / `PG_buddy`):
+/// a page of type T has `_mapcount == (PAGE_TYPE_BASE | ...) & !T`, i.e.
+/// starting from -1 the type bit is cleared.
+pub const PAGE_TYPE_BASE: u32 = 0xf000_0000;
+/// `PG_buddy` page type: the page heads a free block on a buddy free list.
+pub const PG_BUDDY: u32 = 0x0000_0080;
+
+/// A doubly linked list link (`struct list_head`), holding addresses as Linux
+/// does. An empty list head points at itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct ListHead {
+    pub next: u64,
+    pub prev: u64,
+}
+
+/// Per-page metadata, 64 bytes and cache-line aligned like Linux's `struct
+/// page` with `CONFIG_HAVE_ALIGNED_STRUCT_PAGE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C, align(64))]
+pub struct StructPage {
+    /// Zone, node, section and page-flag bits; see the module docs.
+    pub flags: u64,
+    /// List link: self-linked after init; a free list link while on a buddy list.
+    pub lru: ListHead,
+    /// `struct address_space *` (0: anonymous / none).
+    pub mapping: u64,
+    /// Offset within mapping.
+    pub index: u64,
+    /// Owner-private word; buddy order while on a free list (`set_buddy_order`).
+    pub private: u64,
+    /// `_mapcount` (−1: unmapped) or page type.
+    pub mapcount: i32,
+    /// `_refcount`: 1 after init, 0 while free in the buddy allocator.
+    pub refcount: i32,
+    /// Memory-cgroup data, always 0 here.
+    pub memcg_data: u64,
+}
+
+// Linux's vmemmap arithmetic and memboot's section sizing (one 128 MiB section
+// = 32768 pages × 64 B = one 2 MiB huge page of memmap) depend on this.
+const _: () = assert!(core::mem::size_of::<StructPage>() == 64);
+const _: () = assert!(core::mem::align_of::<StructPage>() == 64);
+const _: () = assert!(core::mem::offset_of!(StructPage, lru) == 8);
+const _: () = assert!(core::mem::offset_of!(StructPage, mapcount) == 48);
+const _: () = assert!(core::mem::offset_of!(StructPage, memcg_data) == 56);
+
+impl StructPage {
+    /// An all-zero struct page (`mm_zero_struct_page`).
+    pub const ZERO: StructPage = StructPage {
+        flags: 0,
+        lru: ListHead { next: 0, prev: 0 },
+        mapping: 0,
+        index: 0,
+        private: 0,
+        mapcount: 0,
+        refcount: 0,
+        memcg_data: 0,
+    };
+
+    /// The flags word `set_page_links(page, zone, nid, pfn)` produces.
+    #[inline]
+    pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
+        ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
+            | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
+            | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)
+    }
+
+    /// Address of this page's `lru` field, what `INIT_LIST_HEAD` stores.
+    #[inline]
+    pub fn lru_addr(&self) -> u64 {
+        &self.lru as *const ListHead as u64
+    }
+
+    /// Linux `__init_single_page(page, pfn, zone, nid)`: the page ends up
+    /// zeroed but for its links (zone, node, section), `_refcount = 1`,
+    /// `_mapcount = -1` and a self-linked `lru`.
+    #[inline]
+    pub fn init_single_page(&mut self, pfn: Pfn, zone: ZoneType, nid: NodeId) {
+        let lru = self.lru_addr();
+        *self = StructPage {
+            flags: Self::page_links(pfn, zone, nid),
+            lru: ListHead {
+                next: lru,
+                prev: lru,
+            },
+            mapping: 0,
+            index: 0,
+            private: 0,
+            mapcount: -1,
+            refcount: 1,
+            memcg_data: 0,
+        };
+    }
+
+    /// Zone number from the flags (`page_zonenum`).
+    #[inline]
+    pub const fn zone(&self) -> Option<ZoneType> {
+        ZoneType::from_index((self.flags >> ZONES_PGSHIFT) & ZONES_MASK)
+    }
+    /// Node id from the flags (`page_to_nid`).
+    #[inline]
+    pub const fn nid(&self) -> NodeId {
+        ((self.flags >> NODES_PGSHIFT) & NODES_MASK) as NodeId
+    }
+    /// Section number from the flags (`page_to_section`).
+    #[inline]
+    pub const fn section_nr(&self) -> u64 {
+        (self.flags >> SECTIONS_PGSHIFT) & SECTIONS_MASK
+    }
+    #[inline]
+    pub const fn test_flag(&self, bit: u32) -> bool {
+        self.flags & (1 << bit) != 0
+    }
+    #[inline]
+    pub fn set_flag(&mut self, bit: u32) {
+        self.flags |= 1 << bit;
+    }
+    #[inline]
+    pub fn clear_flag(&mut self, bit: u32) {
+        self.flags &= !(1 << bit);
+    }
+    /// `PageReserved`.
+    #[inline]
+    pub const fn is_reserved(&self) -> bool {
+        self.test_flag(pg::RESERVED)
+    }
+    /// `__SetPageReserved`.
+    #[inline]
+    pub fn set_reserved(&mut self) {
+        self.set_flag(pg::RESERVED)
+    }
+    /// `__ClearPageReserved`.
+    #[inline]
+    pub fn clear_reserved(&mut self) {
+        self.clear_flag(pg::RESERVED)
+    }
+    /// `PageBuddy`: the page type bit is cleared in `_mapcount`.
+    #[inline]
+    pub const fn is_buddy(&self) -> bool {
+        (self.mapcount as u32 & (PAGE_TYPE_BASE | PG_BUDDY)) == PAGE_TYPE_BASE
+    }
+    /// `__SetPageBuddy` + `set_buddy_order`.
+    #[inline]
+    pub fn set_buddy(&mut self, order: u32) {
+        self.mapcount = (self.mapcount as u32 & !PG_BUDDY) as i32;
+        self.private = order as u64;
+    }
+    /// `__ClearPageBuddy` + `set_page_private(page, 0)`.
+    #[inline]
+    pub fn clear_buddy(&mut self) {
+        self.mapcount = (self.mapcount as u32 | PG_BUDDY) as i32;
+        self.private = 0;
+    }
+    /// `buddy_order`: only meaningful when [`is_buddy`](Self::is_buddy).
+    #[inline]
+    pub const fn buddy_order(&self) -> u32 {
+        self.private as u32
+    }
+    /// True when the page was initialised for `(pfn, zone, nid)` and carries
+    /// no state beyond what init, reservation or the buddy allocator write.
+    pub fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
+        const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
+        self.flags & LINK_MASK == Self::page_links(pfn, zone, nid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_single_page_matches_linux() {
+        let mut p = StructPage::ZERO;
+        p.index = 77;
+        let pfn = 0x12_3456;
+        p.init_single_page(pfn, ZoneType::Normal, 3);
+        assert_eq!(p.refcount, 1);
+        assert_eq!(p.mapcount, -1);
+        assert_eq!(p.index, 0);
+        assert_eq!(p.lru.next, p.lru_addr());
+        assert_eq!(p.lru.prev, p.lru_addr());
+        assert_eq!(p.zone(), Some(ZoneType::Normal));
+        assert_eq!(p.nid(), 3);
+        assert_eq!(p.section_nr(), pfn >> 15);
+        assert_eq!(p.flags & 0x1fff, 0, "no page-flag bits set by init");
+        assert!(p.links_match(pfn, ZoneType::Normal, 3));
+        assert!(!p.links_match(pfn, ZoneType::Dma32, 3));
+        assert!(!p.is_buddy());
+    }
+
+    #[test]
+    fn flag_fields_do_not_overlap() {
+        let all = StructPage::page_links(u64::MAX >> 12, ZoneType::Normal, MAX_NUMNODES - 1);
+        assert_eq!(all >> ZONES_PGSHIFT << ZONES_PGSHIFT, all);
+        assert!(ZONES_PGSHIFT > pg::PRIVATE);
+    }
+
+    #[test]
+    fn buddy_type_roundtrip() {
+        let mut p = StructPage::ZERO;
+        p.init_single_page(5, ZoneType::Dma, 0);
+        p.set_buddy(7);
+        assert!(p.is_buddy());
+        assert_eq!(p.buddy_order(), 7);
+        assert_eq!(p.mapcount as u32, 0xffff_ff7f);
+        p.clear_buddy();
+        assert!(!p.is_buddy());
+        assert_eq!(p.mapcount, -1);
+    }
+
+    #[test]
+    fn reserved_flag() {
+        let mut p = StructPage::ZERO;
+        p.init_single_page(5, ZoneType::Dma, 0);
+        p.set_reserved();
+        assert!(p.is_reserved());
+        assert_eq!(p.flags & (1 << 12), 1 << 12);
+        p.clear_reserved();
+        assert!(!p.is_reserved());
+    }
+}

@@ -1,0 +1,210 @@
+//! Where struct pages live, behind a tiny trait so the same init code runs on
+//! a host `Vec` in tests and on the kernel's vmemmap window.
+//!
+//! The unit of backing is one 128 MiB section: its 32768 struct pages are
+//! 2 MiB, exactly one x86_64 huge page in the kernel's vmemmap. A section that
+//! has no present memory has no backing, so holes cost nothing; asking for its
+//! pages returns `None` rather than touching unmapped memory.
+
+use alloc::vec::Vec;
+use core::ptr::NonNull;
+
+use crate::page::StructPage;
+use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
+
+/// Storage for the struct pages of present sections.
+///
+/// # Safety
+/// An implementor promises that every pointer returned by
+/// [`section_ptr`](Self::section_ptr) is valid for reads and writes of
+/// `PAGES_PER_SECTION` consecutive [`StructPage`]s for as long as `self`
+/// lives, that the same section always yields the same pointer, and that the
+/// memory of distinct sections never overlaps.
+pub unsafe trait MemmapBacking: Sync {
+    /// The struct page of the first PFN of `section_nr`, or `None` when the
+    /// section is not backed.
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>>;
+}
+
+/// PFN-indexed access to struct pages over a [`MemmapBacking`].
+pub struct Memmap<B> {
+    backing: B,
+}
+
+impl<B: MemmapBacking> Memmap<B> {
+    pub fn new(backing: B) -> Self {
+        Self { backing }
+    }
+
+    pub fn backing(&self) -> &B {
+        &self.backing
+    }
+
+    /// Is the section holding `pfn` backed?
+    pub fn has_pfn(&self, pfn: u64) -> bool {
+        self.backing.section_ptr(pfn_to_section_nr(pfn)).is_some()
+    }
+
+    /// Pointer to the first page of `range`, checking that the range lies in
+    /// one backed section.
+    fn range_ptr(&self, range: PfnRange) -> Option<NonNull<StructPage>> {
+        if range.is_empty() {
+            return None;
+        }
+        let section_nr = pfn_to_section_nr(range.start);
+        if pfn_to_section_nr(range.end - 1) != section_nr {
+            return None;
+        }
+        let base = self.backing.section_ptr(section_nr)?;
+        let offset = (range.start - section_nr_to_pfn(section_nr)) as usize;
+        // SAFETY: offset < PAGES_PER_SECTION, inside the section's backing (trait contract).
+        Some(unsafe { base.add(offset) })
+    }
+
+    /// The struct page of `pfn`, if its section is backed.
+    pub fn page(&self, pfn: u64) -> Option<&StructPage> {
+        let ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
+        // SAFETY: valid per the backing contract; `&self` excludes `&mut` access
+        // through the safe API, and the unsafe API's callers promise exclusivity.
+        Some(unsafe { ptr.as_ref() })
+    }
+
+    /// Mutable struct page of `pfn`.
+    pub fn page_mut(&mut self, pfn: u64) -> Option<&mut StructPage> {
+        let mut ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
+        // SAFETY: valid per the backing contract; `&mut self` makes it unique.
+        Some(unsafe { ptr.as_mut() })
+    }
+
+    /// The struct pages of `range`, which must lie within one backed section.
+    pub fn pages(&self, range: PfnRange) -> Option<&[StructPage]> {
+        let ptr = self.range_ptr(range)?;
+        // SAFETY: as for `page`; the range lies in one section's backing.
+        Some(unsafe { core::slice::from_raw_parts(ptr.as_ptr(), range.nr_pages() as usize) })
+    }
+
+    /// Mutable struct pages of `range`, which must lie within one backed section.
+    pub fn pages_mut(&mut self, range: PfnRange) -> Option<&mut [StructPage]> {
+        let ptr = self.range_ptr(range)?;
+        // SAFETY: as for `page_mut`.
+        Some(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), range.nr_pages() as usize) })
+    }
+
+    /// Mutable struct pages of `range` through a shared reference, for
+    /// workers that initialise disjoint chunks in parallel.
+    ///
+    /// # Safety
+    /// For the lifetime of the returned slice no other reference (shared or
+    /// mutable) to any struct page of `range` may exist or be created.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn pages_mut_unchecked(&self, range: PfnRange) -> Option<&mut [StructPage]> {
+        let ptr = self.range_ptr(range)?;
+        // SAFETY: the caller guarantees exclusivity; validity per the backing contract.
+        Some(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), range.nr_pages() as usize) })
+    }
+
+    /// Split `range` at section boundaries (each piece lies in one section).
+    pub fn section_pieces(range: PfnRange) -> impl Iterator<Item = PfnRange> {
+        let mut start = range.start;
+        core::iter::from_fn(move || {
+            if start >= range.end {
+                return None;
+            }
+            let section_end = section_nr_to_pfn(pfn_to_section_nr(start) + 1);
+            let end = section_end.min(range.end);
+            let piece = PfnRange::new(start, end);
+            start = end;
+            Some(piece)
+        })
+    }
+}
+
+/// Host-side backing: one heap block per present section.
+pub struct VecBacking {
+    /// `(section_nr, pages)`, sorted by section number.
+    sections: Vec<(u64, NonNull<StructPage>)>,
+}
+
+// SAFETY: the pointers are owned heap blocks; access discipline is the
+// `Memmap` API's (shared reads, or exclusive writes as its unsafe API demands).
+unsafe impl Sync for VecBacking {}
+// SAFETY: as above; the blocks are plain heap memory with no thread affinity.
+unsafe impl Send for VecBacking {}
+
+impl VecBacking {
+    /// Back the given sections (duplicates ignored) with zeroed struct pages.
+    pub fn new(section_nrs: impl IntoIterator<Item = u64>) -> Self {
+        let mut nrs: Vec<u64> = section_nrs.into_iter().collect();
+        nrs.sort_unstable();
+        nrs.dedup();
+        let sections = nrs
+            .into_iter()
+            .map(|nr| {
+                let block: Vec<StructPage> = alloc::vec![StructPage::ZERO; PAGES_PER_SECTION as usize];
+                let ptr = alloc::boxed::Box::into_raw(block.into_boxed_slice()) as *mut StructPage;
+                // SAFETY: Box::into_raw never returns null.
+                (nr, unsafe { NonNull::new_unchecked(ptr) })
+            })
+            .collect();
+        Self { sections }
+    }
+
+    /// Back every section that intersects one of `ranges`.
+    pub fn for_ranges<'a>(ranges: impl IntoIterator<Item = &'a PfnRange>) -> Self {
+        let mut nrs = Vec::new();
+        for r in ranges {
+            if r.is_empty() {
+                continue;
+            }
+            nrs.extend(pfn_to_section_nr(r.start)..=pfn_to_section_nr(r.end - 1));
+        }
+        Self::new(nrs)
+    }
+
+    /// Backed section numbers, ascending.
+    pub fn section_nrs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.sections.iter().map(|(nr, _)| *nr)
+    }
+}
+
+// SAFETY: each pointer is a live heap block of PAGES_PER_SECTION pages owned
+// by `self`, one per section, never moved or freed before drop.
+unsafe impl MemmapBacking for VecBacking {
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
+        let i = self.sections.binary_search_by_key(&section_nr, |(nr, _)| *nr).ok()?;
+        Some(self.sections[i].1)
+    }
+}
+
+impl Drop for VecBacking {
+    fn drop(&mut self) {
+        for (_, ptr) in self.sections.drain(..) {
+            let slice = core::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), PAGES_PER_SECTION as usize);
+            // SAFETY: created by Box::into_raw of a boxed slice of this length in `new`.
+            drop(unsafe { alloc::boxed::Box::from_raw(slice) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ZoneType;
+
+    #[test]
+    fn vec_backing_maps_present_sections_only() {
+        let mut mm = Memmap::new(VecBacking::new([0, 2]));
+        assert!(mm.has_pfn(5));
+        assert!(!mm.has_pfn(PAGES_PER_SECTION + 5));
+        assert!(mm.page(PAGES_PER_SECTION).is_none());
+        let pfn = 2 * PAGES_PER_SECTION + 9;
+        mm.page_mut(pfn).unwrap().init_single_page(pfn, ZoneType::Dma, 0);
+        assert_eq!(mm.page(pfn).unwrap().refcount, 1);
+        // Ranges crossing a section boundary are refused.
+        assert!(mm.pages(PfnRange::new(PAGES_PER_SECTION - 1, PAGES_PER_SECTION + 1)).is_none());
+        let pieces: Vec<_> = Memmap::<VecBacking>::section_pieces(PfnRange::new(10, 2 * PAGES_PER_SECTION + 3)).collect();
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(pieces[0], PfnRange::new(10, PAGES_PER_SECTION));
+        assert_eq!(pieces[2], PfnRange::new(2 * PAGES_PER_SECTION, 2 * PAGES_PER_SECTION + 3));
+    }
+}

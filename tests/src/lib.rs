@@ -1,0 +1,1 @@
+//! Helpers for booting memboot under QEMU (see tests/tests/).

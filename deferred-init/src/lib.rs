@@ -1,4 +1,45 @@
-//! Per-node deferred struct-page initialisation (content lands with its issue).
-#![cfg_attr(not(test), no_std)]
+//! Per-node deferred struct-page initialisation (Linux
+//! `CONFIG_DEFERRED_STRUCT_PAGE_INIT`), and the buddy allocator it feeds.
+//!
+//! After the boot CPU has initialised the low zones and the first section of
+//! each node (memmap's `Deferred` strategy), the rest of every node's struct
+//! pages is initialised by workers on that node's CPUs, in parallel, while
+//! boot goes on:
+//!
+//! 1. [`DeferredPlan::new`] cuts each node's [`memmap::DeferredRange`]s into
+//!    section-aligned chunks, marks reserved pieces, and assigns workers to
+//!    CPUs ([`plan`] explains chunking and the choice of CPUs).
+//! 2. [`DeferredInit::run`] hands the workers to an [`Executor`]
+//!    (`std::thread` on the host: [`host::ThreadExecutor`]; application
+//!    processors in the kernel), or the kernel calls
+//!    [`DeferredInit::run_worker`] on each CPU itself. Workers claim chunks
+//!    through a lock-free per-node cursor ([`run`] explains the protocol).
+//! 3. Initialised pages are freed into a per-(node, zone) [`BuddyAllocator`]
+//!    in the largest aligned blocks ([`buddy`] explains the list encoding).
+//! 4. [`DeferredInit::alloc_pages`] grows a node on demand if an allocation
+//!    comes before its workers are done.
+//! 5. [`DeferredInit::report`] gives per-node and per-worker statistics and
+//!    the dmesg-equivalent lines ([`stats`]).
+//!
+//! `no_std` + `alloc`; allocation happens only while building the plan and the
+//! allocator, never in the workers' loop.
+#![cfg_attr(not(any(test, feature = "std")), no_std)]
 
 extern crate alloc;
+
+pub mod buddy;
+pub mod plan;
+pub mod run;
+pub mod spin;
+pub mod stats;
+
+#[cfg(any(test, feature = "std"))]
+pub mod host;
+
+#[cfg(test)]
+mod tests;
+
+pub use buddy::{AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE};
+pub use plan::{CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions, WorkerAssignment};
+pub use run::{Clock, DeferredInit, Executor, InitError, InitMode};
+pub use stats::{DeferredReport, NodeStats, WorkerStats};

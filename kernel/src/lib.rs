@@ -6,3 +6,5 @@
 extern crate alloc;
 
 pub mod acpi;
+pub mod options;
+pub mod report;

@@ -1,9 +1,36 @@
+//! memboot kernel entry and boot flow.
+//!
+//! Order matters: the TSC stamp is taken first so every timestamp counts from
+//! kernel entry; the serial port and exception handlers come next so that
+//! anything that goes wrong afterwards is reported; then the TSC is
+//! calibrated (timestamps are zero until then), the heap set up, options
+//! read, and the firmware's view of the machine (memory map, ACPI) printed.
+//! The boot ends with one `memboot-summary:` JSON line and an exit code
+//! through QEMU's isa-debug-exit device.
 #![cfg_attr(target_os = "none", no_std, no_main)]
+
 #[cfg(not(target_os = "none"))]
 fn main() {
     eprintln!("memboot-kernel runs on x86_64-unknown-none only: use ./run-qemu.sh");
     std::process::exit(2);
 }
+
 #[cfg(target_os = "none")]
-#[panic_handler]
-fn panic(_: &core::panic::PanicInfo) -> ! { loop {} }
+extern crate alloc;
+
+#[cfg(target_os = "none")]
+#[macro_use]
+mod serial;
+#[cfg(target_os = "none")]
+mod boot;
+#[cfg(target_os = "none")]
+mod exit;
+#[cfg(target_os = "none")]
+mod fw_cfg;
+#[cfg(target_os = "none")]
+mod interrupts;
+#[cfg(target_os = "none")]
+mod tsc;
+
+#[cfg(target_os = "none")]
+pub use boot::fail;

@@ -1,1 +1,209 @@
-//! Helpers for booting memboot under QEMU (see tests/tests/).
+//! Booting memboot under QEMU from tests, through the user-facing
+//! `run-qemu.sh`, with a wall-clock bound and kill-on-drop, and parsing what
+//! the kernel printed on serial.
+//!
+//! The image is built once per test binary (`run-qemu.sh --build-only`, with
+//! its own generous bound, since a fresh clone compiles the bootloader's
+//! stages first); each boot then only boots.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// run-qemu.sh's documented exit codes (README "Exit codes").
+pub mod exit_code {
+    pub const OK: i32 = 0;
+    pub const KERNEL_FAILURE: i32 = 1;
+    pub const QEMU_FAILURE: i32 = 2;
+    pub const TIMEOUT: i32 = 3;
+    pub const SETUP_FAILURE: i32 = 4;
+    pub const USAGE: i32 = 64;
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// A child process in its own process group, killed (whole group) on drop.
+struct GroupChild(Child);
+
+impl Drop for GroupChild {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: kill(2) on our own child's process group; no memory is involved.
+            unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// What a finished run printed and how it exited.
+#[derive(Debug)]
+pub struct Run {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `run-qemu.sh ARGS`, killing it (and QEMU) after `wall`.
+pub fn run_script(args: &[&str], wall: Duration) -> Run {
+    let mut cmd = Command::new(repo_root().join("run-qemu.sh"));
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let mut child = GroupChild(cmd.spawn().expect("spawn run-qemu.sh"));
+    let mut out = child.0.stdout.take().unwrap();
+    let mut err = child.0.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let deadline = Instant::now() + wall;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait run-qemu.sh") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let timed_out = status.is_none();
+    drop(child); // kills the group if still running, which closes the pipes
+    let stdout = out_reader.join().unwrap();
+    let stderr = err_reader.join().unwrap();
+    if timed_out {
+        panic!(
+            "run-qemu.sh {} exceeded the test's wall-clock bound of {wall:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
+            args.join(" ")
+        );
+    }
+    let exit_code = status.and_then(|s| s.code()).unwrap_or(-1);
+    Run { exit_code, stdout, stderr }
+}
+
+/// Build the kernel and images once per test process.
+pub fn ensure_built() {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = BUILT.get_or_init(|| {
+        let run = run_script(&["--build-only"], Duration::from_secs(30 * 60));
+        if run.exit_code == 0 {
+            Ok(())
+        } else {
+            Err(format!("run-qemu.sh --build-only exited {}:\n{}\n{}", run.exit_code, run.stdout, run.stderr))
+        }
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Serialise boots within a test binary: these machines have 2 cores and a
+/// TCG guest with N vCPUs wants N of them; parallel boots only make every
+/// wall-clock bound less meaningful.
+fn boot_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One boot's serial log, parsed.
+#[derive(Debug)]
+pub struct Boot {
+    pub run: Run,
+    /// `(timestamp_ns, message)` for each `[    s.micros] message` line.
+    pub lines: Vec<(u64, String)>,
+    /// The parsed `memboot-summary:` object, if the kernel printed one.
+    pub summary: Option<serde_json::Value>,
+}
+
+impl Boot {
+    pub fn summary(&self) -> &serde_json::Value {
+        self.summary.as_ref().unwrap_or_else(|| panic!("no memboot-summary line in:\n{}", self.describe()))
+    }
+    pub fn summary_u64(&self, key: &str) -> u64 {
+        self.summary()[key].as_u64().unwrap_or_else(|| panic!("summary key {key} missing or not a number:\n{}", self.describe()))
+    }
+    pub fn summary_str(&self, key: &str) -> &str {
+        self.summary()[key].as_str().unwrap_or_else(|| panic!("summary key {key} missing or not a string:\n{}", self.describe()))
+    }
+    /// Messages (without timestamps) containing `needle`.
+    pub fn messages_with<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.lines.iter().map(|(_, m)| m.as_str()).filter(move |m| m.contains(needle))
+    }
+    pub fn has_message(&self, needle: &str) -> bool {
+        self.messages_with(needle).next().is_some()
+    }
+    /// The whole run for assertion messages.
+    pub fn describe(&self) -> String {
+        format!("exit code {}\n--- serial ---\n{}\n--- stderr ---\n{}", self.run.exit_code, self.run.stdout, self.run.stderr)
+    }
+}
+
+/// Parse `[    5.123456] message` into (ns, message).
+pub fn parse_stamped(line: &str) -> Option<(u64, String)> {
+    let rest = line.strip_prefix('[')?;
+    let (stamp, msg) = rest.split_once("] ")?;
+    let (secs, micros) = stamp.trim_start().split_once('.')?;
+    if micros.len() != 6 {
+        return None;
+    }
+    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000;
+    Some((ns, msg.to_string()))
+}
+
+pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>) {
+    let mut lines = Vec::new();
+    let mut summary = None;
+    for raw in stdout.lines() {
+        let line = raw.trim_end_matches('\r');
+        if let Some(json) = line.strip_prefix("memboot-summary: ") {
+            let value: serde_json::Value =
+                serde_json::from_str(json).unwrap_or_else(|e| panic!("summary line is not valid JSON ({e}): {json}"));
+            assert!(summary.replace(value).is_none(), "two memboot-summary lines");
+        } else if let Some(stamped) = parse_stamped(line) {
+            lines.push(stamped);
+        }
+    }
+    (lines, summary)
+}
+
+/// Boot with run-qemu.sh `args` (plus `-- kernel_opts` when given), bounded by `wall`.
+pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
+    ensure_built();
+    let _guard = boot_lock();
+    let mut all: Vec<&str> = args.to_vec();
+    if !kernel_opts.is_empty() {
+        all.push("--");
+        all.extend_from_slice(kernel_opts);
+    }
+    let run = run_script(&all, wall);
+    let (lines, summary) = parse_log(&run.stdout);
+    Boot { run, lines, summary }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_dmesg_stamps() {
+        assert_eq!(parse_stamped("[    0.033176] hello"), Some((33_176_000, "hello".into())));
+        assert_eq!(parse_stamped("[  123.000001] x y"), Some((123_000_001_000, "x y".into())));
+        assert_eq!(parse_stamped("no stamp"), None);
+        assert_eq!(parse_stamped("[ 1.5] short"), None);
+    }
+
+    #[test]
+    fn parses_summary() {
+        let (lines, summary) = parse_log("[    0.000001] a\r\nmemboot-summary: {\"status\":\"ok\"}\n");
+        assert_eq!(lines.len(), 1);
+        assert_eq!(summary.unwrap()["status"], "ok");
+    }
+}

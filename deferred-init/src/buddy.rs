@@ -1,0 +1,511 @@
+//! A binary buddy allocator over struct pages, per (node, zone), orders
+//! `0..=MAX_ORDER` (order 10: 1024 pages, 4 MiB).
+//!
+//! # Free lists in struct pages
+//! A free block is represented by its head page: `PageBuddy` set in
+//! `_mapcount` and the order in `private` (Linux `set_buddy_order`), and
+//! `_refcount == 0` on every page of the block (Linux `__free_pages_core`).
+//! The head's `lru` links it into the doubly linked list of its order.
+//! **The link words hold PFNs, not addresses**: `lru.next` / `lru.prev` are
+//! the PFNs of the neighbouring heads, [`PFN_NONE`] at either end; the list
+//! head (first PFN and block count) lives in the allocator. PFNs survive any
+//! remapping of the vmemmap and make corruption easy to spot. A page taken off
+//! a list gets a self-linked `lru` again (`INIT_LIST_HEAD`), as after init.
+//!
+//! # Allocation and free
+//! `alloc` takes the first block of the smallest non-empty order ≥ the
+//! request and splits it, returning upper halves to lower lists (Linux
+//! `expand`); the returned head gets `_refcount = 1`, tails keep 0. `free`
+//! merges with the buddy (`pfn ^ (1 << order)`) while the buddy is a free
+//! block of the same order in the same (node, zone) (Linux `__free_one_page`).
+//!
+//! # Managed ranges and concurrency
+//! The allocator is told up front which PFN ranges it manages per (node,
+//! zone). It only ever reads a buddy's struct page when the buddy lies in a
+//! managed range of the same (node, zone); reserved pages, holes and other
+//! nodes' pages are never touched. Each (node, zone) has one [`SpinLock`]
+//! taken per block allocated or freed, never per page. Since merging stops
+//! at `MAX_ORDER`, a buddy always lies in the same 1024-aligned block, hence
+//! in the same section, which is why deferred-init workers can free into the
+//! lists while other sections are still being initialised (see
+//! [`crate::plan`]).
+//!
+//! Contract for users: the struct pages of an allocated block belong to its
+//! owner, but its head's `_mapcount`, `private` and `_refcount` must only be
+//! changed through this allocator while the block may be freed.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use memmap::page::{ListHead, StructPage, MAX_NUMNODES};
+use memmap::store::{Memmap, MemmapBacking};
+use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
+
+use crate::spin::SpinLock;
+
+/// Number of free lists per zone (orders `0..=MAX_ORDER`).
+pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
+/// End-of-list marker in the PFN-valued `lru` link words.
+pub const PFN_NONE: Pfn = u64::MAX;
+
+const NR_ZONES: usize = ZoneType::ALL.len();
+
+/// A PFN range whose free pages a (node, zone) of the allocator may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManagedRange {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    pub pfns: PfnRange,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FreeList {
+    head: Pfn,
+    nr_blocks: u64,
+}
+
+struct ZoneFree {
+    lists: [FreeList; NR_ORDERS],
+    nr_free_pages: u64,
+}
+
+impl ZoneFree {
+    const EMPTY: ZoneFree = ZoneFree {
+        lists: [FreeList {
+            head: PFN_NONE,
+            nr_blocks: 0,
+        }; NR_ORDERS],
+        nr_free_pages: 0,
+    };
+}
+
+/// Why the allocator could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BuddyError {
+    /// A managed range's PFNs are not in the zone it is labelled with.
+    RangeCrossesZone { range: ManagedRange },
+    /// Node id beyond what struct-page flags hold.
+    NodeIdTooLarge { nid: NodeId },
+    /// Two managed ranges overlap.
+    OverlappingRanges { first: ManagedRange, second: ManagedRange },
+    /// A managed range touches a section whose struct pages are not backed.
+    SectionNotBacked { section_nr: u64, range: ManagedRange },
+}
+
+impl fmt::Display for BuddyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuddyError::RangeCrossesZone { range } => write!(
+                f,
+                "managed range {:#x}..{:#x} of node {} is labelled {} but leaves that zone; split it at zone boundaries",
+                range.pfns.start, range.pfns.end, range.nid, range.zone.name()
+            ),
+            BuddyError::NodeIdTooLarge { nid } => write!(
+                f,
+                "node id {nid} exceeds the {} nodes struct-page flags can hold; renumber nodes densely",
+                MAX_NUMNODES
+            ),
+            BuddyError::OverlappingRanges { first, second } => write!(
+                f,
+                "managed ranges {:#x}..{:#x} (node {}) and {:#x}..{:#x} (node {}) overlap; give each PFN to one (node, zone) once",
+                first.pfns.start, first.pfns.end, first.nid, second.pfns.start, second.pfns.end, second.nid
+            ),
+            BuddyError::SectionNotBacked { section_nr, range } => write!(
+                f,
+                "section {section_nr} of managed range {:#x}..{:#x} (node {}) has no struct-page backing; populate the vmemmap for every section with present memory first",
+                range.pfns.start, range.pfns.end, range.nid
+            ),
+        }
+    }
+}
+
+/// Why an allocation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// `order > MAX_ORDER`.
+    OrderTooLarge { order: u32 },
+    /// The node has no free lists in this allocator.
+    UnknownNode { nid: NodeId },
+    /// No free block of that order or larger, and nothing left to grow.
+    OutOfMemory { nid: NodeId, zone: ZoneType, order: u32 },
+    /// No free block yet, but deferred-init workers are still initialising
+    /// chunks of the node; retry later or wait for them.
+    InitInProgress { nid: NodeId, zone: ZoneType, order: u32, chunks_in_flight: usize },
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::OrderTooLarge { order } => write!(
+                f,
+                "order {order} exceeds MAX_ORDER {MAX_ORDER} (4 MiB); allocate several blocks instead"
+            ),
+            AllocError::UnknownNode { nid } => write!(
+                f,
+                "node {nid} has no memory in the buddy allocator; pick a node with memory"
+            ),
+            AllocError::OutOfMemory { nid, zone, order } => write!(
+                f,
+                "node {nid} zone {} has no free block of order {order} or larger; try another zone/node or a smaller order",
+                zone.name()
+            ),
+            AllocError::InitInProgress {
+                nid,
+                zone,
+                order,
+                chunks_in_flight,
+            } => write!(
+                f,
+                "node {nid} zone {} has no free block of order {order} yet; {chunks_in_flight} chunk(s) are still being initialised, retry once they are done",
+                zone.name()
+            ),
+        }
+    }
+}
+
+/// Why a free was refused (nothing was changed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FreeError {
+    /// `order > MAX_ORDER`.
+    OrderTooLarge { order: u32 },
+    /// `pfn` is not a multiple of `1 << order`.
+    Misaligned { pfn: Pfn, order: u32 },
+    /// The block is not wholly inside memory this allocator manages.
+    NotManaged { pfn: Pfn, order: u32 },
+    /// The head page is free already or not an allocated block head
+    /// (double free, or freeing a tail page).
+    NotAllocated { pfn: Pfn },
+}
+
+impl fmt::Display for FreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FreeError::OrderTooLarge { order } => {
+                write!(f, "order {order} exceeds MAX_ORDER {MAX_ORDER}; free with the order used to allocate")
+            }
+            FreeError::Misaligned { pfn, order } => write!(
+                f,
+                "pfn {pfn:#x} is not aligned to order {order}; free the head PFN returned by alloc"
+            ),
+            FreeError::NotManaged { pfn, order } => write!(
+                f,
+                "block {pfn:#x} order {order} is not (wholly) memory this allocator manages; it came from elsewhere"
+            ),
+            FreeError::NotAllocated { pfn } => write!(
+                f,
+                "pfn {pfn:#x} is not the head of an allocated block (refcount != 1 or already free): double free?"
+            ),
+        }
+    }
+}
+
+/// Per-(node, zone) buddy free lists over the struct pages of `memmap`.
+pub struct BuddyAllocator<'m, B> {
+    memmap: &'m Memmap<B>,
+    /// Managed ranges: sorted, disjoint, adjacent ones of the same slot merged.
+    ranges: Vec<(PfnRange, u32)>,
+    /// Slot `nid * NR_ZONES + zone`.
+    zones: Vec<SpinLock<ZoneFree>>,
+}
+
+#[inline]
+fn slot(nid: NodeId, zone: ZoneType) -> usize {
+    nid as usize * NR_ZONES + zone as usize
+}
+
+impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
+    /// An allocator with empty free lists for the given managed ranges.
+    /// Pages join the lists through [`free_initialised_range`](Self::free_initialised_range)
+    /// or deferred-init workers.
+    pub fn new(memmap: &'m Memmap<B>, managed: impl IntoIterator<Item = ManagedRange>) -> Result<Self, BuddyError> {
+        let mut v: Vec<ManagedRange> = managed.into_iter().filter(|m| !m.pfns.is_empty()).collect();
+        v.sort_unstable_by_key(|m| m.pfns.start);
+        let mut max_nid = 0;
+        for m in &v {
+            if m.nid >= MAX_NUMNODES {
+                return Err(BuddyError::NodeIdTooLarge { nid: m.nid });
+            }
+            max_nid = max_nid.max(m.nid);
+            if ZoneType::of_pfn(m.pfns.start) != m.zone || ZoneType::of_pfn(m.pfns.end - 1) != m.zone {
+                return Err(BuddyError::RangeCrossesZone { range: *m });
+            }
+            for section_nr in pfn_to_section_nr(m.pfns.start)..=pfn_to_section_nr(m.pfns.end - 1) {
+                if !memmap.has_pfn(memmap::section_nr_to_pfn(section_nr)) {
+                    return Err(BuddyError::SectionNotBacked { section_nr, range: *m });
+                }
+            }
+        }
+        for w in v.windows(2) {
+            if w[1].pfns.start < w[0].pfns.end {
+                return Err(BuddyError::OverlappingRanges {
+                    first: w[0],
+                    second: w[1],
+                });
+            }
+        }
+        let mut ranges: Vec<(PfnRange, u32)> = Vec::with_capacity(v.len());
+        for m in &v {
+            let s = slot(m.nid, m.zone) as u32;
+            match ranges.last_mut() {
+                Some((last, ls)) if *ls == s && last.end == m.pfns.start => last.end = m.pfns.end,
+                _ => ranges.push((m.pfns, s)),
+            }
+        }
+        let nr_slots = if v.is_empty() { 0 } else { (max_nid as usize + 1) * NR_ZONES };
+        let zones = (0..nr_slots).map(|_| SpinLock::new(ZoneFree::EMPTY)).collect();
+        Ok(Self { memmap, ranges, zones })
+    }
+
+    /// The managed range holding `pfn` and its slot.
+    #[inline]
+    fn range_of(&self, pfn: Pfn) -> Option<(PfnRange, usize)> {
+        let i = self.ranges.partition_point(|(r, _)| r.start <= pfn);
+        let (r, s) = *self.ranges.get(i.checked_sub(1)?)?;
+        r.contains(pfn).then_some((r, s as usize))
+    }
+
+    /// Run `f` on the struct page of `pfn`.
+    ///
+    /// # Safety
+    /// `pfn` must be managed (so its section is backed, checked in `new`) and
+    /// the caller must have exclusive access to that struct page for the call:
+    /// it is on a free list of a zone whose lock the caller holds, or it is in
+    /// a block the caller owns (allocated to it, or being freed by it).
+    #[inline]
+    unsafe fn with_page<R>(&self, pfn: Pfn, f: impl FnOnce(&mut StructPage) -> R) -> R {
+        // SAFETY: exclusivity is the caller's obligation (see above).
+        let pages = unsafe { self.memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
+        f(&mut pages.expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)")[0])
+    }
+
+    /// Push the block `pfn`/`order` on its list. Caller holds the zone lock
+    /// and owns the block.
+    fn push(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32) {
+        let list = &mut zf.lists[order as usize];
+        let old = list.head;
+        // SAFETY: the caller owns the block being pushed.
+        unsafe {
+            self.with_page(pfn, |p| {
+                p.set_buddy(order);
+                p.lru = ListHead { next: old, prev: PFN_NONE };
+            })
+        };
+        if old != PFN_NONE {
+            // SAFETY: `old` heads a block on this zone's list; we hold its lock.
+            unsafe { self.with_page(old, |p| p.lru.prev = pfn) };
+        }
+        list.head = pfn;
+        list.nr_blocks += 1;
+        zf.nr_free_pages += 1 << order;
+    }
+
+    /// Take the free block `pfn`/`order` off its list. Caller holds the lock.
+    fn unlink(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32) {
+        // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
+        let ListHead { next, prev } = unsafe {
+            self.with_page(pfn, |p| {
+                let links = p.lru;
+                p.clear_buddy();
+                let own = p.lru_addr();
+                p.lru = ListHead { next: own, prev: own };
+                links
+            })
+        };
+        let list = &mut zf.lists[order as usize];
+        if prev == PFN_NONE {
+            list.head = next;
+        } else {
+            // SAFETY: neighbours on this zone's list; we hold its lock.
+            unsafe { self.with_page(prev, |p| p.lru.next = next) };
+        }
+        if next != PFN_NONE {
+            // SAFETY: as above.
+            unsafe { self.with_page(next, |p| p.lru.prev = prev) };
+        }
+        list.nr_blocks -= 1;
+        zf.nr_free_pages -= 1 << order;
+    }
+
+    /// Merge `pfn`/`order` with free buddies and push the result. Every page
+    /// of the block has `_refcount == 0` and the block lies in `range`.
+    fn merge_and_push(&self, zf: &mut ZoneFree, range: PfnRange, s: usize, mut pfn: Pfn, mut order: u32) {
+        while order < MAX_ORDER {
+            let buddy = pfn ^ (1 << order);
+            let same_zone = range.contains(buddy) || self.range_of(buddy).is_some_and(|(_, bs)| bs == s);
+            if !same_zone {
+                break;
+            }
+            // SAFETY: the buddy is managed by this (node, zone), so it is
+            // initialised (same section as our block: its chunk is ours, or it
+            // was handed over initialised) and, if free, protected by our lock;
+            // if allocated we only read, per the module contract.
+            let is_free = unsafe { self.with_page(buddy, |b| b.is_buddy() && b.buddy_order() == order) };
+            if !is_free {
+                break;
+            }
+            self.unlink(zf, buddy, order);
+            pfn &= !(1 << order);
+            order += 1;
+        }
+        self.push(zf, pfn, order);
+    }
+
+    /// Free a block whose pages all have `_refcount == 0` already (the
+    /// deferred workers fuse that into their init pass).
+    pub(crate) fn free_prepared_block(&self, pfn: Pfn, order: u32) {
+        let Some((range, s)) = self.range_of(pfn) else {
+            debug_assert!(false, "deferred worker freed unmanaged pfn {pfn:#x}");
+            return;
+        };
+        let mut zf = self.zones[s].lock();
+        self.merge_and_push(&mut zf, range, s, pfn, order);
+    }
+
+    /// Allocate `1 << order` contiguous pages from (nid, zone); returns the
+    /// head PFN. The head's `_refcount` is 1.
+    pub fn alloc(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
+        if order > MAX_ORDER {
+            return Err(AllocError::OrderTooLarge { order });
+        }
+        let zl = self.zones.get(slot(nid, zone)).ok_or(AllocError::UnknownNode { nid })?;
+        let mut zf = zl.lock();
+        let Some(found) = (order..=MAX_ORDER).find(|&o| zf.lists[o as usize].head != PFN_NONE) else {
+            return Err(AllocError::OutOfMemory { nid, zone, order });
+        };
+        let pfn = zf.lists[found as usize].head;
+        self.unlink(&mut zf, pfn, found);
+        let mut cur = found;
+        while cur > order {
+            cur -= 1;
+            self.push(&mut zf, pfn + (1 << cur), cur);
+        }
+        // SAFETY: the block is off the lists and ours until we return it.
+        unsafe { self.with_page(pfn, |p| p.refcount = 1) };
+        Ok(pfn)
+    }
+
+    /// Free a block returned by [`alloc`](Self::alloc) (or any allocated,
+    /// managed, aligned block whose head has `_refcount == 1`).
+    pub fn free(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        if order > MAX_ORDER {
+            return Err(FreeError::OrderTooLarge { order });
+        }
+        if pfn & ((1 << order) - 1) != 0 {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        let last = pfn + (1 << order) - 1;
+        let (range, s) = self.range_of(pfn).ok_or(FreeError::NotManaged { pfn, order })?;
+        if !range.contains(last) {
+            return Err(FreeError::NotManaged { pfn, order });
+        }
+        let mut zf = self.zones[s].lock();
+        // SAFETY: if the block is allocated the caller owns it; if it is
+        // (wrongly) free, its head is protected by the lock we hold.
+        let ok = unsafe {
+            self.with_page(pfn, |p| {
+                let ok = !p.is_buddy() && p.refcount == 1;
+                if ok {
+                    p.refcount = 0;
+                }
+                ok
+            })
+        };
+        if !ok {
+            return Err(FreeError::NotAllocated { pfn });
+        }
+        self.merge_and_push(&mut zf, range, s, pfn, order);
+        Ok(())
+    }
+
+    /// Hand initialised pages (e.g. those the boot CPU initialised eagerly)
+    /// to the allocator: `PG_reserved` cleared and `_refcount` set to 0 on
+    /// every page, then freed in the largest aligned blocks (Linux
+    /// `__free_pages_core`).
+    ///
+    /// # Safety
+    /// Every struct page of `range` must be initialised, on no free list, and
+    /// not accessed by anyone else during and after the call (the allocator
+    /// owns them afterwards).
+    pub unsafe fn free_initialised_range(&self, range: PfnRange) -> Result<(), FreeError> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        match self.range_of(range.start) {
+            Some((r, _)) if r.contains(range.end - 1) => {}
+            _ => {
+                return Err(FreeError::NotManaged {
+                    pfn: range.start,
+                    order: 0,
+                })
+            }
+        }
+        for piece in crate::plan::section_pieces(range) {
+            // SAFETY: the caller hands us exclusive ownership of these pages.
+            let pages = unsafe { self.memmap.pages_mut_unchecked(piece) };
+            for p in pages.expect("managed range without backing (checked in new)") {
+                p.clear_reserved();
+                p.refcount = 0;
+            }
+        }
+        for_each_max_block(range, |pfn, order| self.free_prepared_block(pfn, order));
+        Ok(())
+    }
+
+    /// Free pages of (nid, zone).
+    pub fn nr_free_pages(&self, nid: NodeId, zone: ZoneType) -> u64 {
+        self.zones.get(slot(nid, zone)).map_or(0, |z| z.lock().nr_free_pages)
+    }
+
+    /// Free pages of all zones of `nid`.
+    pub fn nr_free_pages_node(&self, nid: NodeId) -> u64 {
+        ZoneType::ALL.iter().map(|&z| self.nr_free_pages(nid, z)).sum()
+    }
+
+    /// Free pages in the whole allocator.
+    pub fn nr_free_pages_total(&self) -> u64 {
+        self.zones.iter().map(|z| z.lock().nr_free_pages).sum()
+    }
+
+    /// Free blocks of exactly `order` in (nid, zone).
+    pub fn nr_free_blocks(&self, nid: NodeId, zone: ZoneType, order: u32) -> u64 {
+        match self.zones.get(slot(nid, zone)) {
+            Some(z) if order <= MAX_ORDER => z.lock().lists[order as usize].nr_blocks,
+            _ => 0,
+        }
+    }
+
+    /// Walk every free list, calling `f(nid, zone, head_pfn, order)` per
+    /// block, one zone lock at a time. `f` must not call the allocator.
+    pub fn for_each_free_block(&self, mut f: impl FnMut(NodeId, ZoneType, Pfn, u32)) {
+        for (s, zl) in self.zones.iter().enumerate() {
+            let nid = (s / NR_ZONES) as NodeId;
+            let zone = ZoneType::ALL[s % NR_ZONES];
+            let zf = zl.lock();
+            for order in 0..=MAX_ORDER {
+                let mut pfn = zf.lists[order as usize].head;
+                let mut left = zf.lists[order as usize].nr_blocks;
+                while pfn != PFN_NONE && left > 0 {
+                    f(nid, zone, pfn, order);
+                    // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
+                    pfn = unsafe { self.with_page(pfn, |p| p.lru.next) };
+                    left -= 1;
+                }
+            }
+        }
+    }
+}
+
+/// Split `range` into the largest naturally aligned blocks of order ≤
+/// `MAX_ORDER` (Linux `deferred_free_pages` / `memblock_free_pages` loop).
+#[inline]
+pub(crate) fn for_each_max_block(range: PfnRange, mut f: impl FnMut(Pfn, u32)) {
+    let mut pfn = range.start;
+    while pfn < range.end {
+        let mut order = pfn.trailing_zeros().min(MAX_ORDER);
+        while pfn + (1 << order) > range.end {
+            order -= 1;
+        }
+        f(pfn, order);
+        pfn += 1 << order;
+    }
+}

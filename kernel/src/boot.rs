@@ -1,0 +1,223 @@
+//! The boot flow proper (see `main.rs` for the order and why).
+
+use core::panic::PanicInfo;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use bootloader_api::config::{BootloaderConfig, Mapping};
+use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use bootloader_api::BootInfo;
+use linked_list_allocator::LockedHeap;
+use memboot_kernel::options::{self, TestFault};
+use memboot_kernel::report::JsonObject;
+
+use crate::exit::{exit, ExitCode};
+use crate::{fw_cfg, interrupts, serial, tsc};
+
+/// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
+/// tables and, later, to build the vmemmap); a 1 MiB boot stack.
+pub static BOOTLOADER_CONFIG: BootloaderConfig = {
+    let mut config = BootloaderConfig::new_default();
+    config.mappings.physical_memory = Some(Mapping::Dynamic);
+    config.kernel_stack_size = 1 << 20;
+    config
+};
+
+bootloader_api::entry_point!(kernel_main, config = &BOOTLOADER_CONFIG);
+
+#[global_allocator]
+static HEAP: LockedHeap = LockedHeap::empty();
+const HEAP_MAX_BYTES: u64 = 64 << 20;
+const HEAP_MIN_BYTES: u64 = 4 << 20;
+
+/// What the summary line reports; filled in as the boot learns it, so a
+/// failure part-way still reports what was known.
+struct Facts {
+    mem_bytes: AtomicU64,
+    nodes: AtomicU64,
+    cpus: AtomicU64,
+}
+
+static FACTS: Facts = Facts { mem_bytes: AtomicU64::new(0), nodes: AtomicU64::new(0), cpus: AtomicU64::new(0) };
+
+/// Print the summary line and leave QEMU with `code`.
+fn finish(status: &str, code: ExitCode) -> ! {
+    let mut line = heapless_line::Line::new();
+    let tsc_khz = tsc::khz();
+    let _ = (|| -> core::fmt::Result {
+        let mut o = JsonObject::begin(&mut line)?;
+        o.u64("mem_bytes", FACTS.mem_bytes.load(Ordering::Relaxed))?;
+        o.u64("nodes", FACTS.nodes.load(Ordering::Relaxed))?;
+        o.u64("cpus", FACTS.cpus.load(Ordering::Relaxed))?;
+        o.fixed("tsc_mhz", tsc_khz, 3)?;
+        o.str("status", status)?;
+        o.u64("total_ns", tsc::ns_since_entry())?;
+        o.end()
+    })();
+    serial::raw_line(format_args!("memboot-summary: {}", line.as_str()));
+    exit(code)
+}
+
+/// Fail the boot: summary with `status` (a short failure name), failure exit.
+pub fn fail(status: &str) -> ! {
+    finish(status, ExitCode::Failure)
+}
+
+#[panic_handler]
+fn panic(info: &PanicInfo) -> ! {
+    serial::emergency_log(format_args!("PANIC: {info}"));
+    fail("panic")
+}
+
+/// A fixed-capacity line buffer, so the summary needs no heap (the panic
+/// path may run with the heap broken).
+mod heapless_line {
+    pub struct Line {
+        buf: [u8; 4096],
+        len: usize,
+    }
+    impl Line {
+        pub const fn new() -> Self {
+            Self { buf: [0; 4096], len: 0 }
+        }
+        pub fn as_str(&self) -> &str {
+            core::str::from_utf8(&self.buf[..self.len]).unwrap_or("{}")
+        }
+    }
+    impl core::fmt::Write for Line {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let end = self.len.checked_add(s.len()).filter(|&e| e <= self.buf.len()).ok_or(core::fmt::Error)?;
+            self.buf[self.len..end].copy_from_slice(s.as_bytes());
+            self.len = end;
+            Ok(())
+        }
+    }
+}
+
+fn kind_name(kind: MemoryRegionKind) -> (&'static str, u32) {
+    match kind {
+        MemoryRegionKind::Usable => ("usable", 0),
+        MemoryRegionKind::Bootloader => ("usable (bootloader)", 0),
+        MemoryRegionKind::UnknownBios(1) => ("usable", 1),
+        MemoryRegionKind::UnknownBios(3) => ("ACPI data", 3),
+        MemoryRegionKind::UnknownBios(4) => ("ACPI NVS", 4),
+        MemoryRegionKind::UnknownBios(5) => ("unusable", 5),
+        MemoryRegionKind::UnknownBios(t) => ("reserved", t),
+        MemoryRegionKind::UnknownUefi(t) => ("reserved (UEFI)", t),
+        _ => ("reserved (unknown)", 0),
+    }
+}
+
+/// Usable RAM as the bootloader reports it: free frames plus those the
+/// bootloader itself occupies (kernel image, page tables, boot info).
+fn usable_bytes(regions: &MemoryRegions) -> u64 {
+    regions
+        .iter()
+        .filter(|r| matches!(r.kind, MemoryRegionKind::Usable | MemoryRegionKind::Bootloader))
+        .map(|r| r.end - r.start)
+        .sum()
+}
+
+fn print_memory_map(regions: &MemoryRegions) {
+    kprintln!("BIOS-provided physical RAM map (via bootloader, {} regions):", regions.len());
+    for r in regions.iter() {
+        let (name, _) = kind_name(r.kind);
+        kprintln!("  [mem {:#018x}-{:#018x}] {name}", r.start, r.end - 1);
+    }
+}
+
+/// Carve the heap out of the largest usable region (4–64 MiB, 2 MiB aligned).
+fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> (u64, u64) {
+    let Some(region) = regions
+        .iter()
+        .filter(|r| r.kind == MemoryRegionKind::Usable)
+        .max_by_key(|r| r.end - r.start)
+    else {
+        kprintln!("heap: no usable memory region in the bootloader's map");
+        fail("no_memory");
+    };
+    let start = (region.start + 0x1f_ffff) & !0x1f_ffff;
+    let bytes = region.end.saturating_sub(start).min(HEAP_MAX_BYTES);
+    if bytes < HEAP_MIN_BYTES {
+        kprintln!("heap: largest usable region {:#x}-{:#x} is smaller than 4 MiB", region.start, region.end);
+        fail("no_memory");
+    }
+    // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
+    // bootloader hands it over free) and the physical-memory mapping at
+    // `phys_offset` makes it accessible; init happens once, before any allocation.
+    unsafe { HEAP.lock().init((phys_offset + start) as *mut u8, bytes as usize) };
+    (start, bytes)
+}
+
+fn trigger_test_fault(fault: TestFault) {
+    match fault {
+        TestFault::None => {}
+        TestFault::Panic => panic!("test_fault=panic requested on the command line"),
+        TestFault::PageFault => {
+            kprintln!("test_fault: reading unmapped address 0xdead0000000");
+            // SAFETY: deliberately unsound on request: this read faults, and
+            // the page-fault handler ends the boot.
+            let v = unsafe { core::ptr::read_volatile(0xdead_0000_000 as *const u64) };
+            kprintln!("test_fault: read {v} without a fault?");
+        }
+        TestFault::InvalidOpcode => {
+            kprintln!("test_fault: executing ud2");
+            // SAFETY: raises #UD on request; the handler ends the boot.
+            unsafe { core::arch::asm!("ud2") };
+        }
+    }
+}
+
+/// ACPI: CPUs (MADT) and NUMA nodes (SRAT).
+fn report_acpi(rsdp: Option<u64>, _phys_offset: u64, _regions: &MemoryRegions) {
+    let Some(rsdp) = rsdp else {
+        kprintln!("ACPI: no RSDP from the bootloader");
+        fail("no_acpi");
+    };
+    kprintln!("ACPI: RSDP at {rsdp:#x}");
+    FACTS.nodes.store(1, Ordering::Relaxed);
+    FACTS.cpus.store(1, Ordering::Relaxed);
+}
+
+fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
+    tsc::mark_entry();
+    serial::init();
+    interrupts::init();
+    let tsc_khz = tsc::calibrate();
+    kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
+    kprintln!("tsc: Detected {}.{:03} MHz TSC (PIT channel 2 calibration)", tsc_khz / 1000, tsc_khz % 1000);
+
+    let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
+        kprintln!("bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it)");
+        fail("no_phys_map");
+    };
+    boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
+    let regions = &boot_info.memory_regions;
+    print_memory_map(regions);
+    let mem_bytes = usable_bytes(regions);
+    FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
+    kprintln!("Memory: {}K usable RAM ({} MiB)", mem_bytes >> 10, mem_bytes >> 20);
+    let (heap_start, heap_bytes) = init_heap(regions, phys_offset);
+    kprintln!("heap: [mem {:#018x}-{:#018x}] {} MiB", heap_start, heap_start + heap_bytes - 1, heap_bytes >> 20);
+
+    let cmdline = match fw_cfg::cmdline() {
+        Ok(c) => c,
+        Err(e) => {
+            kprintln!("Kernel command line unreadable: {e}");
+            fail("bad_option");
+        }
+    };
+    kprintln!("Kernel command line: {cmdline}");
+    let opts = match options::parse(&cmdline) {
+        Ok(o) => o,
+        Err(e) => {
+            kprintln!("Kernel command line rejected: {e}");
+            fail("bad_option");
+        }
+    };
+    trigger_test_fault(opts.test_fault);
+
+    report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions);
+
+    kprintln!("boot complete");
+    finish("ok", ExitCode::Success)
+}

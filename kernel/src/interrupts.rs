@@ -1,0 +1,242 @@
+//! CPU exceptions: a GDT with a TSS whose IST stacks the handlers run on, an
+//! IDT of assembly stubs, and one Rust handler that reports and exits.
+//!
+//! Stable Rust has no `x86-interrupt` ABI, so each of the 32 exception vectors
+//! gets a 16-byte assembly stub (Intel SDM vol. 3A §6.14): it pushes a dummy
+//! error code where the CPU pushes none (so every frame has one layout), then
+//! the vector number, and jumps to a common stub that saves the general
+//! registers and calls [`memboot_exception`] with a pointer to the frame.
+//! Every exception is fatal in memboot: the handler prints vector, error
+//! code, RIP and CR2 and leaves QEMU with the failure code, so a bug never
+//! turns into a triple-fault reboot or a hang.
+//!
+//! IST stacks (SDM §6.14.5) make this robust against a broken kernel stack:
+//! #DF, NMI and #MC get stacks of their own, all other vectors share one.
+
+use core::arch::global_asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use x86_64::instructions::segmentation::{Segment, CS, DS, ES, SS};
+use x86_64::instructions::tables::{lidt, load_tss};
+use x86_64::structures::gdt::{Descriptor, GlobalDescriptorTable, SegmentSelector};
+use x86_64::structures::tss::TaskStateSegment;
+use x86_64::structures::DescriptorTablePointer;
+use x86_64::VirtAddr;
+
+const IST_STACK_BYTES: usize = 32 * 1024;
+/// IST slots (1-based in the IDT entry, 0-based in the TSS array).
+const IST_GENERAL: u8 = 1;
+const IST_DOUBLE_FAULT: u8 = 2;
+const IST_NMI_MCE: u8 = 3;
+
+#[repr(C, align(16))]
+struct IstStack([u8; IST_STACK_BYTES]);
+
+static mut IST_STACKS: [IstStack; 3] = [const { IstStack([0; IST_STACK_BYTES]) }; 3];
+
+static TSS: spin::Once<TaskStateSegment> = spin::Once::new();
+static GDT: spin::Once<(GlobalDescriptorTable, SegmentSelector, SegmentSelector)> = spin::Once::new();
+
+/// One IDT gate descriptor (SDM vol. 3A Figure 6-8, 64-bit interrupt gate).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct IdtEntry {
+    offset_low: u16,
+    selector: u16,
+    ist: u8,
+    type_attr: u8,
+    offset_mid: u16,
+    offset_high: u32,
+    reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<IdtEntry>() == 16);
+
+impl IdtEntry {
+    const MISSING: IdtEntry =
+        IdtEntry { offset_low: 0, selector: 0, ist: 0, type_attr: 0, offset_mid: 0, offset_high: 0, reserved: 0 };
+
+    fn interrupt_gate(handler: u64, selector: u16, ist: u8) -> Self {
+        IdtEntry {
+            offset_low: handler as u16,
+            selector,
+            ist,
+            type_attr: 0x8e, // present, DPL 0, 64-bit interrupt gate
+            offset_mid: (handler >> 16) as u16,
+            offset_high: (handler >> 32) as u32,
+            reserved: 0,
+        }
+    }
+}
+
+#[repr(C, align(16))]
+struct Idt([IdtEntry; 256]);
+
+static IDT: spin::Once<Idt> = spin::Once::new();
+
+/// The frame the common stub builds: saved registers (last pushed first),
+/// then what the stub and the CPU pushed. Shared with the assembly below.
+#[repr(C)]
+pub struct TrapFrame {
+    r15: u64,
+    r14: u64,
+    r13: u64,
+    r12: u64,
+    r11: u64,
+    r10: u64,
+    r9: u64,
+    r8: u64,
+    rbp: u64,
+    rdi: u64,
+    rsi: u64,
+    rdx: u64,
+    rcx: u64,
+    rbx: u64,
+    rax: u64,
+    vector: u64,
+    error_code: u64,
+    rip: u64,
+    cs: u64,
+    rflags: u64,
+    rsp: u64,
+    ss: u64,
+}
+const _: () = assert!(core::mem::size_of::<TrapFrame>() == 22 * 8);
+
+// Vectors for which the CPU pushes an error code (SDM vol. 3A Table 6-1):
+// 8 #DF, 10 #TS, 11 #NP, 12 #SS, 13 #GP, 14 #PF, 17 #AC, 21 #CP, 29 #VC, 30 #SX.
+// The `.if` product is zero exactly for those.
+global_asm!(
+    r#"
+    .section .text.memboot_isr, "ax"
+    .p2align 4
+    .global memboot_isr_base
+memboot_isr_base:
+    .set memboot_vec, 0
+    .rept 32
+    .p2align 4
+    .if (memboot_vec - 8) * (memboot_vec - 10) * (memboot_vec - 11) * (memboot_vec - 12) * (memboot_vec - 13) * (memboot_vec - 14) * (memboot_vec - 17) * (memboot_vec - 21) * (memboot_vec - 29) * (memboot_vec - 30)
+    pushq $0
+    .endif
+    pushq $memboot_vec
+    jmp memboot_isr_common
+    .set memboot_vec, memboot_vec + 1
+    .endr
+
+memboot_isr_common:
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rbp
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, %rdi
+    andq $-16, %rsp
+    cld
+    call memboot_exception
+    ud2
+"#,
+    options(att_syntax)
+);
+
+extern "C" {
+    static memboot_isr_base: u8;
+}
+
+const STUB_BYTES: u64 = 16;
+
+static IN_EXCEPTION: AtomicBool = AtomicBool::new(false);
+
+const EXCEPTION_NAMES: [&str; 32] = [
+    "divide error", "debug", "NMI", "breakpoint", "overflow", "bound range", "invalid opcode",
+    "device not available", "double fault", "coprocessor overrun", "invalid TSS",
+    "segment not present", "stack fault", "general protection", "page fault", "reserved",
+    "x87 FP error", "alignment check", "machine check", "SIMD FP error", "virtualization",
+    "control protection", "reserved", "reserved", "reserved", "reserved", "reserved", "reserved",
+    "hypervisor injection", "VMM communication", "security", "reserved",
+];
+
+#[no_mangle]
+extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
+    if IN_EXCEPTION.swap(true, Ordering::SeqCst) {
+        // A fault while reporting a fault: do not try to print again.
+        crate::exit::exit(crate::exit::ExitCode::Failure);
+    }
+    let cr2 = x86_64::registers::control::Cr2::read_raw();
+    let name = EXCEPTION_NAMES.get(frame.vector as usize).copied().unwrap_or("unknown");
+    crate::serial::emergency_log(format_args!(
+        "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x}",
+        frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags
+    ));
+    crate::serial::emergency_log(format_args!(
+        "  rax {:#x} rbx {:#x} rcx {:#x} rdx {:#x} rsi {:#x} rdi {:#x} rbp {:#x}",
+        frame.rax, frame.rbx, frame.rcx, frame.rdx, frame.rsi, frame.rdi, frame.rbp
+    ));
+    crate::serial::emergency_log(format_args!(
+        "  r8 {:#x} r9 {:#x} r10 {:#x} r11 {:#x} r12 {:#x} r13 {:#x} r14 {:#x} r15 {:#x} cs {:#x} ss {:#x}",
+        frame.r8, frame.r9, frame.r10, frame.r11, frame.r12, frame.r13, frame.r14, frame.r15, frame.cs, frame.ss
+    ));
+    crate::fail("exception");
+}
+
+fn ist_top(slot: u8) -> VirtAddr {
+    // SAFETY: only the address is taken; the stacks are used by the CPU alone.
+    let base = unsafe { core::ptr::addr_of!(IST_STACKS[(slot - 1) as usize]) } as u64;
+    VirtAddr::new(base + IST_STACK_BYTES as u64)
+}
+
+/// Load memboot's GDT, TSS and IDT on the boot CPU.
+pub fn init() {
+    let tss = TSS.call_once(|| {
+        let mut tss = TaskStateSegment::new();
+        for slot in [IST_GENERAL, IST_DOUBLE_FAULT, IST_NMI_MCE] {
+            tss.interrupt_stack_table[(slot - 1) as usize] = ist_top(slot);
+        }
+        tss
+    });
+    let (gdt, code, tss_sel) = GDT.call_once(|| {
+        let mut gdt = GlobalDescriptorTable::new();
+        let code = gdt.append(Descriptor::kernel_code_segment());
+        let tss_sel = gdt.append(Descriptor::tss_segment(tss));
+        (gdt, code, tss_sel)
+    });
+    gdt.load();
+    // SAFETY: the selectors index the GDT just loaded; the data segments are
+    // ignored in long mode, so the null selector is right for them.
+    unsafe {
+        CS::set_reg(*code);
+        let null = SegmentSelector(0);
+        DS::set_reg(null);
+        ES::set_reg(null);
+        SS::set_reg(null);
+        load_tss(*tss_sel);
+    }
+    // Only the address of the assembly symbol is taken, never its content.
+    let base = core::ptr::addr_of!(memboot_isr_base) as u64;
+    let idt = IDT.call_once(|| {
+        let mut entries = [IdtEntry::MISSING; 256];
+        for (vector, entry) in entries.iter_mut().enumerate().take(32) {
+            let ist = match vector {
+                8 => IST_DOUBLE_FAULT,
+                2 | 18 => IST_NMI_MCE,
+                _ => IST_GENERAL,
+            };
+            *entry = IdtEntry::interrupt_gate(base + vector as u64 * STUB_BYTES, code.0, ist);
+        }
+        Idt(entries)
+    });
+    let ptr = DescriptorTablePointer {
+        limit: (core::mem::size_of::<Idt>() - 1) as u16,
+        base: VirtAddr::new(idt as *const Idt as u64),
+    };
+    // SAFETY: the IDT is 'static and every present gate points at a stub above.
+    unsafe { lidt(&ptr) };
+}

@@ -1,0 +1,505 @@
+//! Memmap init strategies: writing every present page's struct page through
+//! a [`Memmap`], three ways Linux has done it.
+//!
+//! * [`Strategy::PerPfn`]: pre-5.8 `memmap_init_zone()`: for every node and
+//!   zone, walk each PFN of the zone *span*, skip it unless it is memory
+//!   (`early_pfn_valid()`) of this node (`early_pfn_in_nid()`), both by
+//!   binary search: O(n log m) over the span, holes included.
+//! * [`Strategy::Regions`]: 73a6e474cb37 ("mm: memmap_init: iterate over
+//!   memblock regions rather that check each PFN", 5.8): walk memblock
+//!   regions clipped to each zone and initialise every PFN of them. As
+//!   merged, the deferral check compared the *region* end with the node end,
+//!   so every region but the last was initialised eagerly: the 1 TB VMware
+//!   boot regression. `Regions` here initialises everything, which is that
+//!   behaviour in the common case.
+//! * [`Strategy::Deferred`]: region walk with dc2da7b45ffe ("mm: memmap
+//!   defer init doesn't work as expected"): `defer_init()` judges against
+//!   the *zone* end, so low zones are always done and in a node's highest
+//!   zone only the first section's worth is initialised eagerly: deferral
+//!   starts at the first section-aligned present PFN after more than
+//!   `PAGES_PER_SECTION` pages have been initialised in that zone. The rest
+//!   is returned as [`DeferredRange`]s for `deferred-init`.
+//!
+//! All three then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
+//! reserved pages (`init_unavailable_range()`), mark each initialised
+//! pageblock `MIGRATE_MOVABLE`, and give memblock-reserved memory pages
+//! `PG_reserved` (`memmap_init_reserved_pages()` → `reserve_bootmem_region()`),
+//! for the pages they initialised; [`mark_reserved_pages`] does the same for
+//! a range a deferred worker initialised. The struct pages the three write
+//! are byte-identical.
+//!
+//! [`touch_present_pages`] is the floor they are measured against: one
+//! 64-byte store per present page and nothing else.
+
+use alloc::vec::Vec;
+use core::fmt;
+use core::str::FromStr;
+
+use crate::memblock::Memblock;
+use crate::page::StructPage;
+use crate::pageblock::PageblockMaps;
+use crate::store::{Memmap, MemmapBacking};
+use crate::zones::ZoneLayout;
+use crate::{pfn_to_section_nr, section_nr_to_pfn, DeferredRange, NodeId, Pfn, PfnRange, ZoneType, PAGES_PER_SECTION, PAGEBLOCK_NR_PAGES};
+
+/// Which memmap init to run, chosen at run time (e.g. from the kernel
+/// command line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    PerPfn,
+    Regions,
+    Deferred,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred];
+    /// The name [`FromStr`] accepts.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Strategy::PerPfn => "perpfn",
+            Strategy::Regions => "regions",
+            Strategy::Deferred => "deferred",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A strategy name that is none of "perpfn", "regions", "deferred".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParseStrategyError;
+
+impl fmt::Display for ParseStrategyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown memmap init strategy; expected one of: perpfn, regions, deferred")
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = ParseStrategyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|st| st.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or(ParseStrategyError)
+    }
+}
+
+/// Why memmap init could not run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitError {
+    /// A PFN to initialise has no struct-page backing.
+    Unbacked { pfn: Pfn, section_nr: u64 },
+    /// The pageblock maps were not built from this layout.
+    NoPageblockMap { nid: NodeId, zone: ZoneType },
+}
+
+impl fmt::Display for InitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            InitError::Unbacked { pfn, section_nr } => write!(
+                f,
+                "memmap init: struct pages of section {section_nr} (pfn {pfn:#x}) have no backing; \
+                 populate every range of vmemmap_backing_ranges() before running memmap init"
+            ),
+            InitError::NoPageblockMap { nid, zone } => write!(
+                f,
+                "memmap init: no pageblock bitmap for node {nid} zone {}; build PageblockMaps from the same ZoneLayout",
+                zone.name()
+            ),
+        }
+    }
+}
+
+/// What a strategy did, in pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct InitStats {
+    /// Present (memory) pages initialised now.
+    pub eager_pages: u64,
+    /// Present pages left to `deferred-init`.
+    pub deferred_pages: u64,
+    /// Memory pages among the eager ones that got `PG_reserved` because
+    /// memblock reserves them.
+    pub reserved_pages: u64,
+    /// Hole pages (in present sections) initialised as reserved.
+    pub hole_pages: u64,
+}
+
+/// Statistics plus the work left over.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct InitOutcome {
+    pub stats: InitStats,
+    /// Per-node ranges for `deferred-init` (empty unless `Deferred`).
+    pub deferred: Vec<DeferredRange>,
+}
+
+/// A piece of present memory the eager part of a strategy initialises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EagerRange {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    pub pfns: PfnRange,
+}
+
+/// Eager and deferred work of the `Deferred` strategy, computed without
+/// touching struct pages (so it can be checked on maps too big to back).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DeferredPlan {
+    pub eager: Vec<EagerRange>,
+    pub deferred: Vec<DeferredRange>,
+}
+
+/// First PFN `defer_init()` defers in the node's highest zone, or `None`
+/// when the zone never passes a section's worth of pages followed by a
+/// section-aligned present PFN.
+pub fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Option<Pfn> {
+    let zone = layout.highest_zone(nid)?;
+    let mut initialised = 0u64;
+    for (range, _) in mb.mem_pfn_ranges(Some(nid)) {
+        let Some(piece) = range.intersect(&zone.span) else { continue };
+        // defer_init() increments before testing `> PAGES_PER_SECTION`: at
+        // PFN p the count is (pages before p) + 1.
+        let need_before = PAGES_PER_SECTION.saturating_sub(initialised);
+        let candidate = (piece.start + need_before).next_multiple_of(PAGES_PER_SECTION);
+        if candidate < piece.end {
+            return Some(candidate);
+        }
+        initialised += piece.nr_pages();
+    }
+    None
+}
+
+/// The region walk in zone order, each piece tagged with its zone: what
+/// `memmap_init()` hands to `memmap_init_zone_range()`.
+fn region_pieces<'a>(mb: &'a Memblock, layout: &'a ZoneLayout) -> impl Iterator<Item = EagerRange> + 'a {
+    mb.mem_pfn_ranges(None).flat_map(move |(range, nid)| {
+        layout
+            .node_zones(nid)
+            .filter(|z| z.is_populated())
+            .filter_map(move |z| range.intersect(&z.span).map(|pfns| EagerRange { nid, zone: z.zone, pfns }))
+    })
+}
+
+/// Split the region walk at each node's deferral boundary.
+pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
+    let boundaries: Vec<(NodeId, Option<Pfn>, Option<ZoneType>)> = layout
+        .nodes()
+        .iter()
+        .map(|n| (n.nid, first_deferred_pfn(mb, layout, n.nid), layout.highest_zone(n.nid).map(|z| z.zone)))
+        .collect();
+    let mut plan = DeferredPlan::default();
+    for piece in region_pieces(mb, layout) {
+        let boundary = boundaries
+            .iter()
+            .find(|b| b.0 == piece.nid)
+            .and_then(|b| (b.2 == Some(piece.zone)).then_some(b.1).flatten());
+        let split = boundary.map_or(piece.pfns.end, |b| b.clamp(piece.pfns.start, piece.pfns.end));
+        if split > piece.pfns.start {
+            plan.eager.push(EagerRange { pfns: PfnRange::new(piece.pfns.start, split), ..piece });
+        }
+        if split < piece.pfns.end {
+            plan.deferred.push(DeferredRange {
+                nid: piece.nid,
+                zone: piece.zone,
+                pfns: PfnRange::new(split, piece.pfns.end),
+            });
+        }
+    }
+    plan
+}
+
+fn unbacked(pfn: Pfn) -> InitError {
+    InitError::Unbacked { pfn, section_nr: pfn_to_section_nr(pfn) }
+}
+
+/// `memmap_init_range()` for one zone-clipped range: `__init_single_page()`
+/// on every PFN and `MIGRATE_MOVABLE` on each pageblock start. Usable by
+/// deferred workers for the ranges they own.
+pub fn init_pfn_range<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    pageblocks: &PageblockMaps,
+    range: PfnRange,
+    zone: ZoneType,
+    nid: NodeId,
+) -> Result<u64, InitError> {
+    let pb = pageblocks.get(nid, zone).ok_or(InitError::NoPageblockMap { nid, zone })?;
+    for piece in Memmap::<B>::section_pieces(range) {
+        let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+        init_pages(pages, piece.start, zone, nid);
+    }
+    pb.mark_movable(range);
+    Ok(range.nr_pages())
+}
+
+/// `__init_single_page()` over a slice whose first page is `start_pfn`.
+#[inline]
+pub fn init_pages(pages: &mut [StructPage], start_pfn: Pfn, zone: ZoneType, nid: NodeId) {
+    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
+        page.init_single_page(pfn, zone, nid);
+    }
+}
+
+/// `init_unavailable_range()` for every gap, section pieces present only.
+fn init_holes<B: MemmapBacking>(memmap: &mut Memmap<B>, layout: &ZoneLayout) -> Result<u64, InitError> {
+    let mut n = 0;
+    for u in layout.unavailable_ranges() {
+        for present in layout.present_section_pieces(u.pfns) {
+            for piece in Memmap::<B>::section_pieces(present) {
+                let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+                for (pfn, page) in (piece.start..).zip(pages.iter_mut()) {
+                    page.init_single_page(pfn, u.zone, u.nid);
+                    page.set_reserved();
+                }
+                n += piece.nr_pages();
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// Set `PG_reserved` on memblock-reserved memory pages inside `range`
+/// (`reserve_bootmem_region()`); the pages must already be initialised.
+/// Returns the number marked. Deferred workers call this for each range
+/// they initialise.
+pub fn mark_reserved_pages<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+    range: PfnRange,
+) -> Result<u64, InitError> {
+    let mut n = 0;
+    for rsv in mb.reserved_mem_ranges(range) {
+        for piece in Memmap::<B>::section_pieces(rsv) {
+            let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+            pages.iter_mut().for_each(StructPage::set_reserved);
+            n += piece.nr_pages();
+        }
+    }
+    Ok(n)
+}
+
+/// Pre-5.8 per-PFN loop over each zone span.
+fn init_per_pfn<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    pageblocks: &PageblockMaps,
+) -> Result<u64, InitError> {
+    let mut n = 0;
+    for z in layout.zones().iter().filter(|z| z.is_populated()) {
+        let pb = pageblocks.get(z.nid, z.zone).ok_or(InitError::NoPageblockMap { nid: z.nid, zone: z.zone })?;
+        for pfn in z.span.start..z.span.end {
+            // early_pfn_valid() + early_pfn_in_nid(): one binary search
+            // answers both.
+            if mb.pfn_to_nid(pfn) != Some(z.nid) {
+                continue;
+            }
+            memmap.page_mut(pfn).ok_or_else(|| unbacked(pfn))?.init_single_page(pfn, z.zone, z.nid);
+            if pfn % PAGEBLOCK_NR_PAGES == 0 {
+                pb.set_migratetype(pfn, crate::pageblock::MigrateType::Movable);
+            }
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Run `strategy` over `memmap`. Every present section must be backed
+/// (see `sections::vmemmap_backing_ranges`), and `pageblocks` must come
+/// from `layout`, which must come from `mb`.
+pub fn init_memmap<B: MemmapBacking>(
+    strategy: Strategy,
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    pageblocks: &PageblockMaps,
+) -> Result<InitOutcome, InitError> {
+    let mut out = InitOutcome::default();
+    match strategy {
+        Strategy::PerPfn => {
+            out.stats.eager_pages = init_per_pfn(memmap, mb, layout, pageblocks)?;
+        }
+        Strategy::Regions => {
+            for piece in region_pieces(mb, layout) {
+                out.stats.eager_pages += init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+            }
+        }
+        Strategy::Deferred => {
+            let plan = plan_deferred(mb, layout);
+            for piece in &plan.eager {
+                out.stats.eager_pages += init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+            }
+            out.stats.deferred_pages = plan.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
+            out.deferred = plan.deferred;
+        }
+    }
+    out.stats.hole_pages = init_holes(memmap, layout)?;
+    // Reserved marking over everything, minus what was deferred.
+    let mut cursor = 0;
+    for d in &out.deferred {
+        out.stats.reserved_pages += mark_reserved_pages(memmap, mb, PfnRange::new(cursor, d.pfns.start))?;
+        cursor = d.pfns.end;
+    }
+    out.stats.reserved_pages += mark_reserved_pages(memmap, mb, PfnRange::new(cursor, Pfn::MAX))?;
+    Ok(out)
+}
+
+/// The floor: one 64-byte store per present page, nothing else. Returns the
+/// number of pages written.
+pub fn touch_present_pages<B: MemmapBacking>(memmap: &mut Memmap<B>, mb: &Memblock) -> Result<u64, InitError> {
+    let mut n = 0;
+    for (range, nid) in mb.mem_pfn_ranges(None) {
+        for piece in Memmap::<B>::section_pieces(range) {
+            let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+            let template = StructPage { flags: u64::from(nid) ^ piece.start, ..StructPage::ZERO };
+            pages.fill(template);
+            n += piece.nr_pages();
+        }
+    }
+    Ok(n)
+}
+
+/// Sections a host test or bench must back to run a strategy over `mb`.
+pub fn sections_to_back(layout: &ZoneLayout) -> impl Iterator<Item = u64> + '_ {
+    layout
+        .present_section_ranges()
+        .iter()
+        .flat_map(|r| pfn_to_section_nr(r.start)..pfn_to_section_nr(r.end))
+        .inspect(|nr| debug_assert!(section_nr_to_pfn(*nr) < u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
+    use crate::memblock::MemblockConfig;
+    use crate::pageblock::MigrateType;
+    use crate::store::VecBacking;
+
+    const MIB: u64 = 1 << 20;
+
+    fn two_node_map() -> Memblock {
+        let (mut mb, mut rep) = Memblock::from_firmware(
+            [
+                FirmwareEntry::new(0x1000, 0x9e000, Usable),
+                FirmwareEntry::new(MIB, 255 * MIB, Usable),
+                FirmwareEntry::new(8 * MIB, MIB, Bootloader),
+                // Crosses the DMA/DMA32 boundary at 16 MiB.
+                FirmwareEntry::new(4096 * MIB, 300 * MIB, Usable),
+                FirmwareEntry::new(4500 * MIB, 100 * MIB, Usable),
+            ],
+            MemblockConfig::default(),
+        )
+        .unwrap();
+        mb.apply_affinity([NodeAffinity::new(0, 4096 * MIB, 0), NodeAffinity::new(4096 * MIB, 1024 * MIB, 1)], &mut rep)
+            .unwrap();
+        mb.reserve(4200 * MIB, 2 * MIB).unwrap();
+        mb
+    }
+
+    fn run(strategy: Strategy, mb: &Memblock) -> (Memmap<VecBacking>, InitOutcome, PageblockMaps) {
+        let layout = ZoneLayout::new(mb);
+        let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+        let pb = PageblockMaps::new(&layout);
+        let out = init_memmap(strategy, &mut mm, mb, &layout, &pb).unwrap();
+        (mm, out, pb)
+    }
+
+    #[test]
+    fn strategy_parses() {
+        assert_eq!("perpfn".parse(), Ok(Strategy::PerPfn));
+        assert_eq!(" Regions ".parse(), Ok(Strategy::Regions));
+        assert_eq!("deferred".parse::<Strategy>().unwrap().to_string(), "deferred");
+        let err = "fast".parse::<Strategy>().unwrap_err();
+        assert!(err.to_string().contains("perpfn, regions, deferred"));
+    }
+
+    #[test]
+    fn regions_initialises_all_present_pages_holes_and_reserved() {
+        let mb = two_node_map();
+        let (mm, out, pb) = run(Strategy::Regions, &mb);
+        assert_eq!(out.stats.eager_pages, mb.memory().total_pages());
+        assert_eq!(out.stats.deferred_pages, 0);
+        assert_eq!(out.stats.reserved_pages, 256 + 512);
+        // Gaps: pfn 0, [0x9f, 0x100), [256 MiB, end of section 1) is none
+        // (256 MiB is section aligned), [4396 MiB, 4500 MiB), [4600 MiB, 4608 MiB).
+        assert_eq!(out.stats.hole_pages, 1 + 0x61 + (104 * MIB >> 12) + (8 * MIB >> 12));
+        let p = mm.page(0).unwrap();
+        assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount == 1);
+        let p = mm.page((8 * MIB) >> 12).unwrap();
+        assert!(p.is_reserved() && p.links_match((8 * MIB) >> 12, ZoneType::Dma, 0));
+        let pfn = (16 * MIB) >> 12;
+        assert!(mm.page(pfn).unwrap().links_match(pfn, ZoneType::Dma32, 0));
+        assert!(!mm.page(pfn).unwrap().is_reserved());
+        let pfn = (4200 * MIB) >> 12;
+        assert!(mm.page(pfn).unwrap().links_match(pfn, ZoneType::Normal, 1) && mm.page(pfn).unwrap().is_reserved());
+        let pb1 = pb.get(1, ZoneType::Normal).unwrap();
+        assert_eq!(pb1.get_migratetype(pfn), Some(MigrateType::Movable));
+        assert_eq!(pb1.get_migratetype((4400 * MIB) >> 12), Some(MigrateType::Unmovable), "hole pageblock");
+    }
+
+    #[test]
+    fn deferred_keeps_low_zones_and_first_section_of_highest_zone() {
+        let mb = two_node_map();
+        let (mm, out, _) = run(Strategy::Deferred, &mb);
+        // Node 1: Normal from 4096 MiB: 32768 pages reach 4224 MiB, which is
+        // section aligned, so deferral starts there.
+        let d: Vec<_> = out.deferred.iter().map(|d| (d.nid, d.zone, d.pfns.start << 12 >> 20, d.pfns.end << 12 >> 20)).collect();
+        assert_eq!(d, [(1, ZoneType::Normal, 4224, 4396), (1, ZoneType::Normal, 4500, 4600)]);
+        // Node 0's DMA32 [16, 256) MiB never reaches a section boundary after
+        // 32768 initialised pages (128 MiB has only 28672 before it): no deferral.
+        assert_eq!(first_deferred_pfn(&mb, &ZoneLayout::new(&mb), 0), None);
+        assert_eq!(out.stats.eager_pages + out.stats.deferred_pages, mb.memory().total_pages());
+        // Reserved [4200, 4202) MiB is eager: marked; the deferred part is untouched.
+        assert_eq!(out.stats.reserved_pages, 256 + 512);
+        assert_eq!(*mm.page((4300 * MIB) >> 12).unwrap(), StructPage::ZERO);
+    }
+
+    #[test]
+    fn deferred_plus_workers_equals_regions() {
+        let mb = two_node_map();
+        let (regions, _, pb_r) = run(Strategy::Regions, &mb);
+        let (mut deferred, out, pb_d) = run(Strategy::Deferred, &mb);
+        for d in &out.deferred {
+            init_pfn_range(&mut deferred, &pb_d, d.pfns, d.zone, d.nid).unwrap();
+            mark_reserved_pages(&mut deferred, &mb, d.pfns).unwrap();
+        }
+        for nr in deferred.backing().section_nrs() {
+            let r = PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1));
+            let (a, b) = (regions.pages(r).unwrap(), deferred.pages(r).unwrap());
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                // lru self-links differ between stores: compare offsets.
+                assert_eq!(x.lru.next - x.lru_addr(), y.lru.next - y.lru_addr());
+                assert_eq!(StructPage { lru: Default::default(), ..*x }, StructPage { lru: Default::default(), ..*y }, "pfn {}", r.start + i as u64);
+            }
+        }
+        for ((_, _, a), (_, _, b)) in pb_r.iter().zip(pb_d.iter()) {
+            for i in 0..a.nr_pageblocks() {
+                let pfn = i * PAGEBLOCK_NR_PAGES;
+                assert_eq!(a.get_bits(pfn), b.get_bits(pfn));
+            }
+        }
+    }
+
+    #[test]
+    fn unbacked_section_is_an_error() {
+        let mb = two_node_map();
+        let layout = ZoneLayout::new(&mb);
+        let mut mm = Memmap::new(VecBacking::new([0u64]));
+        let pb = PageblockMaps::new(&layout);
+        let err = init_memmap(Strategy::Regions, &mut mm, &mb, &layout, &pb).unwrap_err();
+        assert!(matches!(err, InitError::Unbacked { section_nr: 1, .. }));
+        assert!(err.to_string().contains("vmemmap_backing_ranges"));
+    }
+
+    #[test]
+    fn touch_writes_every_present_page() {
+        let mb = two_node_map();
+        let layout = ZoneLayout::new(&mb);
+        let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+        assert_eq!(touch_present_pages(&mut mm, &mb).unwrap(), mb.memory().total_pages());
+    }
+}

@@ -1,0 +1,207 @@
+//! Sparsemem sections and the vmemmap window.
+//!
+//! Physical memory is cut into 128 MiB sections (`SECTION_SIZE_BITS = 27`).
+//! A section is *present* when any memblock memory touches it (Linux
+//! `memblocks_present()` → `memory_present()` in mm/sparse.c); only present
+//! sections get struct pages. With `CONFIG_SPARSEMEM_VMEMMAP` the struct page
+//! of PFN `p` lives at `vmemmap + p * 64` (`__pfn_to_page()`), so one section
+//! needs exactly 2 MiB of memmap, one huge page, which
+//! `vmemmap_populate_hugepages()` (arch/x86/mm/init_64.c) backs with memory
+//! from the section's own node (`sparse_init_nid()` allocates per node) so a
+//! node's struct pages are local to it. A section's node is that of the
+//! lowest memory region touching it, as the first `memory_present()` call
+//! sets it.
+//!
+//! [`vmemmap_backing_ranges`] turns that into the list the kernel maps: runs
+//! of consecutive present sections of one node, each a virtual range of the
+//! vmemmap window. Holes between present sections cost no memmap.
+
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use crate::memblock::Memblock;
+use crate::page::StructPage;
+use crate::{pfn_to_section_nr, section_nr_to_pfn, NodeId, Pfn, PfnRange, PAGES_PER_SECTION};
+
+/// Linux x86_64 `VMEMMAP_START` with 4-level paging and no KASLR.
+pub const VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
+/// Bytes of struct page per page frame.
+pub const STRUCT_PAGE_BYTES: u64 = core::mem::size_of::<StructPage>() as u64;
+/// Bytes of memmap per section (2 MiB).
+pub const SECTION_MEMMAP_BYTES: u64 = PAGES_PER_SECTION * STRUCT_PAGE_BYTES;
+
+/// A present section and the node its memmap belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PresentSection {
+    pub section_nr: u64,
+    pub nid: NodeId,
+}
+
+/// Present sections, ascending, each once, with the node of the lowest
+/// memory region touching it.
+pub fn present_sections(mb: &Memblock) -> impl Iterator<Item = PresentSection> + '_ {
+    let mut next_unseen = 0u64;
+    mb.mem_pfn_ranges(None).flat_map(move |(pfns, nid)| {
+        let first = pfn_to_section_nr(pfns.start).max(next_unseen);
+        let end = pfn_to_section_nr(pfns.end - 1) + 1;
+        next_unseen = next_unseen.max(end);
+        (first..end).map(move |section_nr| PresentSection { section_nr, nid })
+    })
+}
+
+/// Present sections as merged PFN ranges (section aligned), ascending.
+/// Unlike [`present_sections`] this is O(regions) even for huge maps.
+pub fn present_section_ranges(mb: &Memblock) -> impl Iterator<Item = PfnRange> + '_ {
+    let mut ranges = mb.mem_pfn_ranges(None).map(|(pfns, _)| {
+        PfnRange::new(
+            section_nr_to_pfn(pfn_to_section_nr(pfns.start)),
+            section_nr_to_pfn(pfn_to_section_nr(pfns.end - 1) + 1),
+        )
+    });
+    let mut pending = ranges.next();
+    core::iter::from_fn(move || {
+        let mut cur = pending.take()?;
+        for next in ranges.by_ref() {
+            if next.start <= cur.end {
+                cur.end = cur.end.max(next.end);
+            } else {
+                pending = Some(next);
+                break;
+            }
+        }
+        Some(cur)
+    })
+}
+
+/// Is section `section_nr` present? (binary search)
+pub fn section_present(mb: &Memblock, section_nr: u64) -> bool {
+    let start = section_nr_to_pfn(section_nr);
+    mb.next_valid_pfn(start).is_some_and(|pfn| pfn < start + PAGES_PER_SECTION)
+}
+
+/// The vmemmap window: where struct pages live in the kernel's address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vmemmap {
+    base: u64,
+}
+
+impl Vmemmap {
+    /// A window at `base` (must be 2 MiB aligned so each section's memmap is
+    /// one huge page; returns `None` otherwise).
+    pub const fn new(base: u64) -> Option<Self> {
+        if base % SECTION_MEMMAP_BYTES == 0 {
+            Some(Self { base })
+        } else {
+            None
+        }
+    }
+    /// Linux's default window.
+    pub const fn linux_default() -> Self {
+        Self { base: VMEMMAP_START }
+    }
+    pub const fn base(&self) -> u64 {
+        self.base
+    }
+    /// Virtual address of `pfn`'s struct page (`pfn_to_page`); `None` if it
+    /// would wrap the address space.
+    pub const fn page_addr(&self, pfn: Pfn) -> Option<u64> {
+        match pfn.checked_mul(STRUCT_PAGE_BYTES) {
+            Some(off) => self.base.checked_add(off),
+            None => None,
+        }
+    }
+    /// PFN whose struct page contains virtual address `addr` (`page_to_pfn`).
+    pub const fn pfn_of_addr(&self, addr: u64) -> Option<Pfn> {
+        if addr < self.base {
+            None
+        } else {
+            Some((addr - self.base) / STRUCT_PAGE_BYTES)
+        }
+    }
+}
+
+/// A run of consecutive present sections of one node and the vmemmap
+/// virtual range `[virt_start, virt_end)` their struct pages occupy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmemmapRange {
+    pub nid: NodeId,
+    pub section_nrs: Range<u64>,
+    pub virt_start: u64,
+    pub virt_end: u64,
+}
+
+impl VmemmapRange {
+    pub fn bytes(&self) -> u64 {
+        self.virt_end - self.virt_start
+    }
+    pub fn nr_sections(&self) -> u64 {
+        self.section_nrs.end - self.section_nrs.start
+    }
+    /// PFNs whose struct pages this range holds.
+    pub fn pfns(&self) -> PfnRange {
+        PfnRange::new(section_nr_to_pfn(self.section_nrs.start), section_nr_to_pfn(self.section_nrs.end))
+    }
+}
+
+/// Backing the kernel must map before memmap init: one entry per run of
+/// present sections on one node. Back each with memory of `nid` (e.g.
+/// `Memblock::alloc(SECTION_MEMMAP_BYTES, SECTION_MEMMAP_BYTES, Some(nid))`
+/// per section).
+pub fn vmemmap_backing_ranges(mb: &Memblock, vmemmap: &Vmemmap) -> Vec<VmemmapRange> {
+    let mut out: Vec<VmemmapRange> = Vec::new();
+    for s in present_sections(mb) {
+        let virt = vmemmap.base + s.section_nr * SECTION_MEMMAP_BYTES;
+        match out.last_mut() {
+            Some(last) if last.nid == s.nid && last.section_nrs.end == s.section_nr => {
+                last.section_nrs.end += 1;
+                last.virt_end += SECTION_MEMMAP_BYTES;
+            }
+            _ => out.push(VmemmapRange {
+                nid: s.nid,
+                section_nrs: s.section_nr..s.section_nr + 1,
+                virt_start: virt,
+                virt_end: virt + SECTION_MEMMAP_BYTES,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memblock::MemblockConfig;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn sections_and_backing_skip_holes_and_follow_nodes() {
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(MIB, 200 * MIB, 0).unwrap(); // sections 0, 1
+        mb.add(250 * MIB, 10 * MIB, 1).unwrap(); // section 1 (node 0 owns it), 2
+        mb.add(1024 * MIB, 128 * MIB, 1).unwrap(); // section 8
+        let secs: Vec<_> = present_sections(&mb).map(|s| (s.section_nr, s.nid)).collect();
+        assert_eq!(secs, [(0, 0), (1, 0), (2, 1), (8, 1)]);
+        let ranges: Vec<_> = present_section_ranges(&mb).map(|r| (r.start, r.end)).collect();
+        assert_eq!(ranges, [(0, 3 * PAGES_PER_SECTION), (8 * PAGES_PER_SECTION, 9 * PAGES_PER_SECTION)]);
+        assert!(section_present(&mb, 2) && !section_present(&mb, 3) && section_present(&mb, 8));
+        let vm = Vmemmap::linux_default();
+        let back = vmemmap_backing_ranges(&mb, &vm);
+        assert_eq!(back.len(), 3);
+        assert_eq!((back[0].nid, back[0].section_nrs.clone(), back[0].bytes()), (0, 0..2, 4 * MIB));
+        assert_eq!((back[1].nid, back[1].section_nrs.clone()), (1, 2..3));
+        assert_eq!(back[2].virt_start, VMEMMAP_START + 8 * 2 * MIB);
+        let total: u64 = back.iter().map(|r| r.bytes()).sum();
+        assert_eq!(total, 4 * SECTION_MEMMAP_BYTES, "the hole costs no memmap");
+    }
+
+    #[test]
+    fn vmemmap_addresses() {
+        let vm = Vmemmap::linux_default();
+        assert_eq!(vm.page_addr(0), Some(VMEMMAP_START));
+        assert_eq!(vm.page_addr(0x10_0000), Some(VMEMMAP_START + 0x10_0000 * 64));
+        assert_eq!(vm.pfn_of_addr(VMEMMAP_START + 64 * 77 + 63), Some(77));
+        assert_eq!(vm.page_addr(u64::MAX / 2), None);
+        assert!(Vmemmap::new(VMEMMAP_START + 4096).is_none());
+    }
+}

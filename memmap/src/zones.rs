@@ -1,0 +1,333 @@
+//! Zones per node: spans, present pages, holes, and the dmesg lines Linux
+//! prints about them.
+//!
+//! Mirrors mm/page_alloc.c (6.1): `calculate_node_totalpages()` /
+//! `zone_spanned_pages_in_node()` / `zone_absent_pages_in_node()` for the
+//! numbers, `free_area_init()` for "Zone ranges:" and "Early memory node
+//! ranges", `free_area_init_core()` + `calc_memmap_size()` for "pages used
+//! for memmap", and `memmap_init()` / `init_unavailable_range()` for the
+//! holes: walking memory ranges in order, the gap before each zone-clipped
+//! piece (from PFN 0) and the tail up to the end of the last section are
+//! *unavailable ranges*. Their pages that lie in present sections get struct
+//! pages (reserved), attributed to the zone and node of the piece that
+//! follows the gap (the tail to the last node's highest populated zone), and
+//! Linux prints one "On node N, zone Z: K pages in unavailable ranges" line
+//! per gap. All strategies in `init` initialise exactly these pages.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::memblock::Memblock;
+use crate::page::StructPage;
+use crate::sections::present_section_ranges;
+use crate::{NodeId, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SHIFT, PAGE_SIZE};
+
+/// One zone of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneInfo {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    /// `[zone_start_pfn, zone_end_pfn)`: node span clipped to the zone's limits.
+    pub span: PfnRange,
+    /// Memory pages of this node inside the span.
+    pub present_pages: u64,
+}
+
+impl ZoneInfo {
+    pub const fn spanned_pages(&self) -> u64 {
+        self.span.nr_pages()
+    }
+    /// Pages of the span that are not this node's memory.
+    pub const fn absent_pages(&self) -> u64 {
+        self.spanned_pages() - self.present_pages
+    }
+    /// `populated_zone()`.
+    pub const fn is_populated(&self) -> bool {
+        self.present_pages > 0
+    }
+    /// Linux `calc_memmap_size()` with `CONFIG_SPARSEMEM`: pages of memmap
+    /// charged to the zone (spanned pages, or present pages when the span
+    /// is over 1/16 holes).
+    pub const fn memmap_pages(&self) -> u64 {
+        let present = self.present_pages;
+        let pages = if self.spanned_pages() > present + (present >> 4) {
+            present
+        } else {
+            self.spanned_pages()
+        };
+        (pages * core::mem::size_of::<StructPage>() as u64).div_ceil(PAGE_SIZE)
+    }
+}
+
+/// One node: its span and present pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub nid: NodeId,
+    pub span: PfnRange,
+    pub present_pages: u64,
+}
+
+/// A gap `memmap_init()` fills with reserved struct pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnavailableRange {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    /// The whole gap (may include absent sections).
+    pub pfns: PfnRange,
+    /// Pages of the gap inside present sections: those that get struct pages.
+    pub nr_pages: u64,
+}
+
+/// Zones and nodes derived from memblock.
+#[derive(Clone, Debug)]
+pub struct ZoneLayout {
+    nodes: Vec<NodeInfo>,
+    /// Node-major, zone order within a node; zones with an empty span omitted.
+    zones: Vec<ZoneInfo>,
+    unavailable: Vec<UnavailableRange>,
+    present_sections: Vec<PfnRange>,
+    min_pfn: u64,
+    max_pfn: u64,
+}
+
+impl ZoneLayout {
+    /// Compute the layout (`free_area_init()` without the allocations).
+    pub fn new(mb: &Memblock) -> Self {
+        let mut nodes = Vec::new();
+        let mut zones = Vec::new();
+        for nid in mb.node_ids() {
+            let Some(span) = mb.node_span(nid) else { continue };
+            let present_pages = mb.mem_pfn_ranges(Some(nid)).map(|(r, _)| r.nr_pages()).sum();
+            nodes.push(NodeInfo { nid, span, present_pages });
+            for zone in ZoneType::ALL {
+                let Some(zspan) = span.intersect(&zone.pfn_limit()) else { continue };
+                let present_pages = mb
+                    .mem_pfn_ranges(Some(nid))
+                    .filter_map(|(r, _)| r.intersect(&zspan))
+                    .map(|r| r.nr_pages())
+                    .sum();
+                zones.push(ZoneInfo { nid, zone, span: zspan, present_pages });
+            }
+        }
+        let present_sections: Vec<PfnRange> = present_section_ranges(mb).collect();
+        let mut layout = Self {
+            nodes,
+            zones,
+            unavailable: Vec::new(),
+            present_sections,
+            min_pfn: mb.min_pfn().unwrap_or(0),
+            max_pfn: mb.max_pfn().unwrap_or(0),
+        };
+        layout.unavailable = layout.compute_unavailable(mb);
+        layout
+    }
+
+    /// `memmap_init()`'s hole walk.
+    fn compute_unavailable(&self, mb: &Memblock) -> Vec<UnavailableRange> {
+        let mut out = Vec::new();
+        let mut hole_pfn = 0;
+        let mut last = None;
+        for (range, nid) in mb.mem_pfn_ranges(None) {
+            for z in self.zones.iter().filter(|z| z.nid == nid && z.is_populated()) {
+                if let Some(piece) = range.intersect(&z.span) {
+                    if hole_pfn < piece.start {
+                        out.push(self.unavailable(nid, z.zone, PfnRange::new(hole_pfn, piece.start)));
+                    }
+                    hole_pfn = piece.end;
+                }
+                last = Some((nid, z.zone));
+            }
+        }
+        if let Some((nid, zone)) = last {
+            let end = self.max_pfn.next_multiple_of(PAGES_PER_SECTION);
+            if hole_pfn < end {
+                out.push(self.unavailable(nid, zone, PfnRange::new(hole_pfn, end)));
+            }
+        }
+        out
+    }
+
+    fn unavailable(&self, nid: NodeId, zone: ZoneType, pfns: PfnRange) -> UnavailableRange {
+        let nr_pages = self.present_section_pieces(pfns).map(|r| r.nr_pages()).sum();
+        UnavailableRange { nid, zone, pfns, nr_pages }
+    }
+
+    /// Parts of `range` inside present sections, ascending.
+    pub fn present_section_pieces(&self, range: PfnRange) -> impl Iterator<Item = PfnRange> + '_ {
+        let first = self.present_sections.partition_point(|s| s.end <= range.start);
+        self.present_sections[first..]
+            .iter()
+            .take_while(move |s| s.start < range.end)
+            .filter_map(move |s| s.intersect(&range))
+    }
+
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+    pub fn zones(&self) -> &[ZoneInfo] {
+        &self.zones
+    }
+    /// Zones of one node, in zone order.
+    pub fn node_zones(&self, nid: NodeId) -> impl Iterator<Item = &ZoneInfo> + '_ {
+        self.zones.iter().filter(move |z| z.nid == nid)
+    }
+    pub fn zone(&self, nid: NodeId, zone: ZoneType) -> Option<&ZoneInfo> {
+        self.zones.iter().find(|z| z.nid == nid && z.zone == zone)
+    }
+    /// The node's zone that ends at the node's end (`pgdat_end_pfn`), the
+    /// only zone whose init may be deferred.
+    pub fn highest_zone(&self, nid: NodeId) -> Option<&ZoneInfo> {
+        self.node_zones(nid).filter(|z| z.is_populated()).last()
+    }
+    /// The gaps `memmap_init()` fills, in walk order.
+    pub fn unavailable_ranges(&self) -> &[UnavailableRange] {
+        &self.unavailable
+    }
+    /// Total pages of struct pages initialised for holes.
+    pub fn hole_pages(&self) -> u64 {
+        self.unavailable.iter().map(|u| u.nr_pages).sum()
+    }
+    /// Present-section PFN ranges (merged).
+    pub fn present_section_ranges(&self) -> &[PfnRange] {
+        &self.present_sections
+    }
+    /// Total memory pages.
+    pub fn present_pages(&self) -> u64 {
+        self.nodes.iter().map(|n| n.present_pages).sum()
+    }
+
+    /// Write the dmesg lines Linux prints for this layout, one per line.
+    pub fn write_report<W: fmt::Write>(&self, mb: &Memblock, w: &mut W) -> fmt::Result {
+        let mem = |s: u64, e: u64| MemRange(s, e);
+        writeln!(w, "Zone ranges:")?;
+        for zone in ZoneType::ALL {
+            let limit = zone.pfn_limit();
+            let span = PfnRange::new(limit.start.max(self.min_pfn), limit.end.min(self.max_pfn));
+            if span.is_empty() {
+                writeln!(w, "  {:<8} empty", zone.name())?;
+            } else {
+                writeln!(w, "  {:<8} {}", zone.name(), mem(span.start, span.end))?;
+            }
+        }
+        writeln!(w, "Movable zone start for each node")?;
+        writeln!(w, "Early memory node ranges")?;
+        for (r, nid) in mb.mem_pfn_ranges(None) {
+            writeln!(w, "  node {nid:>3}: {}", mem(r.start, r.end))?;
+        }
+        for node in &self.nodes {
+            writeln!(w, "Initmem setup node {} {}", node.nid, mem(node.span.start, node.span.end))?;
+            writeln!(w, "On node {} totalpages: {}", node.nid, node.present_pages)?;
+            for z in self.node_zones(node.nid) {
+                let memmap = z.memmap_pages();
+                if z.present_pages >= memmap {
+                    if memmap > 0 {
+                        writeln!(w, "  {} zone: {} pages used for memmap", z.zone.name(), memmap)?;
+                    }
+                } else {
+                    writeln!(
+                        w,
+                        "  {} zone: {} memmap pages exceeds freesize {}",
+                        z.zone.name(),
+                        memmap,
+                        z.present_pages
+                    )?;
+                }
+                writeln!(w, "  {} zone: {} pages", z.zone.name(), z.present_pages - memmap.min(z.present_pages))?;
+            }
+        }
+        for u in self.unavailable.iter().filter(|u| u.nr_pages > 0) {
+            writeln!(
+                w,
+                "On node {}, zone {}: {} pages in unavailable ranges",
+                u.nid,
+                u.zone.name(),
+                u.nr_pages
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `[mem %#018Lx-%#018Lx]` for PFNs `[start, end)`.
+struct MemRange(u64, u64);
+
+impl fmt::Display for MemRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[mem {:#018x}-{:#018x}]", self.0 << PAGE_SHIFT, (self.1 << PAGE_SHIFT) - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
+    use crate::memblock::MemblockConfig;
+    use alloc::string::String;
+
+    const GIB: u64 = 1 << 30;
+
+    /// A QEMU-like 2-node, 16 GiB map.
+    fn qemu_like() -> Memblock {
+        let (mut mb, mut report) = Memblock::from_firmware(
+            [
+                FirmwareEntry::new(0, 0x9fc00, Usable),
+                FirmwareEntry::new(0x9fc00, 0x60400, Reserved),
+                FirmwareEntry::new(0x100000, 3 * GIB - 0x100000, Usable),
+                FirmwareEntry::new(3 * GIB, GIB, Reserved),
+                FirmwareEntry::new(4 * GIB, 12 * GIB, Usable),
+            ],
+            MemblockConfig::default(),
+        )
+        .unwrap();
+        mb.reserve(0, 0x1000).unwrap();
+        mb.apply_affinity([NodeAffinity::new(0, 8 * GIB, 0), NodeAffinity::new(8 * GIB, 8 * GIB, 1)], &mut report)
+            .unwrap();
+        mb
+    }
+
+    #[test]
+    fn spans_present_and_holes() {
+        let mb = qemu_like();
+        let l = ZoneLayout::new(&mb);
+        let dma = l.zone(0, ZoneType::Dma).unwrap();
+        assert_eq!(dma.span, PfnRange::new(0, 4096));
+        assert_eq!(dma.present_pages, 0x9f + (4096 - 0x100));
+        assert_eq!(dma.absent_pages(), 0x100 - 0x9f);
+        let dma32 = l.zone(0, ZoneType::Dma32).unwrap();
+        assert_eq!(dma32.span, PfnRange::new(4096, (4 * GIB) >> 12));
+        assert_eq!(dma32.absent_pages(), GIB >> 12);
+        assert_eq!(l.zone(1, ZoneType::Normal).unwrap().span, PfnRange::new((8 * GIB) >> 12, (16 * GIB) >> 12));
+        assert!(l.zone(1, ZoneType::Dma32).is_none());
+        assert_eq!(l.highest_zone(0).unwrap().zone, ZoneType::Normal);
+        // Gap [0x9f, 0x100) lies in present section 0 (a DMA zone hole); gap
+        // [3 GiB, 4 GiB) lies in absent sections: no struct pages.
+        let u = l.unavailable_ranges();
+        assert_eq!(u.len(), 2);
+        assert_eq!((u[0].zone, u[0].pfns, u[0].nr_pages), (ZoneType::Dma, PfnRange::new(0x9f, 0x100), 0x61));
+        assert_eq!((u[1].zone, u[1].nr_pages), (ZoneType::Normal, 0));
+        assert_eq!(l.hole_pages(), 0x61);
+    }
+
+    #[test]
+    fn report_lines_look_like_dmesg() {
+        let mb = qemu_like();
+        let l = ZoneLayout::new(&mb);
+        let mut s = String::new();
+        l.write_report(&mb, &mut s).unwrap();
+        assert!(s.contains("  DMA      [mem 0x0000000000000000-0x0000000000ffffff]\n"), "{s}");
+        assert!(s.contains("  Normal   [mem 0x0000000100000000-0x00000003ffffffff]\n"), "{s}");
+        assert!(s.contains("  node   1: [mem 0x0000000200000000-0x00000003ffffffff]\n"), "{s}");
+        assert!(s.contains("On node 0, zone DMA: 97 pages in unavailable ranges\n"), "{s}");
+        // Node 1 Normal: 8 GiB present, memmap = 2097152 * 64 / 4096 pages.
+        assert!(s.contains("  Normal zone: 32768 pages used for memmap\n"), "{s}");
+        assert!(s.contains("Initmem setup node 1 [mem 0x0000000200000000-0x00000003ffffffff]\n"), "{s}");
+    }
+
+    #[test]
+    fn memmap_pages_uses_present_when_span_is_mostly_holes() {
+        let z = ZoneInfo { nid: 0, zone: ZoneType::Normal, span: PfnRange::new(0, 1 << 20), present_pages: 1 << 10 };
+        assert_eq!(z.memmap_pages(), 16);
+        let z = ZoneInfo { present_pages: (1 << 20) - 1, ..z };
+        assert_eq!(z.memmap_pages(), 1 << 14);
+    }
+}

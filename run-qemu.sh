@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# run-qemu.sh — build what is stale, boot memboot under QEMU, map the result
+# to an exit code. See README.md ("Running", "Exit codes") for the details.
+#
+#   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
+#                 [--timeout S] [--log FILE] [--print-cmd] [--build-only]
+#                 [-- KERNEL_OPTIONS...]
+#
+# Exit codes: 0 kernel reported success; 1 kernel reported failure;
+# 2 QEMU failed (could not start, or stopped without the kernel's exit code,
+# e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+EXIT_OK=0 EXIT_KERNEL=1 EXIT_QEMU=2 EXIT_TIMEOUT=3 EXIT_SETUP=4 EXIT_USAGE=64
+# QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/exit.rs writes
+# 0x10 for success and 0x11 for failure.
+QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
+# Guests above this many MiB take the large-guest lock: their struct pages
+# alone are 1/64 of guest RAM in host memory (16 GiB at 1 TiB).
+LARGE_GUEST_MIB=$((64 * 1024))
+
+usage() {
+    sed -n '4,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit "$EXIT_USAGE"
+}
+die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
+die_setup() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_SETUP"; }
+note() { echo "run-qemu.sh: $*" >&2; }
+
+mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 build_only=0
+kernel_opts=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -m|--mem) [ $# -ge 2 ] || die_usage "$1 needs a size"; mem=$2; shift 2 ;;
+        --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; smp=$2; shift 2 ;;
+        --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; nodes=$2; shift 2 ;;
+        --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; accel=$2; shift 2 ;;
+        --uefi) uefi=1; shift ;;
+        --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
+        --log) [ $# -ge 2 ] || die_usage "--log needs a file"; log=$2; shift 2 ;;
+        --print-cmd) print_cmd=1; shift ;;
+        --build-only) build_only=1; shift ;;
+        -h|--help) usage ;;
+        --) shift; kernel_opts=("$@"); break ;;
+        *) die_usage "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
+is_count "$smp" || die_usage "--smp '$smp' is not a positive integer"
+is_count "$nodes" || die_usage "--nodes '$nodes' is not a positive integer"
+is_count "$timeout_s" || die_usage "--timeout '$timeout_s' is not a positive integer"
+[ "$nodes" -le 64 ] || die_usage "--nodes $nodes: memboot supports at most 64 nodes"
+[ "$smp" -le 255 ] || die_usage "--smp $smp: at most 255 vCPUs"
+case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
+
+# SIZE in QEMU syntax: a number with an optional K/M/G/T suffix (no suffix = MiB).
+[[ "$mem" =~ ^([0-9]+)([KkMmGgTt]?)[Bb]?$ ]] || die_usage "-m '$mem': expected a size like 512M, 64G or 1T"
+num=${BASH_REMATCH[1]} suffix=${BASH_REMATCH[2]^^}
+case "$suffix" in
+    K) (( num % 1024 == 0 )) || die_usage "-m $mem: not a whole number of MiB"; mem_mib=$((num / 1024)) ;;
+    ""|M) mem_mib=$num ;;
+    G) mem_mib=$((num * 1024)) ;;
+    T) mem_mib=$((num * 1024 * 1024)) ;;
+esac
+(( mem_mib >= 128 )) || die_usage "-m $mem: memboot needs at least 128M"
+(( mem_mib <= 1024 * 1024 )) || die_usage "-m $mem: at most 1T is supported"
+(( mem_mib % nodes == 0 )) || die_usage "-m $mem does not split evenly (in MiB) over $nodes nodes"
+node_mib=$((mem_mib / nodes))
+
+# --- setup: rustup pieces and QEMU, installed when missing -------------------
+toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$ROOT/rust-toolchain.toml")
+[ -n "$toolchain" ] || die_setup "cannot read the toolchain channel from rust-toolchain.toml"
+ensure_rust() {
+    command -v rustup >/dev/null || die_setup "rustup not found: install Rust via rustup first"
+    local components targets
+    components=$(rustup component list --installed --toolchain "$toolchain" 2>/dev/null) \
+        || die_setup "toolchain $toolchain is not installed (rustup toolchain list)"
+    for c in rust-src llvm-tools; do
+        grep -q "^$c" <<<"$components" || rustup component add "$c" --toolchain "$toolchain" >&2 \
+            || die_setup "rustup component add $c --toolchain $toolchain failed"
+    done
+    targets=$(rustup target list --installed --toolchain "$toolchain" 2>/dev/null)
+    grep -qx x86_64-unknown-none <<<"$targets" || rustup target add x86_64-unknown-none --toolchain "$toolchain" >&2 \
+        || die_setup "rustup target add x86_64-unknown-none failed"
+}
+apt_install() {
+    note "installing $* (apt-get)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >&2 \
+        || die_setup "apt-get install $* failed; install it by hand"
+}
+ensure_qemu() {
+    command -v qemu-system-x86_64 >/dev/null || apt_install qemu-system-x86
+    if [ "$uefi" = 1 ] && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then apt_install ovmf; fi
+}
+
+# --- build: kernel ELF, image builder, disk images (all incremental) --------
+kernel_elf=$ROOT/target/kernel/x86_64-unknown-none/release/memboot-kernel
+image_tool=$ROOT/target/runner/release/memboot-image
+image_dir=$ROOT/target/images
+build() {
+    mkdir -p "$ROOT/target"
+    # One build at a time: parallel test boots share these outputs.
+    exec 8>"$ROOT/target/.run-qemu-build.lock"
+    flock 8
+    export RUSTUP_TOOLCHAIN=$toolchain
+    (cd "$ROOT" && cargo build -q --release -p memboot-kernel --target x86_64-unknown-none \
+        --target-dir "$ROOT/target/kernel") || die_setup "kernel build failed"
+    if [ ! -x "$image_tool" ]; then
+        note "building the disk-image tool (bootloader 0.11.15 boot stages; first time takes ~3 min)"
+    fi
+    # bootloader's build script compiles its stages with -Zbuild-std: allow it
+    # on stable for this build only (as Linux's Rust build does).
+    (cd "$ROOT/runner" && RUSTC_BOOTSTRAP=1 cargo build -q --release --target-dir "$ROOT/target/runner") \
+        || die_setup "disk-image tool build failed"
+    "$image_tool" "$kernel_elf" "$image_dir" || die_setup "disk image creation failed"
+    exec 8>&-
+}
+
+ensure_rust
+ensure_qemu
+build
+[ "$build_only" = 1 ] && { note "built $image_dir/memboot-bios.img and memboot-uefi.img"; exit "$EXIT_OK"; }
+
+# --- QEMU command line ----------------------------------------------------------
+# The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
+qemu=(qemu-system-x86_64 -nodefaults -display none -vga std -no-reboot
+      -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04 -smp "$smp")
+if [ "$accel" = tcg ]; then
+    # Same flags as the Linux 6.1 reference runs, so timings compare like for
+    # like; phys-bits=44 covers a 1 TiB guest whose high RAM QEMU moves to 1 TiB.
+    qemu+=(-accel tcg,thread=multi,tb-size=512 -cpu max,phys-bits=44)
+else
+    qemu+=(-accel kvm -cpu host)
+fi
+# Guest RAM from memory backends with reserve=off: hosts without overcommit
+# refuse a plain `-m 1T`. One backend per NUMA node, RAM split evenly.
+if [ "$nodes" = 1 ]; then
+    qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
+           -machine pc,memory-backend=mem0 -m "${mem_mib}M")
+else
+    qemu+=(-machine pc -m "${mem_mib}M")
+    for ((i = 0; i < nodes; i++)); do
+        # vCPUs spread evenly, contiguous per node, earlier nodes first; with
+        # fewer vCPUs than nodes the last nodes are memory-only.
+        first=$(( (i * smp + nodes - 1) / nodes ))
+        next=$(( ((i + 1) * smp + nodes - 1) / nodes ))
+        cpus=""
+        (( next > first )) && cpus=",cpus=$first-$((next - 1))"
+        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib}M,reserve=off"
+               -numa "node,nodeid=$i,memdev=mem$i$cpus")
+    done
+fi
+tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/memboot-run.XXXXXX")
+trap 'rm -rf "$tmpdir"' EXIT
+if [ "$uefi" = 1 ]; then
+    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$tmpdir/vars.fd"
+    qemu+=(-drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+           -drive "if=pflash,format=raw,file=$tmpdir/vars.fd"
+           -drive "format=raw,file=$image_dir/memboot-uefi.img,snapshot=on")
+else
+    # snapshot=on: the image is opened read-only, so parallel boots share it.
+    qemu+=(-drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on")
+fi
+if [ ${#kernel_opts[@]} -gt 0 ]; then
+    cmdline="${kernel_opts[*]}"
+    qemu+=(-fw_cfg "name=opt/memboot/cmdline,string=${cmdline//,/,,}")
+fi
+
+if [ "$print_cmd" = 1 ]; then
+    printf '%q ' "${qemu[@]}" >&2
+    echo >&2
+fi
+
+# --- run ---------------------------------------------------------------------
+if (( mem_mib > LARGE_GUEST_MIB )); then
+    lock=${MEMBOOT_LOCK_FILE:-/tmp/memboot-large-guest.lock}
+    exec 9>"$lock"
+    if ! flock -n 9; then
+        note "another guest above 64G is running; waiting for $lock"
+        flock 9
+    fi
+fi
+[ -n "$log" ] && : >"$log"
+note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
+if [ -n "$log" ]; then
+    timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null | tee -a "$log"
+else
+    timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null
+fi
+status=${PIPESTATUS[0]}
+case "$status" in
+    "$QEMU_KERNEL_OK") note "kernel reported success"; exit "$EXIT_OK" ;;
+    "$QEMU_KERNEL_FAIL") note "kernel reported failure (see its log above)"; exit "$EXIT_KERNEL" ;;
+    124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;
+    *) note "QEMU exited with status $status without the kernel's exit code (QEMU error or triple fault)"
+       exit "$EXIT_QEMU" ;;
+esac

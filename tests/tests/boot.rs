@@ -1,0 +1,150 @@
+//! Boot the real image under QEMU and check what the serial log says.
+//!
+//! Each test asserts correctness only — exit codes, log structure, counts
+//! against the QEMU topology it asked for — never a duration: the wall-clock
+//! bounds below exist to kill a hung guest, not to judge speed.
+
+use std::time::Duration;
+
+use memboot_tests::{boot, exit_code, run_script, Boot};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+/// Usable RAM must be the `-m` size minus firmware holes. On the `pc` machine
+/// those are the legacy VGA/BIOS hole (0xa0000–0x100000, 384 KiB) and a few
+/// e820-reserved pages (EBDA, ACPI tables); 16 MiB is far above what QEMU
+/// takes and far below any real accounting error (a lost node, a lost GiB).
+const FIRMWARE_HOLES_MAX_BYTES: u64 = 16 * MIB;
+
+fn assert_mem_close(boot: &Boot, size_bytes: u64) {
+    let mem = boot.summary_u64("mem_bytes");
+    assert!(
+        mem <= size_bytes && size_bytes - mem <= FIRMWARE_HOLES_MAX_BYTES,
+        "mem_bytes {mem} is not within {FIRMWARE_HOLES_MAX_BYTES} bytes below -m {size_bytes}\n{}",
+        boot.describe()
+    );
+}
+
+/// Structure every successful boot must have.
+fn assert_ok_boot(boot: &Boot) {
+    assert_eq!(boot.run.exit_code, exit_code::OK, "boot failed\n{}", boot.describe());
+    assert_eq!(boot.summary_str("status"), "ok", "{}", boot.describe());
+    assert!(boot.lines.len() > 10, "too few timestamped lines\n{}", boot.describe());
+    for pair in boot.lines.windows(2) {
+        assert!(pair[0].0 <= pair[1].0, "timestamps go backwards: {:?} then {:?}", pair[0], pair[1]);
+    }
+    let tsc_mhz = boot.summary()["tsc_mhz"].as_f64().expect("tsc_mhz");
+    assert!(tsc_mhz > 1.0, "TSC not calibrated: {tsc_mhz}");
+    assert!(boot.has_message("tsc: Detected"), "{}", boot.describe());
+    assert!(boot.has_message("BIOS-provided physical RAM map"), "{}", boot.describe());
+    assert!(boot.messages_with("] usable").count() >= 2, "memory map lines missing\n{}", boot.describe());
+    assert!(boot.has_message("ACPI: RSDP"), "{}", boot.describe());
+    assert!(boot.has_message("ACPI: MADT"), "{}", boot.describe());
+    // One summary line, parsed already; it must carry the keys of the contract.
+    for key in ["mem_bytes", "nodes", "cpus", "tsc_mhz", "status"] {
+        assert!(boot.summary().get(key).is_some(), "summary lacks {key}");
+    }
+}
+
+fn assert_topology(boot: &Boot, nodes: u64, cpus: u64) {
+    assert_eq!(boot.summary_u64("nodes"), nodes, "{}", boot.describe());
+    assert_eq!(boot.summary_u64("cpus"), cpus, "{}", boot.describe());
+    let node_lines = boot.messages_with("NUMA: node ").count() as u64;
+    assert_eq!(node_lines, nodes, "one 'NUMA: node N' line per node\n{}", boot.describe());
+}
+
+#[test]
+fn boots_1g_one_cpu() {
+    let b = boot(&["-m", "1G", "--smp", "1"], &[], Duration::from_secs(180));
+    assert_ok_boot(&b);
+    assert_topology(&b, 1, 1);
+    assert_mem_close(&b, GIB);
+}
+
+#[test]
+fn boots_64g_two_nodes_four_cpus() {
+    let b = boot(&["-m", "64G", "--smp", "4", "--nodes", "2"], &[], Duration::from_secs(400));
+    assert_ok_boot(&b);
+    assert_topology(&b, 2, 4);
+    assert_mem_close(&b, 64 * GIB);
+    assert!(b.has_message("ACPI: SRAT"), "SRAT expected with 2 nodes\n{}", b.describe());
+    // Each node's CPUs: QEMU puts vCPUs 0-1 on node 0 and 2-3 on node 1.
+    for (node, cpus) in [(0, "2 CPUs"), (1, "2 CPUs")] {
+        let line = b.messages_with(&format!("NUMA: node {node}:")).next().unwrap_or_default().to_string();
+        assert!(line.contains(cpus), "node {node} line should list {cpus}: {line}\n{}", b.describe());
+    }
+}
+
+#[test]
+fn boots_1t() {
+    let b = boot(&["-m", "1T", "--smp", "2"], &[], Duration::from_secs(1200));
+    assert_ok_boot(&b);
+    assert_topology(&b, 1, 2);
+    assert_mem_close(&b, 1024 * GIB);
+}
+
+#[test]
+fn boots_with_uefi() {
+    let b = boot(&["-m", "1G", "--smp", "2", "--uefi"], &[], Duration::from_secs(300));
+    assert_ok_boot(&b);
+    assert_topology(&b, 1, 2);
+    assert_mem_close(&b, GIB);
+}
+
+#[test]
+fn unknown_kernel_option_fails_with_kernel_exit_code() {
+    let b = boot(&["-m", "512M", "--smp", "1"], &["bogus=1"], Duration::from_secs(180));
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "bad_option");
+    assert!(b.has_message("unknown option 'bogus'"), "{}", b.describe());
+}
+
+#[test]
+fn malformed_kernel_option_fails_with_kernel_exit_code() {
+    let b = boot(&["-m", "512M", "--smp", "1"], &["test_fault=sometimes"], Duration::from_secs(180));
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "bad_option");
+    assert!(b.has_message("option test_fault=sometimes: expected"), "{}", b.describe());
+}
+
+#[test]
+fn page_fault_is_reported_not_rebooted() {
+    let b = boot(&["-m", "512M", "--smp", "1"], &["test_fault=page_fault"], Duration::from_secs(180));
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "exception");
+    let line = b.messages_with("EXCEPTION: vector 14 (page fault)").next().unwrap_or_else(|| panic!("{}", b.describe()));
+    assert!(line.contains("cr2 0x00000dead0000000"), "CR2 must be the faulting address: {line}");
+}
+
+#[test]
+fn invalid_opcode_is_reported() {
+    let b = boot(&["-m", "512M", "--smp", "1"], &["test_fault=invalid_opcode"], Duration::from_secs(180));
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "exception");
+    assert!(b.has_message("EXCEPTION: vector 6 (invalid opcode)"), "{}", b.describe());
+}
+
+#[test]
+fn panic_is_reported() {
+    let b = boot(&["-m", "512M", "--smp", "1"], &["test_fault=panic"], Duration::from_secs(180));
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "panic");
+    assert!(b.has_message("PANIC:"), "{}", b.describe());
+}
+
+#[test]
+fn script_rejects_bad_usage_without_booting() {
+    for args in [&["-m", "12Q"][..], &["--smp", "0"], &["--accel", "xen"], &["--frobnicate"], &["-m", "1G", "--nodes", "3"]] {
+        let run = run_script(args, Duration::from_secs(30));
+        assert_eq!(run.exit_code, exit_code::USAGE, "run-qemu.sh {args:?}: {run:?}");
+        assert!(run.stderr.contains("run-qemu.sh:"), "a usage error says why: {run:?}");
+    }
+}
+
+#[test]
+fn timeout_has_its_own_exit_code() {
+    // A 1-second bound cannot fit a BIOS boot under TCG.
+    let b = boot(&["-m", "512M", "--smp", "1", "--timeout", "1"], &[], Duration::from_secs(120));
+    assert_eq!(b.run.exit_code, exit_code::TIMEOUT, "{}", b.describe());
+}

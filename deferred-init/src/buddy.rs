@@ -87,9 +87,15 @@ pub enum BuddyError {
     /// Node id beyond what struct-page flags hold.
     NodeIdTooLarge { nid: NodeId },
     /// Two managed ranges overlap.
-    OverlappingRanges { first: ManagedRange, second: ManagedRange },
+    OverlappingRanges {
+        first: ManagedRange,
+        second: ManagedRange,
+    },
     /// A managed range touches a section whose struct pages are not backed.
-    SectionNotBacked { section_nr: u64, range: ManagedRange },
+    SectionNotBacked {
+        section_nr: u64,
+        range: ManagedRange,
+    },
 }
 
 impl fmt::Display for BuddyError {
@@ -127,10 +133,19 @@ pub enum AllocError {
     /// The node has no free lists in this allocator.
     UnknownNode { nid: NodeId },
     /// No free block of that order or larger, and nothing left to grow.
-    OutOfMemory { nid: NodeId, zone: ZoneType, order: u32 },
+    OutOfMemory {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+    },
     /// No free block yet, but deferred-init workers are still initialising
     /// chunks of the node; retry later or wait for them.
-    InitInProgress { nid: NodeId, zone: ZoneType, order: u32, chunks_in_flight: usize },
+    InitInProgress {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        chunks_in_flight: usize,
+    },
 }
 
 impl fmt::Display for AllocError {
@@ -217,7 +232,10 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// An allocator with empty free lists for the given managed ranges.
     /// Pages join the lists through [`free_initialised_range`](Self::free_initialised_range)
     /// or deferred-init workers.
-    pub fn new(memmap: &'m Memmap<B>, managed: impl IntoIterator<Item = ManagedRange>) -> Result<Self, BuddyError> {
+    pub fn new(
+        memmap: &'m Memmap<B>,
+        managed: impl IntoIterator<Item = ManagedRange>,
+    ) -> Result<Self, BuddyError> {
         let mut v: Vec<ManagedRange> = managed.into_iter().filter(|m| !m.pfns.is_empty()).collect();
         v.sort_unstable_by_key(|m| m.pfns.start);
         let mut max_nid = 0;
@@ -226,12 +244,17 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 return Err(BuddyError::NodeIdTooLarge { nid: m.nid });
             }
             max_nid = max_nid.max(m.nid);
-            if ZoneType::of_pfn(m.pfns.start) != m.zone || ZoneType::of_pfn(m.pfns.end - 1) != m.zone {
+            if ZoneType::of_pfn(m.pfns.start) != m.zone
+                || ZoneType::of_pfn(m.pfns.end - 1) != m.zone
+            {
                 return Err(BuddyError::RangeCrossesZone { range: *m });
             }
             for section_nr in pfn_to_section_nr(m.pfns.start)..=pfn_to_section_nr(m.pfns.end - 1) {
                 if !memmap.has_pfn(memmap::section_nr_to_pfn(section_nr)) {
-                    return Err(BuddyError::SectionNotBacked { section_nr, range: *m });
+                    return Err(BuddyError::SectionNotBacked {
+                        section_nr,
+                        range: *m,
+                    });
                 }
             }
         }
@@ -251,9 +274,19 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 _ => ranges.push((m.pfns, s)),
             }
         }
-        let nr_slots = if v.is_empty() { 0 } else { (max_nid as usize + 1) * NR_ZONES };
-        let zones = (0..nr_slots).map(|_| SpinLock::new(ZoneFree::EMPTY)).collect();
-        Ok(Self { memmap, ranges, zones })
+        let nr_slots = if v.is_empty() {
+            0
+        } else {
+            (max_nid as usize + 1) * NR_ZONES
+        };
+        let zones = (0..nr_slots)
+            .map(|_| SpinLock::new(ZoneFree::EMPTY))
+            .collect();
+        Ok(Self {
+            memmap,
+            ranges,
+            zones,
+        })
     }
 
     /// The managed range holding `pfn` and its slot.
@@ -275,7 +308,8 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     unsafe fn with_page<R>(&self, pfn: Pfn, f: impl FnOnce(&mut StructPage) -> R) -> R {
         // SAFETY: exclusivity is the caller's obligation (see above).
         let pages = unsafe { self.memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
-        f(&mut pages.expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)")[0])
+        f(&mut pages
+            .expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)")[0])
     }
 
     /// Push the block `pfn`/`order` on its list. Caller holds the zone lock
@@ -287,7 +321,10 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         unsafe {
             self.with_page(pfn, |p| {
                 p.set_buddy(order);
-                p.lru = ListHead { next: old, prev: PFN_NONE };
+                p.lru = ListHead {
+                    next: old,
+                    prev: PFN_NONE,
+                };
             })
         };
         if old != PFN_NONE {
@@ -307,7 +344,10 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 let links = p.lru;
                 p.clear_buddy();
                 let own = p.lru_addr();
-                p.lru = ListHead { next: own, prev: own };
+                p.lru = ListHead {
+                    next: own,
+                    prev: own,
+                };
                 links
             })
         };
@@ -328,10 +368,18 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
 
     /// Merge `pfn`/`order` with free buddies and push the result. Every page
     /// of the block has `_refcount == 0` and the block lies in `range`.
-    fn merge_and_push(&self, zf: &mut ZoneFree, range: PfnRange, s: usize, mut pfn: Pfn, mut order: u32) {
+    fn merge_and_push(
+        &self,
+        zf: &mut ZoneFree,
+        range: PfnRange,
+        s: usize,
+        mut pfn: Pfn,
+        mut order: u32,
+    ) {
         while order < MAX_ORDER {
             let buddy = pfn ^ (1 << order);
-            let same_zone = range.contains(buddy) || self.range_of(buddy).is_some_and(|(_, bs)| bs == s);
+            let same_zone =
+                range.contains(buddy) || self.range_of(buddy).is_some_and(|(_, bs)| bs == s);
             if !same_zone {
                 break;
             }
@@ -339,7 +387,8 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             // initialised (same section as our block: its chunk is ours, or it
             // was handed over initialised) and, if free, protected by our lock;
             // if allocated we only read, per the module contract.
-            let is_free = unsafe { self.with_page(buddy, |b| b.is_buddy() && b.buddy_order() == order) };
+            let is_free =
+                unsafe { self.with_page(buddy, |b| b.is_buddy() && b.buddy_order() == order) };
             if !is_free {
                 break;
             }
@@ -367,9 +416,13 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
         }
-        let zl = self.zones.get(slot(nid, zone)).ok_or(AllocError::UnknownNode { nid })?;
+        let zl = self
+            .zones
+            .get(slot(nid, zone))
+            .ok_or(AllocError::UnknownNode { nid })?;
         let mut zf = zl.lock();
-        let Some(found) = (order..=MAX_ORDER).find(|&o| zf.lists[o as usize].head != PFN_NONE) else {
+        let Some(found) = (order..=MAX_ORDER).find(|&o| zf.lists[o as usize].head != PFN_NONE)
+        else {
             return Err(AllocError::OutOfMemory { nid, zone, order });
         };
         let pfn = zf.lists[found as usize].head;
@@ -394,7 +447,9 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             return Err(FreeError::Misaligned { pfn, order });
         }
         let last = pfn + (1 << order) - 1;
-        let (range, s) = self.range_of(pfn).ok_or(FreeError::NotManaged { pfn, order })?;
+        let (range, s) = self
+            .range_of(pfn)
+            .ok_or(FreeError::NotManaged { pfn, order })?;
         if !range.contains(last) {
             return Err(FreeError::NotManaged { pfn, order });
         }
@@ -453,12 +508,17 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
 
     /// Free pages of (nid, zone).
     pub fn nr_free_pages(&self, nid: NodeId, zone: ZoneType) -> u64 {
-        self.zones.get(slot(nid, zone)).map_or(0, |z| z.lock().nr_free_pages)
+        self.zones
+            .get(slot(nid, zone))
+            .map_or(0, |z| z.lock().nr_free_pages)
     }
 
     /// Free pages of all zones of `nid`.
     pub fn nr_free_pages_node(&self, nid: NodeId) -> u64 {
-        ZoneType::ALL.iter().map(|&z| self.nr_free_pages(nid, z)).sum()
+        ZoneType::ALL
+            .iter()
+            .map(|&z| self.nr_free_pages(nid, z))
+            .sum()
     }
 
     /// Free pages in the whole allocator.

@@ -30,7 +30,9 @@ pub struct StdClock {
 
 impl StdClock {
     pub fn new() -> Self {
-        Self { origin: Instant::now() }
+        Self {
+            origin: Instant::now(),
+        }
     }
 }
 

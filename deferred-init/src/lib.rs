@@ -39,7 +39,11 @@ pub mod host;
 #[cfg(test)]
 mod tests;
 
-pub use buddy::{AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE};
-pub use plan::{CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions, WorkerAssignment};
+pub use buddy::{
+    AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE,
+};
+pub use plan::{
+    CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions, WorkerAssignment,
+};
 pub use run::{Clock, DeferredInit, Executor, InitError, InitMode};
 pub use stats::{DeferredReport, NodeStats, WorkerStats};

@@ -148,7 +148,10 @@ pub enum PlanError {
     /// A node id does not fit the struct-page flags word.
     NodeIdTooLarge { nid: NodeId },
     /// Two deferred ranges share PFNs.
-    OverlappingRanges { first: DeferredRange, second: DeferredRange },
+    OverlappingRanges {
+        first: DeferredRange,
+        second: DeferredRange,
+    },
     /// There is deferred memory but no CPU at all to initialise it.
     NoCpus { nid: NodeId },
     /// A node appears twice in the CPU lists.
@@ -238,19 +241,28 @@ impl DeferredPlan {
         if opts.max_threads_per_node == Some(0) {
             return Err(PlanError::ZeroThreadCap);
         }
-        let mut sorted: Vec<DeferredRange> = ranges.iter().copied().filter(|r| !r.pfns.is_empty()).collect();
+        let mut sorted: Vec<DeferredRange> = ranges
+            .iter()
+            .copied()
+            .filter(|r| !r.pfns.is_empty())
+            .collect();
         sorted.sort_unstable_by_key(|r| (r.pfns.start, r.pfns.end));
         for r in &sorted {
             if r.nid >= MAX_NUMNODES {
                 return Err(PlanError::NodeIdTooLarge { nid: r.nid });
             }
-            if ZoneType::of_pfn(r.pfns.start) != r.zone || ZoneType::of_pfn(r.pfns.end - 1) != r.zone {
+            if ZoneType::of_pfn(r.pfns.start) != r.zone
+                || ZoneType::of_pfn(r.pfns.end - 1) != r.zone
+            {
                 return Err(PlanError::RangeCrossesZone { range: *r });
             }
         }
         for w in sorted.windows(2) {
             if w[1].pfns.start < w[0].pfns.end {
-                return Err(PlanError::OverlappingRanges { first: w[0], second: w[1] });
+                return Err(PlanError::OverlappingRanges {
+                    first: w[0],
+                    second: w[1],
+                });
             }
         }
         for (i, nc) in node_cpus.iter().enumerate() {
@@ -266,7 +278,12 @@ impl DeferredPlan {
 
         let mut nodes = Vec::with_capacity(nids.len());
         for &nid in &nids {
-            nodes.push(Self::node_plan(nid, &sorted, &reserved, opts.sections_per_chunk));
+            nodes.push(Self::node_plan(
+                nid,
+                &sorted,
+                &reserved,
+                opts.sections_per_chunk,
+            ));
         }
 
         // Worker assignment.
@@ -325,7 +342,12 @@ impl DeferredPlan {
         })
     }
 
-    fn node_plan(nid: NodeId, sorted: &[DeferredRange], reserved: &[PfnRange], sections_per_chunk: u32) -> NodePlan {
+    fn node_plan(
+        nid: NodeId,
+        sorted: &[DeferredRange],
+        reserved: &[PfnRange],
+        sections_per_chunk: u32,
+    ) -> NodePlan {
         let mut pieces = Vec::new();
         let (mut nr_pages, mut nr_reserved_pages) = (0, 0);
         for r in sorted.iter().filter(|r| r.nid == nid) {
@@ -390,7 +412,11 @@ impl DeferredPlan {
     }
 
     pub(crate) fn node_pos(&self, nid: NodeId) -> Option<usize> {
-        self.node_index.get(nid as usize).copied().flatten().map(|i| i as usize)
+        self.node_index
+            .get(nid as usize)
+            .copied()
+            .flatten()
+            .map(|i| i as usize)
     }
 
     /// Total deferred pages over all nodes.
@@ -401,11 +427,14 @@ impl DeferredPlan {
     /// The non-reserved pieces as buddy-managed ranges.
     pub fn managed_ranges(&self) -> impl Iterator<Item = crate::buddy::ManagedRange> + '_ {
         self.nodes.iter().flat_map(|n| {
-            n.pieces.iter().filter(|p| !p.reserved).map(move |p| crate::buddy::ManagedRange {
-                nid: n.nid,
-                zone: p.zone,
-                pfns: p.pfns,
-            })
+            n.pieces
+                .iter()
+                .filter(|p| !p.reserved)
+                .map(move |p| crate::buddy::ManagedRange {
+                    nid: n.nid,
+                    zone: p.zone,
+                    pfns: p.pfns,
+                })
         })
     }
 }

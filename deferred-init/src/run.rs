@@ -47,7 +47,9 @@ use memmap::page::StructPage;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
-use crate::buddy::{for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange};
+use crate::buddy::{
+    for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange,
+};
 use crate::plan::{DeferredPlan, Piece, WorkerAssignment};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
 
@@ -173,7 +175,8 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                 }
             }
         }
-        let buddy = BuddyAllocator::new(memmap, plan.managed_ranges().chain(eager.iter().copied()))?;
+        let buddy =
+            BuddyAllocator::new(memmap, plan.managed_ranges().chain(eager.iter().copied()))?;
         let nodes = plan
             .nodes()
             .iter()
@@ -244,7 +247,10 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             .workers()
             .get(worker)
             .ok_or(InitError::NoSuchWorker { worker, nr_workers })?;
-        let pos = self.plan.node_pos(a.nid).expect("plan assigns workers only to planned nodes");
+        let pos = self
+            .plan
+            .node_pos(a.nid)
+            .expect("plan assigns workers only to planned nodes");
         let rt = &self.workers[worker];
         let start_ns = clock.now_ns();
         rt.start_ns.store(start_ns, Ordering::Relaxed);
@@ -426,9 +432,9 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     /// Has every chunk of `nid` been processed? (True for nodes without
     /// deferred memory.)
     pub fn is_node_done(&self, nid: NodeId) -> bool {
-        self.plan
-            .node_pos(nid)
-            .is_none_or(|pos| self.nodes[pos].done.load(Ordering::Acquire) == self.plan.nodes()[pos].nr_chunks())
+        self.plan.node_pos(nid).is_none_or(|pos| {
+            self.nodes[pos].done.load(Ordering::Acquire) == self.plan.nodes()[pos].nr_chunks()
+        })
     }
 
     /// Has every node been processed?
@@ -446,7 +452,10 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             .enumerate()
             .map(|(i, (a, rt))| {
                 let finished = rt.finished.load(Ordering::Acquire);
-                let (s, e) = (rt.start_ns.load(Ordering::Relaxed), rt.end_ns.load(Ordering::Relaxed));
+                let (s, e) = (
+                    rt.start_ns.load(Ordering::Relaxed),
+                    rt.end_ns.load(Ordering::Relaxed),
+                );
                 WorkerStats {
                     worker: i,
                     nid: a.nid,

@@ -65,7 +65,10 @@ pub struct DeferredReport {
 impl DeferredReport {
     pub fn new(nodes: Vec<NodeStats>, workers: Vec<WorkerStats>) -> Self {
         let fin = || workers.iter().filter(|w| w.finished);
-        let total_wall_ns = match (fin().map(|w| w.start_ns).min(), fin().map(|w| w.end_ns).max()) {
+        let total_wall_ns = match (
+            fin().map(|w| w.start_ns).min(),
+            fin().map(|w| w.end_ns).max(),
+        ) {
             (Some(s), Some(e)) => e.saturating_sub(s),
             _ => 0,
         };

@@ -27,7 +27,10 @@ fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
 }
 
 fn cpus(nid: NodeId, c: &[CpuId]) -> NodeCpus {
-    NodeCpus { nid, cpus: c.to_vec() }
+    NodeCpus {
+        nid,
+        cpus: c.to_vec(),
+    }
 }
 
 /// Per-PFN count of how often a worker or grower initialised the page.
@@ -91,7 +94,10 @@ fn verify_complete(
     let mut cover = vec![0u8; span.nr_pages() as usize];
     let mut alloc_head: HashMap<Pfn, u32> = HashMap::new();
     for &(pfn, order) in allocated {
-        assert!(alloc_head.insert(pfn, order).is_none(), "block {pfn:#x} handed out twice");
+        assert!(
+            alloc_head.insert(pfn, order).is_none(),
+            "block {pfn:#x} handed out twice"
+        );
         for p in pfn..pfn + (1 << order) {
             cover[idx(p)] += 1;
         }
@@ -104,9 +110,15 @@ fn verify_complete(
     for (&(nid, zone, order), heads) in &lists {
         for (i, &h) in heads.iter().enumerate() {
             let p = mm.page(h).unwrap();
-            assert!(p.is_buddy() && p.buddy_order() == order, "head {h:#x} is PageBuddy order {order}");
+            assert!(
+                p.is_buddy() && p.buddy_order() == order,
+                "head {h:#x} is PageBuddy order {order}"
+            );
             assert_eq!(h & ((1 << order) - 1), 0, "head {h:#x} aligned");
-            assert!(p.links_match(h, zone, nid), "head {h:#x} on list of its own node/zone");
+            assert!(
+                p.links_match(h, zone, nid),
+                "head {h:#x} on list of its own node/zone"
+            );
             let prev = if i == 0 { PFN_NONE } else { heads[i - 1] };
             let next = heads.get(i + 1).copied().unwrap_or(PFN_NONE);
             assert_eq!((p.lru.prev, p.lru.next), (prev, next), "links of {h:#x}");
@@ -114,7 +126,10 @@ fn verify_complete(
                 cover[idx(q)] += 1;
                 assert_eq!(mm.page(q).unwrap().refcount, 0, "free page {q:#x} refcount");
                 if q != h {
-                    assert!(!mm.page(q).unwrap().is_buddy(), "tail {q:#x} is not PageBuddy");
+                    assert!(
+                        !mm.page(q).unwrap().is_buddy(),
+                        "tail {q:#x} is not PageBuddy"
+                    );
                 }
             }
         }
@@ -134,12 +149,24 @@ fn verify_complete(
             assert_eq!(p.mapping | p.index | p.memcg_data, 0);
             if is_reserved_pfn(reserved, pfn) {
                 assert!(p.is_reserved(), "reserved pfn {pfn:#x} has PG_reserved");
-                assert_eq!((p.refcount, p.mapcount), (1, -1), "reserved pfn {pfn:#x} untouched by buddy");
-                assert_eq!(p.lru.next, p.lru_addr(), "reserved pfn {pfn:#x} self-linked");
+                assert_eq!(
+                    (p.refcount, p.mapcount),
+                    (1, -1),
+                    "reserved pfn {pfn:#x} untouched by buddy"
+                );
+                assert_eq!(
+                    p.lru.next,
+                    p.lru_addr(),
+                    "reserved pfn {pfn:#x} self-linked"
+                );
                 assert_eq!(cover[idx(pfn)], 0, "reserved pfn {pfn:#x} never freed");
             } else {
                 assert!(!p.is_reserved());
-                assert_eq!(cover[idx(pfn)], 1, "pfn {pfn:#x} in exactly one free or allocated block");
+                assert_eq!(
+                    cover[idx(pfn)],
+                    1,
+                    "pfn {pfn:#x} in exactly one free or allocated block"
+                );
                 let held = alloc_head.get(&pfn).is_some();
                 assert_eq!(p.refcount, held as i32, "pfn {pfn:#x} refcount");
                 *expect_free.entry((r.nid, r.zone)).or_default() += 1;
@@ -156,16 +183,34 @@ fn verify_complete(
         .filter(|&p| ranges.iter().any(|r| r.pfns.contains(p)) && is_reserved_pfn(reserved, p))
         .count() as u64;
     let covered: u64 = cover.iter().map(|&c| c as u64).sum();
-    assert_eq!(covered, deferred_pages - reserved_in, "no page outside deferred memory on a list");
+    assert_eq!(
+        covered,
+        deferred_pages - reserved_in,
+        "no page outside deferred memory on a list"
+    );
     for (&(nid, zone), &n) in &expect_free {
-        assert_eq!(di.buddy().nr_free_pages(nid, zone), n, "free pages of node {nid} {zone:?}");
+        assert_eq!(
+            di.buddy().nr_free_pages(nid, zone),
+            n,
+            "free pages of node {nid} {zone:?}"
+        );
     }
     // Statistics add up.
     let rep = di.report();
     for n in &rep.nodes {
         assert!(n.done);
-        assert_eq!(n.nr_worker_pages + n.nr_grown_pages, n.nr_pages, "node {} pages accounted", n.nid);
-        let chunks: u64 = rep.workers.iter().filter(|w| w.nid == n.nid).map(|w| w.nr_chunks).sum();
+        assert_eq!(
+            n.nr_worker_pages + n.nr_grown_pages,
+            n.nr_pages,
+            "node {} pages accounted",
+            n.nid
+        );
+        let chunks: u64 = rep
+            .workers
+            .iter()
+            .filter(|w| w.nid == n.nid)
+            .map(|w| w.nr_chunks)
+            .sum();
         assert_eq!(chunks + n.nr_grown_chunks, n.nr_chunks);
     }
 }
@@ -223,8 +268,16 @@ fn four_nodes_memory_only() -> Scenario {
             dr(3, 40 * S + 512, 41 * S),
             dr(3, 41 * S + 100, 42 * S),
         ],
-        reserved: vec![PfnRange::new(38 * S, 38 * S + 4096), PfnRange::new(41 * S + 99, 41 * S + 101)],
-        node_cpus: vec![cpus(0, &[0, 1, 2]), cpus(1, &[3]), cpus(2, &[]), cpus(3, &[4, 5, 6, 7])],
+        reserved: vec![
+            PfnRange::new(38 * S, 38 * S + 4096),
+            PfnRange::new(41 * S + 99, 41 * S + 101),
+        ],
+        node_cpus: vec![
+            cpus(0, &[0, 1, 2]),
+            cpus(1, &[3]),
+            cpus(2, &[]),
+            cpus(3, &[4, 5, 6, 7]),
+        ],
         opts: PlanOptions {
             max_threads_per_node: Some(2),
             sections_per_chunk: 1,
@@ -272,11 +325,15 @@ fn multi_section_chunks_complete() {
 fn fully_aligned_memory_ends_as_max_order_blocks() {
     let ranges = [dr(0, 33 * S, 35 * S)];
     let mm = memmap_for(&ranges);
-    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
+    let plan =
+        DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
     let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     di.run(&ThreadExecutor, &StdClock::new());
     let nr_blocks = 2 * S >> MAX_ORDER;
-    assert_eq!(di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), nr_blocks);
+    assert_eq!(
+        di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
+        nr_blocks
+    );
     assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 2 * S);
 }
 
@@ -289,13 +346,21 @@ fn grow_on_demand_races_with_workers() {
         dr(0, 33 * S, 34 * S + 3000),
         dr(1, 36 * S, 38 * S + 1),
     ];
-    let reserved = vec![PfnRange::new(3 * S, 3 * S + 700), PfnRange::new(37 * S + 1, 37 * S + 2)];
+    let reserved = vec![
+        PfnRange::new(3 * S, 3 * S + 700),
+        PfnRange::new(37 * S + 1, 37 * S + 2),
+    ];
     let node_cpus = vec![cpus(0, &[0, 1]), cpus(1, &[2, 3])];
-    let targets = [(0, ZoneType::Dma32), (0, ZoneType::Normal), (1, ZoneType::Normal)];
+    let targets = [
+        (0, ZoneType::Dma32),
+        (0, ZoneType::Normal),
+        (1, ZoneType::Normal),
+    ];
     let mut nr_grown_total = 0;
     for run in 0..200u64 {
         let mm = memmap_for(&ranges);
-        let plan = DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
+        let plan =
+            DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
         let nr_workers = plan.workers().len();
         let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
@@ -320,19 +385,24 @@ fn grow_on_demand_races_with_workers() {
                         barrier.wait();
                         let mut max_order = MAX_ORDER;
                         loop {
-                            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                            seed = seed
+                                .wrapping_mul(6364136223846793005)
+                                .wrapping_add(1442695040888963407);
                             let order = ((seed >> 33) % (max_order as u64 + 1)) as u32;
                             match di.alloc_pages(nid, zone, order) {
                                 Ok(pfn) => {
                                     held.push((pfn, order));
                                     if held.len() % 3 == 0 {
-                                        let (p, o) = held.swap_remove((seed >> 40) as usize % held.len());
+                                        let (p, o) =
+                                            held.swap_remove((seed >> 40) as usize % held.len());
                                         di.free_pages(p, o).unwrap();
                                     }
                                 }
                                 Err(AllocError::InitInProgress { .. }) => std::thread::yield_now(),
                                 // Larger orders run out first; go on with smaller ones.
-                                Err(AllocError::OutOfMemory { .. }) if order > 0 => max_order = order - 1,
+                                Err(AllocError::OutOfMemory { .. }) if order > 0 => {
+                                    max_order = order - 1
+                                }
                                 Err(AllocError::OutOfMemory { .. }) => break,
                                 Err(e) => panic!("{e}"),
                             }
@@ -341,9 +411,17 @@ fn grow_on_demand_races_with_workers() {
                     })
                 })
                 .collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
         });
-        nr_grown_total += di.report().nodes.iter().map(|n| n.nr_grown_chunks).sum::<u64>();
+        nr_grown_total += di
+            .report()
+            .nodes
+            .iter()
+            .map(|n| n.nr_grown_chunks)
+            .sum::<u64>();
         verify_complete(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
             di.free_pages(pfn, order).unwrap();
@@ -355,21 +433,31 @@ fn grow_on_demand_races_with_workers() {
 
 /// With every page free, the lists hold exactly the largest aligned blocks
 /// of each maximal free run (everything merged back).
-fn assert_fully_merged(di: &DeferredInit<'_, VecBacking>, ranges: &[DeferredRange], reserved: &[PfnRange]) {
+fn assert_fully_merged(
+    di: &DeferredInit<'_, VecBacking>,
+    ranges: &[DeferredRange],
+    reserved: &[PfnRange],
+) {
     let mut expect: HashMap<(NodeId, ZoneType, u32), u64> = HashMap::new();
     let managed: Vec<ManagedRange> = di.plan().managed_ranges().collect();
     let mut runs: Vec<ManagedRange> = Vec::new();
     for m in managed {
         match runs.last_mut() {
-            Some(l) if l.nid == m.nid && l.zone == m.zone && l.pfns.end == m.pfns.start => l.pfns.end = m.pfns.end,
+            Some(l) if l.nid == m.nid && l.zone == m.zone && l.pfns.end == m.pfns.start => {
+                l.pfns.end = m.pfns.end
+            }
             _ => runs.push(m),
         }
     }
     for m in &runs {
-        for_each_max_block(m.pfns, |_, order| *expect.entry((m.nid, m.zone, order)).or_default() += 1);
+        for_each_max_block(m.pfns, |_, order| {
+            *expect.entry((m.nid, m.zone, order)).or_default() += 1
+        });
     }
     let mut got: HashMap<(NodeId, ZoneType, u32), u64> = HashMap::new();
-    di.buddy().for_each_free_block(|nid, zone, _, order| *got.entry((nid, zone, order)).or_default() += 1);
+    di.buddy().for_each_free_block(|nid, zone, _, order| {
+        *got.entry((nid, zone, order)).or_default() += 1
+    });
     assert_eq!(got, expect, "free lists fully merged");
     let total: u64 = ranges.iter().map(|r| r.pfns.nr_pages()).sum::<u64>()
         - ranges

@@ -7,6 +7,7 @@ use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
 use linked_list_allocator::LockedHeap;
+use memboot_kernel::acpi;
 use memboot_kernel::options::{self, TestFault};
 use memboot_kernel::report::JsonObject;
 
@@ -37,7 +38,11 @@ struct Facts {
     cpus: AtomicU64,
 }
 
-static FACTS: Facts = Facts { mem_bytes: AtomicU64::new(0), nodes: AtomicU64::new(0), cpus: AtomicU64::new(0) };
+static FACTS: Facts = Facts {
+    mem_bytes: AtomicU64::new(0),
+    nodes: AtomicU64::new(0),
+    cpus: AtomicU64::new(0),
+};
 
 /// Print the summary line and leave QEMU with `code`.
 fn finish(status: &str, code: ExitCode) -> ! {
@@ -77,7 +82,10 @@ mod heapless_line {
     }
     impl Line {
         pub const fn new() -> Self {
-            Self { buf: [0; 4096], len: 0 }
+            Self {
+                buf: [0; 4096],
+                len: 0,
+            }
         }
         pub fn as_str(&self) -> &str {
             core::str::from_utf8(&self.buf[..self.len]).unwrap_or("{}")
@@ -85,7 +93,11 @@ mod heapless_line {
     }
     impl core::fmt::Write for Line {
         fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let end = self.len.checked_add(s.len()).filter(|&e| e <= self.buf.len()).ok_or(core::fmt::Error)?;
+            let end = self
+                .len
+                .checked_add(s.len())
+                .filter(|&e| e <= self.buf.len())
+                .ok_or(core::fmt::Error)?;
             self.buf[self.len..end].copy_from_slice(s.as_bytes());
             self.len = end;
             Ok(())
@@ -112,13 +124,21 @@ fn kind_name(kind: MemoryRegionKind) -> (&'static str, u32) {
 fn usable_bytes(regions: &MemoryRegions) -> u64 {
     regions
         .iter()
-        .filter(|r| matches!(r.kind, MemoryRegionKind::Usable | MemoryRegionKind::Bootloader))
+        .filter(|r| {
+            matches!(
+                r.kind,
+                MemoryRegionKind::Usable | MemoryRegionKind::Bootloader
+            )
+        })
         .map(|r| r.end - r.start)
         .sum()
 }
 
 fn print_memory_map(regions: &MemoryRegions) {
-    kprintln!("BIOS-provided physical RAM map (via bootloader, {} regions):", regions.len());
+    kprintln!(
+        "BIOS-provided physical RAM map (via bootloader, {} regions):",
+        regions.len()
+    );
     for r in regions.iter() {
         let (name, _) = kind_name(r.kind);
         kprintln!("  [mem {:#018x}-{:#018x}] {name}", r.start, r.end - 1);
@@ -138,13 +158,20 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> (u64, u64) {
     let start = (region.start + 0x1f_ffff) & !0x1f_ffff;
     let bytes = region.end.saturating_sub(start).min(HEAP_MAX_BYTES);
     if bytes < HEAP_MIN_BYTES {
-        kprintln!("heap: largest usable region {:#x}-{:#x} is smaller than 4 MiB", region.start, region.end);
+        kprintln!(
+            "heap: largest usable region {:#x}-{:#x} is smaller than 4 MiB",
+            region.start,
+            region.end
+        );
         fail("no_memory");
     }
     // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
     // bootloader hands it over free) and the physical-memory mapping at
     // `phys_offset` makes it accessible; init happens once, before any allocation.
-    unsafe { HEAP.lock().init((phys_offset + start) as *mut u8, bytes as usize) };
+    unsafe {
+        HEAP.lock()
+            .init((phys_offset + start) as *mut u8, bytes as usize)
+    };
     (start, bytes)
 }
 
@@ -167,15 +194,121 @@ fn trigger_test_fault(fault: TestFault) {
     }
 }
 
+/// Physical memory through the bootloader's offset mapping, which covers
+/// `[0, limit)`: everything its memory map lists, so also the BIOS area and
+/// the ACPI regions where the RSDP and tables live.
+struct OffsetMapped {
+    phys_offset: u64,
+    limit: u64,
+}
+
+impl acpi::PhysMemory for OffsetMapped {
+    fn read(&self, phys: u64, buf: &mut [u8]) -> Result<(), acpi::AcpiError> {
+        let len = buf.len() as u64;
+        let unreadable = acpi::AcpiError::Unreadable { phys, len };
+        let end = phys.checked_add(len).ok_or(unreadable)?;
+        if end > self.limit {
+            return Err(unreadable);
+        }
+        // SAFETY: [phys, end) lies below `limit`, inside the bootloader's
+        // physical-memory mapping at `phys_offset`; the copy only reads.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (self.phys_offset + phys) as *const u8,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
+/// One NUMA node as the boot sees it: usable RAM from the memory map
+/// intersected with the node's SRAT ranges, and the CPUs SRAT puts there.
+fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
+    let nr_nodes = if info.has_srat {
+        info.nr_nodes.max(1)
+    } else {
+        1
+    };
+    for node in 0..nr_nodes {
+        let usable = || {
+            regions.iter().filter(|r| {
+                matches!(
+                    r.kind,
+                    MemoryRegionKind::Usable | MemoryRegionKind::Bootloader
+                )
+            })
+        };
+        let node_bytes: u64 = if info.has_srat {
+            info.mem_affinity
+                .iter()
+                .filter(|m| m.node == node)
+                .map(|m| {
+                    usable()
+                        .map(|r| {
+                            r.end
+                                .min(m.base + m.length)
+                                .saturating_sub(r.start.max(m.base))
+                        })
+                        .sum::<u64>()
+                })
+                .sum()
+        } else {
+            usable().map(|r| r.end - r.start).sum()
+        };
+        let cpus: alloc::vec::Vec<u32> = info
+            .cpus
+            .iter()
+            .filter(|c| c.enabled && c.node == node)
+            .map(|c| c.apic_id)
+            .collect();
+        kprintln!(
+            "NUMA: node {node}: {} MiB usable RAM, {} CPUs (APIC ids {:?})",
+            node_bytes >> 20,
+            cpus.len(),
+            cpus
+        );
+        if info.has_srat {
+            for m in info.mem_affinity.iter().filter(|m| m.node == node) {
+                kprintln!(
+                    "NUMA:   [mem {:#018x}-{:#018x}] -> node {node}",
+                    m.base,
+                    m.base + m.length - 1
+                );
+            }
+        }
+    }
+    nr_nodes as u64
+}
+
 /// ACPI: CPUs (MADT) and NUMA nodes (SRAT).
-fn report_acpi(rsdp: Option<u64>, _phys_offset: u64, _regions: &MemoryRegions) {
+fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) {
     let Some(rsdp) = rsdp else {
-        kprintln!("ACPI: no RSDP from the bootloader");
+        kprintln!("ACPI: the bootloader found no RSDP");
         fail("no_acpi");
     };
-    kprintln!("ACPI: RSDP at {rsdp:#x}");
-    FACTS.nodes.store(1, Ordering::Relaxed);
-    FACTS.cpus.store(1, Ordering::Relaxed);
+    let limit = regions.iter().map(|r| r.end).max().unwrap_or(0);
+    let info = match acpi::parse(rsdp, &OffsetMapped { phys_offset, limit }) {
+        Ok(info) => info,
+        Err(e) => {
+            kprintln!("ACPI: {e}");
+            fail("bad_acpi");
+        }
+    };
+    for line in info.report_lines() {
+        kprintln!("{line}");
+    }
+    for w in &info.warnings {
+        kprintln!("ACPI: Warning: {w}");
+    }
+    if !info.has_madt {
+        kprintln!("ACPI: no valid MADT: only the boot CPU is known");
+    }
+    let cpus = info.cpus.iter().filter(|c| c.enabled).count().max(1) as u64;
+    FACTS.cpus.store(cpus, Ordering::Relaxed);
+    let nodes = print_nodes(&info, regions);
+    FACTS.nodes.store(nodes, Ordering::Relaxed);
 }
 
 fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
@@ -184,7 +317,11 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     interrupts::init();
     let tsc_khz = tsc::calibrate();
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
-    kprintln!("tsc: Detected {}.{:03} MHz TSC (PIT channel 2 calibration)", tsc_khz / 1000, tsc_khz % 1000);
+    kprintln!(
+        "tsc: Detected {}.{:03} MHz TSC (PIT channel 2 calibration)",
+        tsc_khz / 1000,
+        tsc_khz % 1000
+    );
 
     let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
         kprintln!("bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it)");
@@ -195,9 +332,18 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     print_memory_map(regions);
     let mem_bytes = usable_bytes(regions);
     FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
-    kprintln!("Memory: {}K usable RAM ({} MiB)", mem_bytes >> 10, mem_bytes >> 20);
+    kprintln!(
+        "Memory: {}K usable RAM ({} MiB)",
+        mem_bytes >> 10,
+        mem_bytes >> 20
+    );
     let (heap_start, heap_bytes) = init_heap(regions, phys_offset);
-    kprintln!("heap: [mem {:#018x}-{:#018x}] {} MiB", heap_start, heap_start + heap_bytes - 1, heap_bytes >> 20);
+    kprintln!(
+        "heap: [mem {:#018x}-{:#018x}] {} MiB",
+        heap_start,
+        heap_start + heap_bytes - 1,
+        heap_bytes >> 20
+    );
 
     let cmdline = match fw_cfg::cmdline() {
         Ok(c) => c,

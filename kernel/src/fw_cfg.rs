@@ -60,7 +60,10 @@ pub fn read_file(name: &str) -> Result<Option<Vec<u8>>, FwCfgError> {
         let size = u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]) as usize;
         let key = u16::from_be_bytes([entry[4], entry[5]]);
         let raw_name = &entry[8..];
-        let len = raw_name.iter().position(|&b| b == 0).unwrap_or(raw_name.len());
+        let len = raw_name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(raw_name.len());
         if &raw_name[..len] == name.as_bytes() {
             select(key);
             let mut content = alloc::vec![0u8; size];

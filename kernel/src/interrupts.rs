@@ -35,7 +35,8 @@ struct IstStack([u8; IST_STACK_BYTES]);
 static mut IST_STACKS: [IstStack; 3] = [const { IstStack([0; IST_STACK_BYTES]) }; 3];
 
 static TSS: spin::Once<TaskStateSegment> = spin::Once::new();
-static GDT: spin::Once<(GlobalDescriptorTable, SegmentSelector, SegmentSelector)> = spin::Once::new();
+static GDT: spin::Once<(GlobalDescriptorTable, SegmentSelector, SegmentSelector)> =
+    spin::Once::new();
 
 /// One IDT gate descriptor (SDM vol. 3A Figure 6-8, 64-bit interrupt gate).
 #[derive(Clone, Copy)]
@@ -52,8 +53,15 @@ struct IdtEntry {
 const _: () = assert!(core::mem::size_of::<IdtEntry>() == 16);
 
 impl IdtEntry {
-    const MISSING: IdtEntry =
-        IdtEntry { offset_low: 0, selector: 0, ist: 0, type_attr: 0, offset_mid: 0, offset_high: 0, reserved: 0 };
+    const MISSING: IdtEntry = IdtEntry {
+        offset_low: 0,
+        selector: 0,
+        ist: 0,
+        type_attr: 0,
+        offset_mid: 0,
+        offset_high: 0,
+        reserved: 0,
+    };
 
     fn interrupt_gate(handler: u64, selector: u16, ist: u8) -> Self {
         IdtEntry {
@@ -156,12 +164,38 @@ const STUB_BYTES: u64 = 16;
 static IN_EXCEPTION: AtomicBool = AtomicBool::new(false);
 
 const EXCEPTION_NAMES: [&str; 32] = [
-    "divide error", "debug", "NMI", "breakpoint", "overflow", "bound range", "invalid opcode",
-    "device not available", "double fault", "coprocessor overrun", "invalid TSS",
-    "segment not present", "stack fault", "general protection", "page fault", "reserved",
-    "x87 FP error", "alignment check", "machine check", "SIMD FP error", "virtualization",
-    "control protection", "reserved", "reserved", "reserved", "reserved", "reserved", "reserved",
-    "hypervisor injection", "VMM communication", "security", "reserved",
+    "divide error",
+    "debug",
+    "NMI",
+    "breakpoint",
+    "overflow",
+    "bound range",
+    "invalid opcode",
+    "device not available",
+    "double fault",
+    "coprocessor overrun",
+    "invalid TSS",
+    "segment not present",
+    "stack fault",
+    "general protection",
+    "page fault",
+    "reserved",
+    "x87 FP error",
+    "alignment check",
+    "machine check",
+    "SIMD FP error",
+    "virtualization",
+    "control protection",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "reserved",
+    "hypervisor injection",
+    "VMM communication",
+    "security",
+    "reserved",
 ];
 
 #[no_mangle]
@@ -171,7 +205,10 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
         crate::exit::exit(crate::exit::ExitCode::Failure);
     }
     let cr2 = x86_64::registers::control::Cr2::read_raw();
-    let name = EXCEPTION_NAMES.get(frame.vector as usize).copied().unwrap_or("unknown");
+    let name = EXCEPTION_NAMES
+        .get(frame.vector as usize)
+        .copied()
+        .unwrap_or("unknown");
     crate::serial::emergency_log(format_args!(
         "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x}",
         frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags

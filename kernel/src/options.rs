@@ -36,7 +36,11 @@ pub enum OptionError<'a> {
     /// A key memboot does not know.
     UnknownKey { key: &'a str },
     /// A known key with a value it does not accept.
-    BadValue { key: &'a str, value: &'a str, expected: &'static str },
+    BadValue {
+        key: &'a str,
+        value: &'a str,
+        expected: &'static str,
+    },
     /// The same key twice: which one was meant is ambiguous.
     Repeated { key: &'a str },
 }
@@ -45,12 +49,19 @@ impl fmt::Display for OptionError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OptionError::Malformed { token } => {
-                write!(f, "option '{token}' is not of the form key=value (known keys: {KNOWN_KEYS})")
+                write!(
+                    f,
+                    "option '{token}' is not of the form key=value (known keys: {KNOWN_KEYS})"
+                )
             }
             OptionError::UnknownKey { key } => {
                 write!(f, "unknown option '{key}' (known keys: {KNOWN_KEYS})")
             }
-            OptionError::BadValue { key, value, expected } => {
+            OptionError::BadValue {
+                key,
+                value,
+                expected,
+            } => {
                 write!(f, "option {key}={value}: expected {expected}")
             }
             OptionError::Repeated { key } => write!(f, "option '{key}' given more than once"),
@@ -66,7 +77,9 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
     let mut options = Options::default();
     let mut seen_test_fault = false;
     for token in cmdline.split_ascii_whitespace() {
-        let (key, value) = token.split_once('=').ok_or(OptionError::Malformed { token })?;
+        let (key, value) = token
+            .split_once('=')
+            .ok_or(OptionError::Malformed { token })?;
         match key {
             "test_fault" => {
                 if core::mem::replace(&mut seen_test_fault, true) {
@@ -104,20 +117,40 @@ mod tests {
 
     #[test]
     fn parses_test_fault() {
-        assert_eq!(parse("test_fault=page_fault").unwrap().test_fault, TestFault::PageFault);
-        assert_eq!(parse(" test_fault=panic ").unwrap().test_fault, TestFault::Panic);
+        assert_eq!(
+            parse("test_fault=page_fault").unwrap().test_fault,
+            TestFault::PageFault
+        );
+        assert_eq!(
+            parse(" test_fault=panic ").unwrap().test_fault,
+            TestFault::Panic
+        );
     }
 
     #[test]
     fn refuses_bad_input() {
-        assert_eq!(parse("bogus=1"), Err(OptionError::UnknownKey { key: "bogus" }));
-        assert_eq!(parse("test_fault"), Err(OptionError::Malformed { token: "test_fault" }));
-        assert!(matches!(parse("test_fault=sometimes"), Err(OptionError::BadValue { .. })));
+        assert_eq!(
+            parse("bogus=1"),
+            Err(OptionError::UnknownKey { key: "bogus" })
+        );
+        assert_eq!(
+            parse("test_fault"),
+            Err(OptionError::Malformed {
+                token: "test_fault"
+            })
+        );
+        assert!(matches!(
+            parse("test_fault=sometimes"),
+            Err(OptionError::BadValue { .. })
+        ));
         assert_eq!(
             parse("test_fault=none test_fault=panic"),
             Err(OptionError::Repeated { key: "test_fault" })
         );
         let msg = alloc::format!("{}", parse("x=1").unwrap_err());
-        assert!(msg.contains("unknown option 'x'") && msg.contains("test_fault"), "{msg}");
+        assert!(
+            msg.contains("unknown option 'x'") && msg.contains("test_fault"),
+            "{msg}"
+        );
     }
 }

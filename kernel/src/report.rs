@@ -48,7 +48,13 @@ impl<'w, W: Write> JsonObject<'w, W> {
     pub fn fixed(&mut self, key: &str, value_milli: u64, decimals: u32) -> fmt::Result {
         self.key(key)?;
         let scale = 10u64.pow(decimals);
-        write!(self.out, "{}.{:0width$}", value_milli / scale, value_milli % scale, width = decimals as usize)
+        write!(
+            self.out,
+            "{}.{:0width$}",
+            value_milli / scale,
+            value_milli % scale,
+            width = decimals as usize
+        )
     }
 
     pub fn str(&mut self, key: &str, value: &str) -> fmt::Result {
@@ -98,8 +104,14 @@ mod tests {
 
     #[test]
     fn timestamp_like_dmesg() {
-        assert_eq!(alloc::format!("{}", Timestamp(33_176_000)), "[    0.033176]");
-        assert_eq!(alloc::format!("{}", Timestamp(123_456_789_999)), "[  123.456789]");
+        assert_eq!(
+            alloc::format!("{}", Timestamp(33_176_000)),
+            "[    0.033176]"
+        );
+        assert_eq!(
+            alloc::format!("{}", Timestamp(123_456_789_999)),
+            "[  123.456789]"
+        );
     }
 
     #[test]

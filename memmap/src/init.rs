@@ -40,7 +40,10 @@ use crate::page::StructPage;
 use crate::pageblock::PageblockMaps;
 use crate::store::{Memmap, MemmapBacking};
 use crate::zones::ZoneLayout;
-use crate::{pfn_to_section_nr, section_nr_to_pfn, DeferredRange, NodeId, Pfn, PfnRange, ZoneType, PAGES_PER_SECTION, PAGEBLOCK_NR_PAGES};
+use crate::{
+    pfn_to_section_nr, DeferredRange, NodeId, Pfn, PfnRange, ZoneType, PAGEBLOCK_NR_PAGES,
+    PAGES_PER_SECTION,
+};
 
 /// Which memmap init to run, chosen at run time (e.g. from the kernel
 /// command line).
@@ -160,7 +163,9 @@ pub fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Op
     let zone = layout.highest_zone(nid)?;
     let mut initialised = 0u64;
     for (range, _) in mb.mem_pfn_ranges(Some(nid)) {
-        let Some(piece) = range.intersect(&zone.span) else { continue };
+        let Some(piece) = range.intersect(&zone.span) else {
+            continue;
+        };
         // defer_init() increments before testing `> PAGES_PER_SECTION`: at
         // PFN p the count is (pages before p) + 1.
         let need_before = PAGES_PER_SECTION.saturating_sub(initialised);
@@ -175,12 +180,21 @@ pub fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Op
 
 /// The region walk in zone order, each piece tagged with its zone: what
 /// `memmap_init()` hands to `memmap_init_zone_range()`.
-fn region_pieces<'a>(mb: &'a Memblock, layout: &'a ZoneLayout) -> impl Iterator<Item = EagerRange> + 'a {
+fn region_pieces<'a>(
+    mb: &'a Memblock,
+    layout: &'a ZoneLayout,
+) -> impl Iterator<Item = EagerRange> + 'a {
     mb.mem_pfn_ranges(None).flat_map(move |(range, nid)| {
         layout
             .node_zones(nid)
             .filter(|z| z.is_populated())
-            .filter_map(move |z| range.intersect(&z.span).map(|pfns| EagerRange { nid, zone: z.zone, pfns }))
+            .filter_map(move |z| {
+                range.intersect(&z.span).map(|pfns| EagerRange {
+                    nid,
+                    zone: z.zone,
+                    pfns,
+                })
+            })
     })
 }
 
@@ -189,7 +203,13 @@ pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
     let boundaries: Vec<(NodeId, Option<Pfn>, Option<ZoneType>)> = layout
         .nodes()
         .iter()
-        .map(|n| (n.nid, first_deferred_pfn(mb, layout, n.nid), layout.highest_zone(n.nid).map(|z| z.zone)))
+        .map(|n| {
+            (
+                n.nid,
+                first_deferred_pfn(mb, layout, n.nid),
+                layout.highest_zone(n.nid).map(|z| z.zone),
+            )
+        })
         .collect();
     let mut plan = DeferredPlan::default();
     for piece in region_pieces(mb, layout) {
@@ -197,9 +217,14 @@ pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
             .iter()
             .find(|b| b.0 == piece.nid)
             .and_then(|b| (b.2 == Some(piece.zone)).then_some(b.1).flatten());
-        let split = boundary.map_or(piece.pfns.end, |b| b.clamp(piece.pfns.start, piece.pfns.end));
+        let split = boundary.map_or(piece.pfns.end, |b| {
+            b.clamp(piece.pfns.start, piece.pfns.end)
+        });
         if split > piece.pfns.start {
-            plan.eager.push(EagerRange { pfns: PfnRange::new(piece.pfns.start, split), ..piece });
+            plan.eager.push(EagerRange {
+                pfns: PfnRange::new(piece.pfns.start, split),
+                ..piece
+            });
         }
         if split < piece.pfns.end {
             plan.deferred.push(DeferredRange {
@@ -213,7 +238,10 @@ pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
 }
 
 fn unbacked(pfn: Pfn) -> InitError {
-    InitError::Unbacked { pfn, section_nr: pfn_to_section_nr(pfn) }
+    InitError::Unbacked {
+        pfn,
+        section_nr: pfn_to_section_nr(pfn),
+    }
 }
 
 /// `memmap_init_range()` for one zone-clipped range: `__init_single_page()`
@@ -226,9 +254,13 @@ pub fn init_pfn_range<B: MemmapBacking>(
     zone: ZoneType,
     nid: NodeId,
 ) -> Result<u64, InitError> {
-    let pb = pageblocks.get(nid, zone).ok_or(InitError::NoPageblockMap { nid, zone })?;
+    let pb = pageblocks
+        .get(nid, zone)
+        .ok_or(InitError::NoPageblockMap { nid, zone })?;
     for piece in Memmap::<B>::section_pieces(range) {
-        let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+        let pages = memmap
+            .pages_mut(piece)
+            .ok_or_else(|| unbacked(piece.start))?;
         init_pages(pages, piece.start, zone, nid);
     }
     pb.mark_movable(range);
@@ -244,12 +276,17 @@ pub fn init_pages(pages: &mut [StructPage], start_pfn: Pfn, zone: ZoneType, nid:
 }
 
 /// `init_unavailable_range()` for every gap, section pieces present only.
-fn init_holes<B: MemmapBacking>(memmap: &mut Memmap<B>, layout: &ZoneLayout) -> Result<u64, InitError> {
+fn init_holes<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    layout: &ZoneLayout,
+) -> Result<u64, InitError> {
     let mut n = 0;
     for u in layout.unavailable_ranges() {
         for present in layout.present_section_pieces(u.pfns) {
             for piece in Memmap::<B>::section_pieces(present) {
-                let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+                let pages = memmap
+                    .pages_mut(piece)
+                    .ok_or_else(|| unbacked(piece.start))?;
                 for (pfn, page) in (piece.start..).zip(pages.iter_mut()) {
                     page.init_single_page(pfn, u.zone, u.nid);
                     page.set_reserved();
@@ -273,7 +310,9 @@ pub fn mark_reserved_pages<B: MemmapBacking>(
     let mut n = 0;
     for rsv in mb.reserved_mem_ranges(range) {
         for piece in Memmap::<B>::section_pieces(rsv) {
-            let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
+            let pages = memmap
+                .pages_mut(piece)
+                .ok_or_else(|| unbacked(piece.start))?;
             pages.iter_mut().for_each(StructPage::set_reserved);
             n += piece.nr_pages();
         }
@@ -290,14 +329,22 @@ fn init_per_pfn<B: MemmapBacking>(
 ) -> Result<u64, InitError> {
     let mut n = 0;
     for z in layout.zones().iter().filter(|z| z.is_populated()) {
-        let pb = pageblocks.get(z.nid, z.zone).ok_or(InitError::NoPageblockMap { nid: z.nid, zone: z.zone })?;
+        let pb = pageblocks
+            .get(z.nid, z.zone)
+            .ok_or(InitError::NoPageblockMap {
+                nid: z.nid,
+                zone: z.zone,
+            })?;
         for pfn in z.span.start..z.span.end {
             // early_pfn_valid() + early_pfn_in_nid(): one binary search
             // answers both.
             if mb.pfn_to_nid(pfn) != Some(z.nid) {
                 continue;
             }
-            memmap.page_mut(pfn).ok_or_else(|| unbacked(pfn))?.init_single_page(pfn, z.zone, z.nid);
+            memmap
+                .page_mut(pfn)
+                .ok_or_else(|| unbacked(pfn))?
+                .init_single_page(pfn, z.zone, z.nid);
             if pfn % PAGEBLOCK_NR_PAGES == 0 {
                 pb.set_migratetype(pfn, crate::pageblock::MigrateType::Movable);
             }
@@ -324,13 +371,15 @@ pub fn init_memmap<B: MemmapBacking>(
         }
         Strategy::Regions => {
             for piece in region_pieces(mb, layout) {
-                out.stats.eager_pages += init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+                out.stats.eager_pages +=
+                    init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
             }
         }
         Strategy::Deferred => {
             let plan = plan_deferred(mb, layout);
             for piece in &plan.eager {
-                out.stats.eager_pages += init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+                out.stats.eager_pages +=
+                    init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
             }
             out.stats.deferred_pages = plan.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
             out.deferred = plan.deferred;
@@ -340,7 +389,8 @@ pub fn init_memmap<B: MemmapBacking>(
     // Reserved marking over everything, minus what was deferred.
     let mut cursor = 0;
     for d in &out.deferred {
-        out.stats.reserved_pages += mark_reserved_pages(memmap, mb, PfnRange::new(cursor, d.pfns.start))?;
+        out.stats.reserved_pages +=
+            mark_reserved_pages(memmap, mb, PfnRange::new(cursor, d.pfns.start))?;
         cursor = d.pfns.end;
     }
     out.stats.reserved_pages += mark_reserved_pages(memmap, mb, PfnRange::new(cursor, Pfn::MAX))?;
@@ -349,12 +399,20 @@ pub fn init_memmap<B: MemmapBacking>(
 
 /// The floor: one 64-byte store per present page, nothing else. Returns the
 /// number of pages written.
-pub fn touch_present_pages<B: MemmapBacking>(memmap: &mut Memmap<B>, mb: &Memblock) -> Result<u64, InitError> {
+pub fn touch_present_pages<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+) -> Result<u64, InitError> {
     let mut n = 0;
     for (range, nid) in mb.mem_pfn_ranges(None) {
         for piece in Memmap::<B>::section_pieces(range) {
-            let pages = memmap.pages_mut(piece).ok_or_else(|| unbacked(piece.start))?;
-            let template = StructPage { flags: u64::from(nid) ^ piece.start, ..StructPage::ZERO };
+            let pages = memmap
+                .pages_mut(piece)
+                .ok_or_else(|| unbacked(piece.start))?;
+            let template = StructPage {
+                flags: u64::from(nid) ^ piece.start,
+                ..StructPage::ZERO
+            };
             pages.fill(template);
             n += piece.nr_pages();
         }
@@ -368,7 +426,6 @@ pub fn sections_to_back(layout: &ZoneLayout) -> impl Iterator<Item = u64> + '_ {
         .present_section_ranges()
         .iter()
         .flat_map(|r| pfn_to_section_nr(r.start)..pfn_to_section_nr(r.end))
-        .inspect(|nr| debug_assert!(section_nr_to_pfn(*nr) < u64::MAX))
 }
 
 #[cfg(test)]
@@ -377,6 +434,7 @@ mod tests {
     use crate::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
     use crate::memblock::MemblockConfig;
     use crate::pageblock::MigrateType;
+    use crate::section_nr_to_pfn;
     use crate::store::VecBacking;
 
     const MIB: u64 = 1 << 20;
@@ -394,8 +452,14 @@ mod tests {
             MemblockConfig::default(),
         )
         .unwrap();
-        mb.apply_affinity([NodeAffinity::new(0, 4096 * MIB, 0), NodeAffinity::new(4096 * MIB, 1024 * MIB, 1)], &mut rep)
-            .unwrap();
+        mb.apply_affinity(
+            [
+                NodeAffinity::new(0, 4096 * MIB, 0),
+                NodeAffinity::new(4096 * MIB, 1024 * MIB, 1),
+            ],
+            &mut rep,
+        )
+        .unwrap();
         mb.reserve(4200 * MIB, 2 * MIB).unwrap();
         mb
     }
@@ -412,7 +476,10 @@ mod tests {
     fn strategy_parses() {
         assert_eq!("perpfn".parse(), Ok(Strategy::PerPfn));
         assert_eq!(" Regions ".parse(), Ok(Strategy::Regions));
-        assert_eq!("deferred".parse::<Strategy>().unwrap().to_string(), "deferred");
+        assert_eq!(
+            "deferred".parse::<Strategy>().unwrap().to_string(),
+            "deferred"
+        );
         let err = "fast".parse::<Strategy>().unwrap_err();
         assert!(err.to_string().contains("perpfn, regions, deferred"));
     }
@@ -426,7 +493,10 @@ mod tests {
         assert_eq!(out.stats.reserved_pages, 256 + 512);
         // Gaps: pfn 0, [0x9f, 0x100), [256 MiB, end of section 1) is none
         // (256 MiB is section aligned), [4396 MiB, 4500 MiB), [4600 MiB, 4608 MiB).
-        assert_eq!(out.stats.hole_pages, 1 + 0x61 + (104 * MIB >> 12) + (8 * MIB >> 12));
+        assert_eq!(
+            out.stats.hole_pages,
+            1 + 0x61 + (104 * MIB >> 12) + (8 * MIB >> 12)
+        );
         let p = mm.page(0).unwrap();
         assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount == 1);
         let p = mm.page((8 * MIB) >> 12).unwrap();
@@ -435,10 +505,17 @@ mod tests {
         assert!(mm.page(pfn).unwrap().links_match(pfn, ZoneType::Dma32, 0));
         assert!(!mm.page(pfn).unwrap().is_reserved());
         let pfn = (4200 * MIB) >> 12;
-        assert!(mm.page(pfn).unwrap().links_match(pfn, ZoneType::Normal, 1) && mm.page(pfn).unwrap().is_reserved());
+        assert!(
+            mm.page(pfn).unwrap().links_match(pfn, ZoneType::Normal, 1)
+                && mm.page(pfn).unwrap().is_reserved()
+        );
         let pb1 = pb.get(1, ZoneType::Normal).unwrap();
         assert_eq!(pb1.get_migratetype(pfn), Some(MigrateType::Movable));
-        assert_eq!(pb1.get_migratetype((4400 * MIB) >> 12), Some(MigrateType::Unmovable), "hole pageblock");
+        assert_eq!(
+            pb1.get_migratetype((4400 * MIB) >> 12),
+            Some(MigrateType::Unmovable),
+            "hole pageblock"
+        );
     }
 
     #[test]
@@ -447,12 +524,32 @@ mod tests {
         let (mm, out, _) = run(Strategy::Deferred, &mb);
         // Node 1: Normal from 4096 MiB: 32768 pages reach 4224 MiB, which is
         // section aligned, so deferral starts there.
-        let d: Vec<_> = out.deferred.iter().map(|d| (d.nid, d.zone, d.pfns.start << 12 >> 20, d.pfns.end << 12 >> 20)).collect();
-        assert_eq!(d, [(1, ZoneType::Normal, 4224, 4396), (1, ZoneType::Normal, 4500, 4600)]);
+        let d: Vec<_> = out
+            .deferred
+            .iter()
+            .map(|d| {
+                (
+                    d.nid,
+                    d.zone,
+                    d.pfns.start << 12 >> 20,
+                    d.pfns.end << 12 >> 20,
+                )
+            })
+            .collect();
+        assert_eq!(
+            d,
+            [
+                (1, ZoneType::Normal, 4224, 4396),
+                (1, ZoneType::Normal, 4500, 4600)
+            ]
+        );
         // Node 0's DMA32 [16, 256) MiB never reaches a section boundary after
         // 32768 initialised pages (128 MiB has only 28672 before it): no deferral.
         assert_eq!(first_deferred_pfn(&mb, &ZoneLayout::new(&mb), 0), None);
-        assert_eq!(out.stats.eager_pages + out.stats.deferred_pages, mb.memory().total_pages());
+        assert_eq!(
+            out.stats.eager_pages + out.stats.deferred_pages,
+            mb.memory().total_pages()
+        );
         // Reserved [4200, 4202) MiB is eager: marked; the deferred part is untouched.
         assert_eq!(out.stats.reserved_pages, 256 + 512);
         assert_eq!(*mm.page((4300 * MIB) >> 12).unwrap(), StructPage::ZERO);
@@ -473,7 +570,18 @@ mod tests {
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 // lru self-links differ between stores: compare offsets.
                 assert_eq!(x.lru.next - x.lru_addr(), y.lru.next - y.lru_addr());
-                assert_eq!(StructPage { lru: Default::default(), ..*x }, StructPage { lru: Default::default(), ..*y }, "pfn {}", r.start + i as u64);
+                assert_eq!(
+                    StructPage {
+                        lru: Default::default(),
+                        ..*x
+                    },
+                    StructPage {
+                        lru: Default::default(),
+                        ..*y
+                    },
+                    "pfn {}",
+                    r.start + i as u64
+                );
             }
         }
         for ((_, _, a), (_, _, b)) in pb_r.iter().zip(pb_d.iter()) {
@@ -500,6 +608,9 @@ mod tests {
         let mb = two_node_map();
         let layout = ZoneLayout::new(&mb);
         let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
-        assert_eq!(touch_present_pages(&mut mm, &mb).unwrap(), mb.memory().total_pages());
+        assert_eq!(
+            touch_present_pages(&mut mm, &mb).unwrap(),
+            mb.memory().total_pages()
+        );
     }
 }

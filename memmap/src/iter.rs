@@ -67,7 +67,11 @@ impl Iterator for FreeRanges<'_> {
                 self.mem_idx += 1;
                 continue;
             }
-            while self.reserved.get(self.rsv_idx).is_some_and(|r| r.pfns().end <= start) {
+            while self
+                .reserved
+                .get(self.rsv_idx)
+                .is_some_and(|r| r.pfns().end <= start)
+            {
                 self.rsv_idx += 1;
             }
             let out = match self.reserved.get(self.rsv_idx).map(|r| r.pfns()) {
@@ -212,7 +216,9 @@ impl ValidPfnCursor<'_> {
             if pfn >= pfns.end {
                 continue;
             }
-            let prev_end = probe.checked_sub(1).map_or(0, |p| self.regions[p].pfns().end);
+            let prev_end = probe
+                .checked_sub(1)
+                .map_or(0, |p| self.regions[p].pfns().end);
             if pfn < prev_end {
                 // An earlier region may hold `pfn`: do not skip it.
                 break;
@@ -254,13 +260,22 @@ mod tests {
         mb.reserve(39 << 12, 1 << 12).unwrap();
         let mem: Vec<_> = mb.mem_pfn_ranges(None).collect();
         assert_eq!(mem, [(PfnRange::new(1, 10), 0), (PfnRange::new(20, 40), 1)]);
-        let free: Vec<_> = mb.free_ranges(None).map(|(r, _)| (r.start, r.end)).collect();
+        let free: Vec<_> = mb
+            .free_ranges(None)
+            .map(|(r, _)| (r.start, r.end))
+            .collect();
         assert_eq!(free, [(2, 5), (6, 9), (21, 39)]);
         let free1: Vec<_> = mb.free_ranges(Some(1)).collect();
         assert_eq!(free1, [(PfnRange::new(21, 39), 1)]);
-        let rsv: Vec<_> = mb.reserved_mem_ranges(PfnRange::new(0, 100)).map(|r| (r.start, r.end)).collect();
+        let rsv: Vec<_> = mb
+            .reserved_mem_ranges(PfnRange::new(0, 100))
+            .map(|r| (r.start, r.end))
+            .collect();
         assert_eq!(rsv, [(1, 2), (5, 6), (9, 10), (20, 21), (39, 40)]);
-        let rsv: Vec<_> = mb.reserved_mem_ranges(PfnRange::new(5, 21)).map(|r| (r.start, r.end)).collect();
+        let rsv: Vec<_> = mb
+            .reserved_mem_ranges(PfnRange::new(5, 21))
+            .map(|r| (r.start, r.end))
+            .collect();
         assert_eq!(rsv, [(5, 6), (9, 10), (20, 21)]);
     }
 

@@ -12,8 +12,16 @@
 
 extern crate alloc;
 
+pub mod firmware;
+pub mod init;
+pub mod iter;
+pub mod memblock;
+pub mod memory_block;
 pub mod page;
+pub mod pageblock;
+pub mod sections;
 pub mod store;
+pub mod zones;
 
 /// log2 of the page size (4 KiB), as Linux's `PAGE_SHIFT` on x86_64.
 pub const PAGE_SHIFT: u32 = 12;

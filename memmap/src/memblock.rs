@@ -120,7 +120,11 @@ pub enum MemblockError {
     /// The firmware map contained no whole page of usable RAM.
     NoUsableMemory,
     /// A range ends past the CPU's physical address width.
-    BeyondPhysAddrWidth { base: u64, size: u64, phys_addr_bits: u32 },
+    BeyondPhysAddrWidth {
+        base: u64,
+        size: u64,
+        phys_addr_bits: u32,
+    },
     /// `base + size` overflows 64 bits.
     RangeOverflow { base: u64, size: u64 },
     /// A node id the struct-page flags cannot encode.
@@ -137,7 +141,11 @@ pub enum MemblockError {
     /// An allocation of zero bytes.
     ZeroSize,
     /// No free memory fits the allocation on any node.
-    AllocFailed { size: u64, align: u64, nid: Option<NodeId> },
+    AllocFailed {
+        size: u64,
+        align: u64,
+        nid: Option<NodeId>,
+    },
 }
 
 impl fmt::Display for MemblockError {
@@ -284,7 +292,12 @@ impl RegionTable {
     /// Replace `regions[first..last]` by `window` (sorted, disjoint), merging
     /// with the untouched neighbours; fails without writing when the result
     /// would exceed the cap.
-    fn splice(&mut self, first: usize, last: usize, window: Vec<MemblockRegion>) -> Result<(), MemblockError> {
+    fn splice(
+        &mut self,
+        first: usize,
+        last: usize,
+        window: Vec<MemblockRegion>,
+    ) -> Result<(), MemblockError> {
         let lo = first.saturating_sub(1);
         let hi = (last + 1).min(self.regions.len());
         let mut merged: Vec<MemblockRegion> = Vec::new();
@@ -321,7 +334,13 @@ impl RegionTable {
 
     /// Add the parts of `[base, end)` not already in the table (existing
     /// regions keep their node and flags), as `memblock_add_range()` does.
-    fn insert(&mut self, base: u64, end: u64, nid: NodeId, flags: RegionFlags) -> Result<(), MemblockError> {
+    fn insert(
+        &mut self,
+        base: u64,
+        end: u64,
+        nid: NodeId,
+        flags: RegionFlags,
+    ) -> Result<(), MemblockError> {
         if base >= end {
             return Ok(());
         }
@@ -333,13 +352,23 @@ impl RegionTable {
         let mut cursor = base;
         for r in &self.regions[first..last] {
             if r.base > cursor {
-                window.push(MemblockRegion { base: cursor, size: r.base - cursor, nid, flags });
+                window.push(MemblockRegion {
+                    base: cursor,
+                    size: r.base - cursor,
+                    nid,
+                    flags,
+                });
             }
             window.push(*r);
             cursor = cursor.max(r.end());
         }
         if cursor < end {
-            window.push(MemblockRegion { base: cursor, size: end - cursor, nid, flags });
+            window.push(MemblockRegion {
+                base: cursor,
+                size: end - cursor,
+                nid,
+                flags,
+            });
         }
         self.splice(first, last, window)
     }
@@ -366,15 +395,26 @@ impl RegionTable {
             .map_err(|_| MemblockError::OutOfMemory { table: self.kind })?;
         for r in &self.regions[first..last] {
             if r.base < base {
-                window.push(MemblockRegion { size: base - r.base, ..*r });
+                window.push(MemblockRegion {
+                    size: base - r.base,
+                    ..*r
+                });
             }
             let in_base = r.base.max(base);
             let in_end = r.end().min(end);
-            if let Some(piece) = f(MemblockRegion { base: in_base, size: in_end - in_base, ..*r }) {
+            if let Some(piece) = f(MemblockRegion {
+                base: in_base,
+                size: in_end - in_base,
+                ..*r
+            }) {
                 window.push(piece);
             }
             if r.end() > end {
-                window.push(MemblockRegion { base: end, size: r.end() - end, ..*r });
+                window.push(MemblockRegion {
+                    base: end,
+                    size: r.end() - end,
+                    ..*r
+                });
             }
         }
         self.splice(first, last, window)
@@ -456,7 +496,9 @@ impl Memblock {
             }
             events
                 .try_reserve(2)
-                .map_err(|_| MemblockError::OutOfMemory { table: TableKind::Memory })?;
+                .map_err(|_| MemblockError::OutOfMemory {
+                    table: TableKind::Memory,
+                })?;
             let kind = entry.kind() as u8;
             events.push((start, kind, true));
             events.push((end, kind, false));
@@ -499,8 +541,12 @@ impl Memblock {
                     }
                 };
                 if worst.is_reserved_ram() {
-                    mb.reserved
-                        .insert(page_round_down(addr), page_round_up(next_addr), NUMA_NO_NODE, RegionFlags::NONE)?;
+                    mb.reserved.insert(
+                        page_round_down(addr),
+                        page_round_up(next_addr),
+                        NUMA_NO_NODE,
+                        RegionFlags::NONE,
+                    )?;
                 }
             } else {
                 mb.flush_ram_run(&mut ram_run, &mut report)?;
@@ -513,7 +559,11 @@ impl Memblock {
         Ok((mb, report))
     }
 
-    fn flush_ram_run(&mut self, run: &mut Option<(u64, u64)>, report: &mut FirmwareReport) -> Result<(), MemblockError> {
+    fn flush_ram_run(
+        &mut self,
+        run: &mut Option<(u64, u64)>,
+        report: &mut FirmwareReport,
+    ) -> Result<(), MemblockError> {
         if let Some((start, end)) = run.take() {
             let (base, top) = (page_round_up(start), page_round_down(end));
             if base < top {
@@ -544,7 +594,9 @@ impl Memblock {
             if start < end {
                 entries
                     .try_reserve(1)
-                    .map_err(|_| MemblockError::OutOfMemory { table: TableKind::Memory })?;
+                    .map_err(|_| MemblockError::OutOfMemory {
+                        table: TableKind::Memory,
+                    })?;
                 entries.push((start, end, a.nid));
             }
         }
@@ -570,7 +622,8 @@ impl Memblock {
                 covered += self.memory_bytes_in(start, end);
                 covered_to = end;
             }
-            self.memory.rewrite_inside(start, end, |r| Some(MemblockRegion { nid, ..r }))?;
+            self.memory
+                .rewrite_inside(start, end, |r| Some(MemblockRegion { nid, ..r }))?;
         }
         report.no_affinity_bytes = before - covered;
         Ok(())
@@ -614,19 +667,30 @@ impl Memblock {
     }
 
     /// [`add`](Self::add) with region flags.
-    pub fn add_with_flags(&mut self, base: u64, size: u64, nid: NodeId, flags: RegionFlags) -> Result<(), MemblockError> {
+    pub fn add_with_flags(
+        &mut self,
+        base: u64,
+        size: u64,
+        nid: NodeId,
+        flags: RegionFlags,
+    ) -> Result<(), MemblockError> {
         let end = self.checked_end(base, size)?;
         if nid >= MAX_NUMNODES {
             return Err(MemblockError::InvalidNode { nid });
         }
-        self.memory.insert(page_round_up(base), page_round_down(end), nid, flags)
+        self.memory
+            .insert(page_round_up(base), page_round_down(end), nid, flags)
     }
 
     /// `memblock_reserve(base, size)`, rounded outward to pages.
     pub fn reserve(&mut self, base: u64, size: u64) -> Result<(), MemblockError> {
         let end = self.checked_end(base, size)?;
-        self.reserved
-            .insert(page_round_down(base), page_round_up(end), NUMA_NO_NODE, RegionFlags::NONE)
+        self.reserved.insert(
+            page_round_down(base),
+            page_round_up(end),
+            NUMA_NO_NODE,
+            RegionFlags::NONE,
+        )
     }
 
     /// `memblock_remove(base, size)`: drop memory, rounded outward (any page
@@ -649,7 +713,12 @@ impl Memblock {
     /// range that fits, on `nid` first (when given) and then on any node;
     /// the result is reserved. `size` rounds up to pages and `align` to at
     /// least a page. Returns the physical address.
-    pub fn alloc(&mut self, size: u64, align: u64, nid: Option<NodeId>) -> Result<u64, MemblockError> {
+    pub fn alloc(
+        &mut self,
+        size: u64,
+        align: u64,
+        nid: Option<NodeId>,
+    ) -> Result<u64, MemblockError> {
         self.alloc_range(size, align, 0, self.phys_limit_bytes(), nid)
     }
 
@@ -681,7 +750,14 @@ impl Memblock {
 
     /// `memblock_find_in_range_node()` top-down: free ranges ascend, so the
     /// last fitting candidate is the highest.
-    fn find_top_down(&self, size: u64, align: u64, min_addr: u64, max_addr: u64, nid: Option<NodeId>) -> Option<u64> {
+    fn find_top_down(
+        &self,
+        size: u64,
+        align: u64,
+        min_addr: u64,
+        max_addr: u64,
+        nid: Option<NodeId>,
+    ) -> Option<u64> {
         let mut best = None;
         for (pfns, _) in self.free_ranges(nid) {
             let lo = (pfns.start << PAGE_SHIFT).max(min_addr);
@@ -765,7 +841,10 @@ mod tests {
             FirmwareEntry::new(0x200000, 0x200000, Bootloader),
         ]);
         // 0x9fc00 is unaligned: RAM rounds inward to 0x9f000.
-        assert_eq!(spans(mb.memory()), [(0, 0x9f000), (0x100000, 2 * GIB), (4 * GIB, 8 * GIB)]);
+        assert_eq!(
+            spans(mb.memory()),
+            [(0, 0x9f000), (0x100000, 2 * GIB), (4 * GIB, 8 * GIB)]
+        );
         assert_eq!(spans(mb.reserved()), [(0x200000, 0x400000)]);
         assert_eq!(report.unaligned_ram_bytes, 0xc00);
         assert_eq!(report.entries, 6);
@@ -782,14 +861,20 @@ mod tests {
             FirmwareEntry::new(24 * MIB, 0x800, Bootloader),
         ]);
         // The two halves of page 1 make a whole page together.
-        assert_eq!(spans(mb.memory()), [(0, 0x3000), (16 * MIB, 20 * MIB), (21 * MIB, 32 * MIB)]);
+        assert_eq!(
+            spans(mb.memory()),
+            [(0, 0x3000), (16 * MIB, 20 * MIB), (21 * MIB, 32 * MIB)]
+        );
         // Reserved RAM rounds outward.
         assert_eq!(spans(mb.reserved()), [(24 * MIB, 24 * MIB + 0x1000)]);
     }
 
     #[test]
     fn clipping_and_empty_input_are_reported() {
-        let cfg = MemblockConfig { phys_addr_bits: 36, ..Default::default() };
+        let cfg = MemblockConfig {
+            phys_addr_bits: 36,
+            ..Default::default()
+        };
         let (mb, report) = Memblock::from_firmware(
             [
                 FirmwareEntry::new(0, 0, Usable),
@@ -805,16 +890,32 @@ mod tests {
         let err = Memblock::from_firmware([FirmwareEntry::new(0, 0xfff, Usable)], cfg).unwrap_err();
         assert_eq!(err, MemblockError::NoUsableMemory);
         assert!(err.to_string().contains("no whole page"));
-        let err = Memblock::new(MemblockConfig { phys_addr_bits: 64, ..Default::default() }).unwrap_err();
+        let err = Memblock::new(MemblockConfig {
+            phys_addr_bits: 64,
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("64 bits"));
     }
 
     #[test]
     fn capacity_overflow_is_an_error_and_leaves_table_intact() {
-        let cfg = MemblockConfig { max_regions: 3, ..Default::default() };
-        let map: Vec<_> = (0..4).map(|i| FirmwareEntry::new(i * 2 * MIB, MIB, Usable)).collect();
+        let cfg = MemblockConfig {
+            max_regions: 3,
+            ..Default::default()
+        };
+        let map: Vec<_> = (0..4)
+            .map(|i| FirmwareEntry::new(i * 2 * MIB, MIB, Usable))
+            .collect();
         let err = Memblock::from_firmware(&map, cfg).unwrap_err();
-        assert!(matches!(err, MemblockError::TooManyRegions { table: TableKind::Memory, needed: 4, max_regions: 3 }));
+        assert!(matches!(
+            err,
+            MemblockError::TooManyRegions {
+                table: TableKind::Memory,
+                needed: 4,
+                max_regions: 3
+            }
+        ));
         let (mut mb, _) = Memblock::from_firmware(&map[..3], cfg).unwrap();
         let before = spans(mb.memory());
         // Splitting the middle region would need a fourth.
@@ -841,37 +942,86 @@ mod tests {
         mb.free(0x5000, 0x1800).unwrap(); // inward: only page 5 freed
         assert_eq!(spans(mb.reserved()), [(0x6000, 0x7000)]);
         assert!(mb.is_region_reserved(0x6fff, 1));
-        assert!(matches!(mb.add(0, 1 << 47, 0), Err(MemblockError::BeyondPhysAddrWidth { .. })));
-        assert!(matches!(mb.reserve(u64::MAX, 2), Err(MemblockError::RangeOverflow { .. })));
-        assert!(matches!(mb.add(0, 0x1000, 64), Err(MemblockError::InvalidNode { nid: 64 })));
+        assert!(matches!(
+            mb.add(0, 1 << 47, 0),
+            Err(MemblockError::BeyondPhysAddrWidth { .. })
+        ));
+        assert!(matches!(
+            mb.reserve(u64::MAX, 2),
+            Err(MemblockError::RangeOverflow { .. })
+        ));
+        assert!(matches!(
+            mb.add(0, 0x1000, 64),
+            Err(MemblockError::InvalidNode { nid: 64 })
+        ));
     }
 
     #[test]
     fn affinity_splits_at_node_boundaries() {
         let (mut mb, mut report) = build(&[FirmwareEntry::new(0, 8 * GIB, Usable)]);
         mb.apply_affinity(
-            [NodeAffinity::new(4 * GIB, 2 * GIB, 1), NodeAffinity::new(0, 4 * GIB, 0), NodeAffinity::new(6 * GIB, GIB, 2)],
+            [
+                NodeAffinity::new(4 * GIB, 2 * GIB, 1),
+                NodeAffinity::new(0, 4 * GIB, 0),
+                NodeAffinity::new(6 * GIB, GIB, 2),
+            ],
             &mut report,
         )
         .unwrap();
-        let got: Vec<_> = mb.memory().regions().iter().map(|r| (r.base, r.end(), r.nid)).collect();
-        assert_eq!(got, [(0, 6 * GIB - 2 * GIB, 0), (4 * GIB, 6 * GIB, 1), (6 * GIB, 7 * GIB, 2), (7 * GIB, 8 * GIB, 0)]);
+        let got: Vec<_> = mb
+            .memory()
+            .regions()
+            .iter()
+            .map(|r| (r.base, r.end(), r.nid))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 6 * GIB - 2 * GIB, 0),
+                (4 * GIB, 6 * GIB, 1),
+                (6 * GIB, 7 * GIB, 2),
+                (7 * GIB, 8 * GIB, 0)
+            ]
+        );
         assert_eq!(report.no_affinity_bytes, GIB);
         assert_eq!(mb.node_span(0), Some(PfnRange::new(0, (8 * GIB) >> 12)));
         let err = mb
-            .apply_affinity([NodeAffinity::new(0, 2 * GIB, 0), NodeAffinity::new(GIB, 2 * GIB, 1)], &mut report)
+            .apply_affinity(
+                [
+                    NodeAffinity::new(0, 2 * GIB, 0),
+                    NodeAffinity::new(GIB, 2 * GIB, 1),
+                ],
+                &mut report,
+            )
             .unwrap_err();
-        assert!(matches!(err, MemblockError::AffinityOverlap { first_nid: 0, second_nid: 1, .. }));
+        assert!(matches!(
+            err,
+            MemblockError::AffinityOverlap {
+                first_nid: 0,
+                second_nid: 1,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn alloc_prefers_node_then_falls_back_top_down() {
         let (mut mb, mut report) = build(&[FirmwareEntry::new(0, 4 * GIB, Usable)]);
-        mb.apply_affinity([NodeAffinity::new(0, 2 * GIB, 0), NodeAffinity::new(2 * GIB, 2 * GIB, 1)], &mut report)
-            .unwrap();
+        mb.apply_affinity(
+            [
+                NodeAffinity::new(0, 2 * GIB, 0),
+                NodeAffinity::new(2 * GIB, 2 * GIB, 1),
+            ],
+            &mut report,
+        )
+        .unwrap();
         mb.reserve(2 * GIB - 0x1000, 0x1000).unwrap();
         let a = mb.alloc(2 * MIB, 2 * MIB, Some(0)).unwrap();
-        assert_eq!(a, 2 * GIB - 2 * MIB - 2 * MIB, "highest 2 MiB-aligned fit below the reserved page");
+        assert_eq!(
+            a,
+            2 * GIB - 2 * MIB - 2 * MIB,
+            "highest 2 MiB-aligned fit below the reserved page"
+        );
         let b = mb.alloc(100, 0, Some(1)).unwrap();
         assert_eq!(b, 4 * GIB - 0x1000);
         // Node 1 cannot hold 3 GiB, nor can any node: fails with a message.
@@ -883,6 +1033,9 @@ mod tests {
         let d = mb.alloc(GIB, 0, Some(1)).unwrap();
         assert!(d + GIB <= 2 * GIB);
         assert!(matches!(mb.alloc(0, 0, None), Err(MemblockError::ZeroSize)));
-        assert!(matches!(mb.alloc(1, 3, None), Err(MemblockError::BadAlign { align: 3 })));
+        assert!(matches!(
+            mb.alloc(1, 3, None),
+            Err(MemblockError::BadAlign { align: 3 })
+        ));
     }
 }

@@ -62,10 +62,17 @@ impl PageblockFlags {
     /// (`usemap_size()`).
     pub fn new(span: PfnRange) -> Self {
         let base_pfn = span.start & !(PAGEBLOCK_NR_PAGES - 1);
-        let nr_pageblocks = span.end.saturating_sub(base_pfn).div_ceil(PAGEBLOCK_NR_PAGES);
+        let nr_pageblocks = span
+            .end
+            .saturating_sub(base_pfn)
+            .div_ceil(PAGEBLOCK_NR_PAGES);
         let nr_words = nr_pageblocks.div_ceil(PAGEBLOCKS_PER_WORD) as usize;
         let words = (0..nr_words).map(|_| AtomicU64::new(0)).collect();
-        Self { base_pfn, nr_pageblocks, words }
+        Self {
+            base_pfn,
+            nr_pageblocks,
+            words,
+        }
     }
 
     pub fn nr_pageblocks(&self) -> u64 {
@@ -74,8 +81,12 @@ impl PageblockFlags {
 
     fn locate(&self, pfn: Pfn) -> Option<(usize, u32)> {
         let idx = pfn.checked_sub(self.base_pfn)? >> PAGEBLOCK_ORDER;
-        (idx < self.nr_pageblocks)
-            .then(|| ((idx / PAGEBLOCKS_PER_WORD) as usize, ((idx % PAGEBLOCKS_PER_WORD) as u32) * NR_PAGEBLOCK_BITS))
+        (idx < self.nr_pageblocks).then(|| {
+            (
+                (idx / PAGEBLOCKS_PER_WORD) as usize,
+                ((idx % PAGEBLOCKS_PER_WORD) as u32) * NR_PAGEBLOCK_BITS,
+            )
+        })
     }
 
     /// The 4 flag bits of `pfn`'s pageblock, `None` outside the zone.
@@ -98,7 +109,9 @@ impl PageblockFlags {
         let mask = MIGRATETYPE_MASK << shift;
         let value = (mt as u64) << shift;
         // The closure always returns Some, so fetch_update cannot fail.
-        let _ = self.words[word].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| Some((w & !mask) | value));
+        let _ = self.words[word].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+            Some((w & !mask) | value)
+        });
         true
     }
 
@@ -132,7 +145,10 @@ impl PageblockMaps {
         }
     }
     pub fn get(&self, nid: NodeId, zone: ZoneType) -> Option<&PageblockFlags> {
-        self.maps.iter().find(|(n, z, _)| *n == nid && *z == zone).map(|(_, _, m)| m)
+        self.maps
+            .iter()
+            .find(|(n, z, _)| *n == nid && *z == zone)
+            .map(|(_, _, m)| m)
     }
     pub fn iter(&self) -> impl Iterator<Item = (NodeId, ZoneType, &PageblockFlags)> {
         self.maps.iter().map(|(n, z, m)| (*n, *z, m))
@@ -156,7 +172,11 @@ mod tests {
         assert_eq!(pb.get_bits(512 * 17), Some(4));
         assert!(!pb.set_migratetype(512 * 41, MigrateType::Movable));
         assert_eq!(pb.mark_movable(PfnRange::new(1, 512 * 3 + 1)), 3);
-        assert_eq!(pb.get_migratetype(0), Some(MigrateType::Unmovable), "pageblock 0's first pfn is not in range");
+        assert_eq!(
+            pb.get_migratetype(0),
+            Some(MigrateType::Unmovable),
+            "pageblock 0's first pfn is not in range"
+        );
         assert_eq!(pb.get_migratetype(512), Some(MigrateType::Movable));
     }
 }

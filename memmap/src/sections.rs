@@ -76,7 +76,8 @@ pub fn present_section_ranges(mb: &Memblock) -> impl Iterator<Item = PfnRange> +
 /// Is section `section_nr` present? (binary search)
 pub fn section_present(mb: &Memblock, section_nr: u64) -> bool {
     let start = section_nr_to_pfn(section_nr);
-    mb.next_valid_pfn(start).is_some_and(|pfn| pfn < start + PAGES_PER_SECTION)
+    mb.next_valid_pfn(start)
+        .is_some_and(|pfn| pfn < start + PAGES_PER_SECTION)
 }
 
 /// The vmemmap window: where struct pages live in the kernel's address space.
@@ -97,7 +98,9 @@ impl Vmemmap {
     }
     /// Linux's default window.
     pub const fn linux_default() -> Self {
-        Self { base: VMEMMAP_START }
+        Self {
+            base: VMEMMAP_START,
+        }
     }
     pub const fn base(&self) -> u64 {
         self.base
@@ -139,7 +142,10 @@ impl VmemmapRange {
     }
     /// PFNs whose struct pages this range holds.
     pub fn pfns(&self) -> PfnRange {
-        PfnRange::new(section_nr_to_pfn(self.section_nrs.start), section_nr_to_pfn(self.section_nrs.end))
+        PfnRange::new(
+            section_nr_to_pfn(self.section_nrs.start),
+            section_nr_to_pfn(self.section_nrs.end),
+        )
     }
 }
 
@@ -180,15 +186,28 @@ mod tests {
         mb.add(MIB, 200 * MIB, 0).unwrap(); // sections 0, 1
         mb.add(250 * MIB, 10 * MIB, 1).unwrap(); // section 1 (node 0 owns it), 2
         mb.add(1024 * MIB, 128 * MIB, 1).unwrap(); // section 8
-        let secs: Vec<_> = present_sections(&mb).map(|s| (s.section_nr, s.nid)).collect();
+        let secs: Vec<_> = present_sections(&mb)
+            .map(|s| (s.section_nr, s.nid))
+            .collect();
         assert_eq!(secs, [(0, 0), (1, 0), (2, 1), (8, 1)]);
-        let ranges: Vec<_> = present_section_ranges(&mb).map(|r| (r.start, r.end)).collect();
-        assert_eq!(ranges, [(0, 3 * PAGES_PER_SECTION), (8 * PAGES_PER_SECTION, 9 * PAGES_PER_SECTION)]);
+        let ranges: Vec<_> = present_section_ranges(&mb)
+            .map(|r| (r.start, r.end))
+            .collect();
+        assert_eq!(
+            ranges,
+            [
+                (0, 3 * PAGES_PER_SECTION),
+                (8 * PAGES_PER_SECTION, 9 * PAGES_PER_SECTION)
+            ]
+        );
         assert!(section_present(&mb, 2) && !section_present(&mb, 3) && section_present(&mb, 8));
         let vm = Vmemmap::linux_default();
         let back = vmemmap_backing_ranges(&mb, &vm);
         assert_eq!(back.len(), 3);
-        assert_eq!((back[0].nid, back[0].section_nrs.clone(), back[0].bytes()), (0, 0..2, 4 * MIB));
+        assert_eq!(
+            (back[0].nid, back[0].section_nrs.clone(), back[0].bytes()),
+            (0, 0..2, 4 * MIB)
+        );
         assert_eq!((back[1].nid, back[1].section_nrs.clone()), (1, 2..3));
         assert_eq!(back[2].virt_start, VMEMMAP_START + 8 * 2 * MIB);
         let total: u64 = back.iter().map(|r| r.bytes()).sum();
@@ -199,7 +218,10 @@ mod tests {
     fn vmemmap_addresses() {
         let vm = Vmemmap::linux_default();
         assert_eq!(vm.page_addr(0), Some(VMEMMAP_START));
-        assert_eq!(vm.page_addr(0x10_0000), Some(VMEMMAP_START + 0x10_0000 * 64));
+        assert_eq!(
+            vm.page_addr(0x10_0000),
+            Some(VMEMMAP_START + 0x10_0000 * 64)
+        );
         assert_eq!(vm.pfn_of_addr(VMEMMAP_START + 64 * 77 + 63), Some(77));
         assert_eq!(vm.page_addr(u64::MAX / 2), None);
         assert!(Vmemmap::new(VMEMMAP_START + 4096).is_none());

@@ -140,7 +140,8 @@ impl VecBacking {
         let sections = nrs
             .into_iter()
             .map(|nr| {
-                let block: Vec<StructPage> = alloc::vec![StructPage::ZERO; PAGES_PER_SECTION as usize];
+                let block: Vec<StructPage> =
+                    alloc::vec![StructPage::ZERO; PAGES_PER_SECTION as usize];
                 let ptr = alloc::boxed::Box::into_raw(block.into_boxed_slice()) as *mut StructPage;
                 // SAFETY: Box::into_raw never returns null.
                 (nr, unsafe { NonNull::new_unchecked(ptr) })
@@ -171,7 +172,10 @@ impl VecBacking {
 // by `self`, one per section, never moved or freed before drop.
 unsafe impl MemmapBacking for VecBacking {
     fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
-        let i = self.sections.binary_search_by_key(&section_nr, |(nr, _)| *nr).ok()?;
+        let i = self
+            .sections
+            .binary_search_by_key(&section_nr, |(nr, _)| *nr)
+            .ok()?;
         Some(self.sections[i].1)
     }
 }
@@ -179,7 +183,8 @@ unsafe impl MemmapBacking for VecBacking {
 impl Drop for VecBacking {
     fn drop(&mut self) {
         for (_, ptr) in self.sections.drain(..) {
-            let slice = core::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), PAGES_PER_SECTION as usize);
+            let slice =
+                core::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), PAGES_PER_SECTION as usize);
             // SAFETY: created by Box::into_raw of a boxed slice of this length in `new`.
             drop(unsafe { alloc::boxed::Box::from_raw(slice) });
         }
@@ -198,13 +203,22 @@ mod tests {
         assert!(!mm.has_pfn(PAGES_PER_SECTION + 5));
         assert!(mm.page(PAGES_PER_SECTION).is_none());
         let pfn = 2 * PAGES_PER_SECTION + 9;
-        mm.page_mut(pfn).unwrap().init_single_page(pfn, ZoneType::Dma, 0);
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::Dma, 0);
         assert_eq!(mm.page(pfn).unwrap().refcount, 1);
         // Ranges crossing a section boundary are refused.
-        assert!(mm.pages(PfnRange::new(PAGES_PER_SECTION - 1, PAGES_PER_SECTION + 1)).is_none());
-        let pieces: Vec<_> = Memmap::<VecBacking>::section_pieces(PfnRange::new(10, 2 * PAGES_PER_SECTION + 3)).collect();
+        assert!(mm
+            .pages(PfnRange::new(PAGES_PER_SECTION - 1, PAGES_PER_SECTION + 1))
+            .is_none());
+        let pieces: Vec<_> =
+            Memmap::<VecBacking>::section_pieces(PfnRange::new(10, 2 * PAGES_PER_SECTION + 3))
+                .collect();
         assert_eq!(pieces.len(), 3);
         assert_eq!(pieces[0], PfnRange::new(10, PAGES_PER_SECTION));
-        assert_eq!(pieces[2], PfnRange::new(2 * PAGES_PER_SECTION, 2 * PAGES_PER_SECTION + 3));
+        assert_eq!(
+            pieces[2],
+            PfnRange::new(2 * PAGES_PER_SECTION, 2 * PAGES_PER_SECTION + 3)
+        );
     }
 }

@@ -96,17 +96,33 @@ impl ZoneLayout {
         let mut nodes = Vec::new();
         let mut zones = Vec::new();
         for nid in mb.node_ids() {
-            let Some(span) = mb.node_span(nid) else { continue };
-            let present_pages = mb.mem_pfn_ranges(Some(nid)).map(|(r, _)| r.nr_pages()).sum();
-            nodes.push(NodeInfo { nid, span, present_pages });
+            let Some(span) = mb.node_span(nid) else {
+                continue;
+            };
+            let present_pages = mb
+                .mem_pfn_ranges(Some(nid))
+                .map(|(r, _)| r.nr_pages())
+                .sum();
+            nodes.push(NodeInfo {
+                nid,
+                span,
+                present_pages,
+            });
             for zone in ZoneType::ALL {
-                let Some(zspan) = span.intersect(&zone.pfn_limit()) else { continue };
+                let Some(zspan) = span.intersect(&zone.pfn_limit()) else {
+                    continue;
+                };
                 let present_pages = mb
                     .mem_pfn_ranges(Some(nid))
                     .filter_map(|(r, _)| r.intersect(&zspan))
                     .map(|r| r.nr_pages())
                     .sum();
-                zones.push(ZoneInfo { nid, zone, span: zspan, present_pages });
+                zones.push(ZoneInfo {
+                    nid,
+                    zone,
+                    span: zspan,
+                    present_pages,
+                });
             }
         }
         let present_sections: Vec<PfnRange> = present_section_ranges(mb).collect();
@@ -128,10 +144,18 @@ impl ZoneLayout {
         let mut hole_pfn = 0;
         let mut last = None;
         for (range, nid) in mb.mem_pfn_ranges(None) {
-            for z in self.zones.iter().filter(|z| z.nid == nid && z.is_populated()) {
+            for z in self
+                .zones
+                .iter()
+                .filter(|z| z.nid == nid && z.is_populated())
+            {
                 if let Some(piece) = range.intersect(&z.span) {
                     if hole_pfn < piece.start {
-                        out.push(self.unavailable(nid, z.zone, PfnRange::new(hole_pfn, piece.start)));
+                        out.push(self.unavailable(
+                            nid,
+                            z.zone,
+                            PfnRange::new(hole_pfn, piece.start),
+                        ));
                     }
                     hole_pfn = piece.end;
                 }
@@ -148,13 +172,23 @@ impl ZoneLayout {
     }
 
     fn unavailable(&self, nid: NodeId, zone: ZoneType, pfns: PfnRange) -> UnavailableRange {
-        let nr_pages = self.present_section_pieces(pfns).map(|r| r.nr_pages()).sum();
-        UnavailableRange { nid, zone, pfns, nr_pages }
+        let nr_pages = self
+            .present_section_pieces(pfns)
+            .map(|r| r.nr_pages())
+            .sum();
+        UnavailableRange {
+            nid,
+            zone,
+            pfns,
+            nr_pages,
+        }
     }
 
     /// Parts of `range` inside present sections, ascending.
     pub fn present_section_pieces(&self, range: PfnRange) -> impl Iterator<Item = PfnRange> + '_ {
-        let first = self.present_sections.partition_point(|s| s.end <= range.start);
+        let first = self
+            .present_sections
+            .partition_point(|s| s.end <= range.start);
         self.present_sections[first..]
             .iter()
             .take_while(move |s| s.start < range.end)
@@ -215,13 +249,23 @@ impl ZoneLayout {
             writeln!(w, "  node {nid:>3}: {}", mem(r.start, r.end))?;
         }
         for node in &self.nodes {
-            writeln!(w, "Initmem setup node {} {}", node.nid, mem(node.span.start, node.span.end))?;
+            writeln!(
+                w,
+                "Initmem setup node {} {}",
+                node.nid,
+                mem(node.span.start, node.span.end)
+            )?;
             writeln!(w, "On node {} totalpages: {}", node.nid, node.present_pages)?;
             for z in self.node_zones(node.nid) {
                 let memmap = z.memmap_pages();
                 if z.present_pages >= memmap {
                     if memmap > 0 {
-                        writeln!(w, "  {} zone: {} pages used for memmap", z.zone.name(), memmap)?;
+                        writeln!(
+                            w,
+                            "  {} zone: {} pages used for memmap",
+                            z.zone.name(),
+                            memmap
+                        )?;
                     }
                 } else {
                     writeln!(
@@ -232,7 +276,12 @@ impl ZoneLayout {
                         z.present_pages
                     )?;
                 }
-                writeln!(w, "  {} zone: {} pages", z.zone.name(), z.present_pages - memmap.min(z.present_pages))?;
+                writeln!(
+                    w,
+                    "  {} zone: {} pages",
+                    z.zone.name(),
+                    z.present_pages - memmap.min(z.present_pages)
+                )?;
             }
         }
         for u in self.unavailable.iter().filter(|u| u.nr_pages > 0) {
@@ -253,7 +302,12 @@ struct MemRange(u64, u64);
 
 impl fmt::Display for MemRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[mem {:#018x}-{:#018x}]", self.0 << PAGE_SHIFT, (self.1 << PAGE_SHIFT) - 1)
+        write!(
+            f,
+            "[mem {:#018x}-{:#018x}]",
+            self.0 << PAGE_SHIFT,
+            (self.1 << PAGE_SHIFT) - 1
+        )
     }
 }
 
@@ -280,8 +334,14 @@ mod tests {
         )
         .unwrap();
         mb.reserve(0, 0x1000).unwrap();
-        mb.apply_affinity([NodeAffinity::new(0, 8 * GIB, 0), NodeAffinity::new(8 * GIB, 8 * GIB, 1)], &mut report)
-            .unwrap();
+        mb.apply_affinity(
+            [
+                NodeAffinity::new(0, 8 * GIB, 0),
+                NodeAffinity::new(8 * GIB, 8 * GIB, 1),
+            ],
+            &mut report,
+        )
+        .unwrap();
         mb
     }
 
@@ -296,14 +356,20 @@ mod tests {
         let dma32 = l.zone(0, ZoneType::Dma32).unwrap();
         assert_eq!(dma32.span, PfnRange::new(4096, (4 * GIB) >> 12));
         assert_eq!(dma32.absent_pages(), GIB >> 12);
-        assert_eq!(l.zone(1, ZoneType::Normal).unwrap().span, PfnRange::new((8 * GIB) >> 12, (16 * GIB) >> 12));
+        assert_eq!(
+            l.zone(1, ZoneType::Normal).unwrap().span,
+            PfnRange::new((8 * GIB) >> 12, (16 * GIB) >> 12)
+        );
         assert!(l.zone(1, ZoneType::Dma32).is_none());
         assert_eq!(l.highest_zone(0).unwrap().zone, ZoneType::Normal);
         // Gap [0x9f, 0x100) lies in present section 0 (a DMA zone hole); gap
         // [3 GiB, 4 GiB) lies in absent sections: no struct pages.
         let u = l.unavailable_ranges();
         assert_eq!(u.len(), 2);
-        assert_eq!((u[0].zone, u[0].pfns, u[0].nr_pages), (ZoneType::Dma, PfnRange::new(0x9f, 0x100), 0x61));
+        assert_eq!(
+            (u[0].zone, u[0].pfns, u[0].nr_pages),
+            (ZoneType::Dma, PfnRange::new(0x9f, 0x100), 0x61)
+        );
         assert_eq!((u[1].zone, u[1].nr_pages), (ZoneType::Normal, 0));
         assert_eq!(l.hole_pages(), 0x61);
     }
@@ -314,20 +380,46 @@ mod tests {
         let l = ZoneLayout::new(&mb);
         let mut s = String::new();
         l.write_report(&mb, &mut s).unwrap();
-        assert!(s.contains("  DMA      [mem 0x0000000000000000-0x0000000000ffffff]\n"), "{s}");
-        assert!(s.contains("  Normal   [mem 0x0000000100000000-0x00000003ffffffff]\n"), "{s}");
-        assert!(s.contains("  node   1: [mem 0x0000000200000000-0x00000003ffffffff]\n"), "{s}");
-        assert!(s.contains("On node 0, zone DMA: 97 pages in unavailable ranges\n"), "{s}");
+        assert!(
+            s.contains("  DMA      [mem 0x0000000000000000-0x0000000000ffffff]\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  Normal   [mem 0x0000000100000000-0x00000003ffffffff]\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  node   1: [mem 0x0000000200000000-0x00000003ffffffff]\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("On node 0, zone DMA: 97 pages in unavailable ranges\n"),
+            "{s}"
+        );
         // Node 1 Normal: 8 GiB present, memmap = 2097152 * 64 / 4096 pages.
-        assert!(s.contains("  Normal zone: 32768 pages used for memmap\n"), "{s}");
-        assert!(s.contains("Initmem setup node 1 [mem 0x0000000200000000-0x00000003ffffffff]\n"), "{s}");
+        assert!(
+            s.contains("  Normal zone: 32768 pages used for memmap\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("Initmem setup node 1 [mem 0x0000000200000000-0x00000003ffffffff]\n"),
+            "{s}"
+        );
     }
 
     #[test]
     fn memmap_pages_uses_present_when_span_is_mostly_holes() {
-        let z = ZoneInfo { nid: 0, zone: ZoneType::Normal, span: PfnRange::new(0, 1 << 20), present_pages: 1 << 10 };
+        let z = ZoneInfo {
+            nid: 0,
+            zone: ZoneType::Normal,
+            span: PfnRange::new(0, 1 << 20),
+            present_pages: 1 << 10,
+        };
         assert_eq!(z.memmap_pages(), 16);
-        let z = ZoneInfo { present_pages: (1 << 20) - 1, ..z };
+        let z = ZoneInfo {
+            present_pages: (1 << 20) - 1,
+            ..z
+        };
         assert_eq!(z.memmap_pages(), 1 << 14);
     }
 }

@@ -24,7 +24,10 @@ pub mod exit_code {
 }
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// A child process in its own process group, killed (whole group) on drop.
@@ -51,7 +54,11 @@ pub struct Run {
 /// Run `run-qemu.sh ARGS`, killing it (and QEMU) after `wall`.
 pub fn run_script(args: &[&str], wall: Duration) -> Run {
     let mut cmd = Command::new(repo_root().join("run-qemu.sh"));
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     let mut child = GroupChild(cmd.spawn().expect("spawn run-qemu.sh"));
     let mut out = child.0.stdout.take().unwrap();
     let mut err = child.0.stderr.take().unwrap();
@@ -86,7 +93,11 @@ pub fn run_script(args: &[&str], wall: Duration) -> Run {
         );
     }
     let exit_code = status.and_then(|s| s.code()).unwrap_or(-1);
-    Run { exit_code, stdout, stderr }
+    Run {
+        exit_code,
+        stdout,
+        stderr,
+    }
 }
 
 /// Build the kernel and images once per test process.
@@ -97,7 +108,10 @@ pub fn ensure_built() {
         if run.exit_code == 0 {
             Ok(())
         } else {
-            Err(format!("run-qemu.sh --build-only exited {}:\n{}\n{}", run.exit_code, run.stdout, run.stderr))
+            Err(format!(
+                "run-qemu.sh --build-only exited {}:\n{}\n{}",
+                run.exit_code, run.stdout, run.stderr
+            ))
         }
     });
     if let Err(e) = result {
@@ -125,24 +139,42 @@ pub struct Boot {
 
 impl Boot {
     pub fn summary(&self) -> &serde_json::Value {
-        self.summary.as_ref().unwrap_or_else(|| panic!("no memboot-summary line in:\n{}", self.describe()))
+        self.summary
+            .as_ref()
+            .unwrap_or_else(|| panic!("no memboot-summary line in:\n{}", self.describe()))
     }
     pub fn summary_u64(&self, key: &str) -> u64 {
-        self.summary()[key].as_u64().unwrap_or_else(|| panic!("summary key {key} missing or not a number:\n{}", self.describe()))
+        self.summary()[key].as_u64().unwrap_or_else(|| {
+            panic!(
+                "summary key {key} missing or not a number:\n{}",
+                self.describe()
+            )
+        })
     }
     pub fn summary_str(&self, key: &str) -> &str {
-        self.summary()[key].as_str().unwrap_or_else(|| panic!("summary key {key} missing or not a string:\n{}", self.describe()))
+        self.summary()[key].as_str().unwrap_or_else(|| {
+            panic!(
+                "summary key {key} missing or not a string:\n{}",
+                self.describe()
+            )
+        })
     }
     /// Messages (without timestamps) containing `needle`.
     pub fn messages_with<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.lines.iter().map(|(_, m)| m.as_str()).filter(move |m| m.contains(needle))
+        self.lines
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .filter(move |m| m.contains(needle))
     }
     pub fn has_message(&self, needle: &str) -> bool {
         self.messages_with(needle).next().is_some()
     }
     /// The whole run for assertion messages.
     pub fn describe(&self) -> String {
-        format!("exit code {}\n--- serial ---\n{}\n--- stderr ---\n{}", self.run.exit_code, self.run.stdout, self.run.stderr)
+        format!(
+            "exit code {}\n--- serial ---\n{}\n--- stderr ---\n{}",
+            self.run.exit_code, self.run.stdout, self.run.stderr
+        )
     }
 }
 
@@ -164,9 +196,12 @@ pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>
     for raw in stdout.lines() {
         let line = raw.trim_end_matches('\r');
         if let Some(json) = line.strip_prefix("memboot-summary: ") {
-            let value: serde_json::Value =
-                serde_json::from_str(json).unwrap_or_else(|e| panic!("summary line is not valid JSON ({e}): {json}"));
-            assert!(summary.replace(value).is_none(), "two memboot-summary lines");
+            let value: serde_json::Value = serde_json::from_str(json)
+                .unwrap_or_else(|e| panic!("summary line is not valid JSON ({e}): {json}"));
+            assert!(
+                summary.replace(value).is_none(),
+                "two memboot-summary lines"
+            );
         } else if let Some(stamped) = parse_stamped(line) {
             lines.push(stamped);
         }
@@ -185,7 +220,11 @@ pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
     }
     let run = run_script(&all, wall);
     let (lines, summary) = parse_log(&run.stdout);
-    Boot { run, lines, summary }
+    Boot {
+        run,
+        lines,
+        summary,
+    }
 }
 
 #[cfg(test)]
@@ -194,15 +233,22 @@ mod tests {
 
     #[test]
     fn parses_dmesg_stamps() {
-        assert_eq!(parse_stamped("[    0.033176] hello"), Some((33_176_000, "hello".into())));
-        assert_eq!(parse_stamped("[  123.000001] x y"), Some((123_000_001_000, "x y".into())));
+        assert_eq!(
+            parse_stamped("[    0.033176] hello"),
+            Some((33_176_000, "hello".into()))
+        );
+        assert_eq!(
+            parse_stamped("[  123.000001] x y"),
+            Some((123_000_001_000, "x y".into()))
+        );
         assert_eq!(parse_stamped("no stamp"), None);
         assert_eq!(parse_stamped("[ 1.5] short"), None);
     }
 
     #[test]
     fn parses_summary() {
-        let (lines, summary) = parse_log("[    0.000001] a\r\nmemboot-summary: {\"status\":\"ok\"}\n");
+        let (lines, summary) =
+            parse_log("[    0.000001] a\r\nmemboot-summary: {\"status\":\"ok\"}\n");
         assert_eq!(lines.len(), 1);
         assert_eq!(summary.unwrap()["status"], "ok");
     }

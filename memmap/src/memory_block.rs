@@ -1,0 +1,320 @@
+//! Memory blocks: the hotplug granularity behind
+//! `/sys/devices/system/memory/memoryN`, after drivers/base/memory.c and
+//! arch/x86/mm/init_64.c.
+//!
+//! [`probe_memory_block_size`] follows x86 `probe_memory_block_size()`:
+//! 128 MiB (`MIN_MEMORY_BLOCK_SIZE`) below 64 GiB of boot memory
+//! (`MEM_SIZE_FOR_LARGE_BLOCK`); otherwise the largest power of two up to
+//! 2 GiB (`MAX_BLOCK_SIZE`) that divides the end of boot memory (078eb6aa50dc),
+//! except that an end not even 128 MiB aligned gets 2 GiB rather than
+//! falling through to 128 MiB: that fall-through left a 2 TiB bare-metal
+//! server with 16,288 blocks and is what "x86/mm: use max memory block size
+//! on bare metal" fixed. (Linux ≥ 5.15 goes further and uses 2 GiB on all
+//! bare metal; memboot keeps the alignment rule so hypervisor-style
+//! aligned ends still get blocks that divide them.)
+//!
+//! [`MemoryBlocks`] registers one block per block-sized range containing a
+//! present section (`add_memory_block()` for each `for_each_present_section_nr`)
+//! and links it to every node with memory in it
+//! (`register_memory_block_under_node()`). Lookup by block id is O(1) through
+//! a dense index, what the xarray of 4fb6eabf1037 ("drivers/base/memory.c:
+//! cache memory blocks in xarray to accelerate lookup") gives Linux;
+//! [`MemoryBlocks::find_block_linear`] is the `bus_find_device()` linear
+//! search it replaced, kept only as a benchmark baseline.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::memblock::Memblock;
+use crate::sections::present_sections;
+use crate::{
+    pfn_to_section_nr, section_nr_to_pfn, NodeId, Pfn, PfnRange, PAGE_SHIFT, SECTION_SIZE_BITS,
+};
+
+/// `MIN_MEMORY_BLOCK_SIZE`: one section.
+pub const MIN_MEMORY_BLOCK_BYTES: u64 = 1 << SECTION_SIZE_BITS;
+/// x86 `MAX_BLOCK_SIZE`.
+pub const MAX_MEMORY_BLOCK_BYTES: u64 = 2 << 30;
+/// x86 `MEM_SIZE_FOR_LARGE_BLOCK`.
+pub const MEM_SIZE_FOR_LARGE_BLOCK_BYTES: u64 = 64 << 30;
+
+/// A probed block size, printable as Linux prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryBlockSize {
+    bytes: u64,
+}
+
+impl MemoryBlockSize {
+    /// A block size given explicitly (Linux `set_memory_block_size_order()`
+    /// / `memory_block_size=`): a power of two from 128 MiB to 2 GiB.
+    pub fn new(bytes: u64) -> Result<Self, BlockError> {
+        if bytes.is_power_of_two()
+            && (MIN_MEMORY_BLOCK_BYTES..=MAX_MEMORY_BLOCK_BYTES).contains(&bytes)
+        {
+            Ok(Self { bytes })
+        } else {
+            Err(BlockError::BadBlockSize { bytes })
+        }
+    }
+    pub const fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    pub const fn nr_pages(&self) -> u64 {
+        self.bytes >> PAGE_SHIFT
+    }
+    pub const fn sections_per_block(&self) -> u64 {
+        self.bytes >> SECTION_SIZE_BITS
+    }
+}
+
+impl fmt::Display for MemoryBlockSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "x86/mm: Memory block size: {}MB", self.bytes >> 20)
+    }
+}
+
+/// x86 `probe_memory_block_size()` for boot memory ending at byte
+/// `boot_mem_end` (`max_pfn << PAGE_SHIFT`).
+pub fn probe_memory_block_size(boot_mem_end: u64) -> MemoryBlockSize {
+    let bytes = if boot_mem_end < MEM_SIZE_FOR_LARGE_BLOCK_BYTES {
+        MIN_MEMORY_BLOCK_BYTES
+    } else if boot_mem_end % MIN_MEMORY_BLOCK_BYTES != 0 {
+        MAX_MEMORY_BLOCK_BYTES
+    } else {
+        let mut bz = MAX_MEMORY_BLOCK_BYTES;
+        while bz > MIN_MEMORY_BLOCK_BYTES && boot_mem_end % bz != 0 {
+            bz >>= 1;
+        }
+        bz
+    };
+    MemoryBlockSize { bytes }
+}
+
+/// Registry errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockError {
+    /// A block size that is not a power of two in 128 MiB..=2 GiB.
+    BadBlockSize { bytes: u64 },
+    /// More blocks than a `u32` index can name.
+    TooManyBlocks { max_block_id: u64 },
+}
+
+impl fmt::Display for BlockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BlockError::BadBlockSize { bytes } => write!(
+                f,
+                "memory block size {bytes:#x} is invalid; use a power of two from 128MB to 2048MB"
+            ),
+            BlockError::TooManyBlocks { max_block_id } => write!(
+                f,
+                "memory block id {max_block_id} is beyond the registry's u32 index; use a larger block size"
+            ),
+        }
+    }
+}
+
+/// Bitmask of node ids (64 nodes, as struct page flags allow).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NodeMask(pub u64);
+
+impl NodeMask {
+    pub fn set(&mut self, nid: NodeId) {
+        self.0 |= 1 << (nid % 64);
+    }
+    pub const fn contains(&self, nid: NodeId) -> bool {
+        nid < 64 && self.0 & (1 << nid) != 0
+    }
+    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (0..64).filter(|&n| self.contains(n))
+    }
+}
+
+/// One memory block device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryBlock {
+    /// `memoryN`'s N: `start_pfn / pages_per_block`.
+    pub id: u64,
+    pub pfns: PfnRange,
+    /// Present sections in the block.
+    pub nr_present_sections: u32,
+    /// Nodes with memory in the block (sysfs `nodeN/memoryM` links).
+    pub nids: NodeMask,
+}
+
+/// All memory blocks, with O(1) lookup by id.
+#[derive(Clone, Debug)]
+pub struct MemoryBlocks {
+    size: MemoryBlockSize,
+    blocks: Vec<MemoryBlock>,
+    /// `index[id]` = position in `blocks`, `u32::MAX` when absent.
+    index: Vec<u32>,
+}
+
+const NO_BLOCK: u32 = u32::MAX;
+
+impl MemoryBlocks {
+    /// Register blocks for every present section of `mb`
+    /// (`memory_dev_init()`), linked to their nodes.
+    pub fn new(mb: &Memblock, size: MemoryBlockSize) -> Result<Self, BlockError> {
+        let per_block = size.sections_per_block();
+        let mut blocks: Vec<MemoryBlock> = Vec::new();
+        for s in present_sections(mb) {
+            let id = s.section_nr / per_block;
+            match blocks.last_mut() {
+                Some(b) if b.id == id => b.nr_present_sections += 1,
+                _ => {
+                    let start = section_nr_to_pfn(id * per_block);
+                    blocks.push(MemoryBlock {
+                        id,
+                        pfns: PfnRange::new(start, start + size.nr_pages()),
+                        nr_present_sections: 1,
+                        nids: NodeMask::default(),
+                    });
+                }
+            }
+        }
+        // Node links from the memory regions themselves, so a block shared
+        // by two nodes links to both.
+        let mut i = 0;
+        for (range, nid) in mb.mem_pfn_ranges(None) {
+            while i < blocks.len() && blocks[i].pfns.end <= range.start {
+                i += 1;
+            }
+            let mut j = i;
+            while j < blocks.len() && blocks[j].pfns.start < range.end {
+                blocks[j].nids.set(nid);
+                j += 1;
+            }
+        }
+        let max_block_id = blocks.last().map_or(0, |b| b.id);
+        if max_block_id >= u64::from(NO_BLOCK) || blocks.len() >= NO_BLOCK as usize {
+            return Err(BlockError::TooManyBlocks { max_block_id });
+        }
+        let mut index = alloc::vec![NO_BLOCK; blocks.last().map_or(0, |b| b.id as usize + 1)];
+        for (pos, b) in blocks.iter().enumerate() {
+            index[b.id as usize] = pos as u32;
+        }
+        Ok(Self {
+            size,
+            blocks,
+            index,
+        })
+    }
+
+    pub fn block_size(&self) -> MemoryBlockSize {
+        self.size
+    }
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+    /// Blocks ascending by id.
+    pub fn blocks(&self) -> &[MemoryBlock] {
+        &self.blocks
+    }
+
+    /// `find_memory_block_by_id()`: O(1).
+    #[inline]
+    pub fn find_block(&self, id: u64) -> Option<&MemoryBlock> {
+        let pos = *self.index.get(usize::try_from(id).ok()?)?;
+        self.blocks.get(pos as usize)
+    }
+
+    /// The pre-4fb6eabf1037 linear search; a benchmark baseline only.
+    pub fn find_block_linear(&self, id: u64) -> Option<&MemoryBlock> {
+        self.blocks.iter().find(|b| b.id == id)
+    }
+
+    /// The block holding `pfn` (`pfn_to_block_id()` + lookup).
+    pub fn block_of_pfn(&self, pfn: Pfn) -> Option<&MemoryBlock> {
+        self.find_block(pfn_to_section_nr(pfn) / self.size.sections_per_block())
+    }
+
+    /// `(block id, nid)` for every block→node link.
+    pub fn node_links(&self) -> impl Iterator<Item = (u64, NodeId)> + '_ {
+        self.blocks
+            .iter()
+            .flat_map(|b| b.nids.iter().map(move |n| (b.id, n)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memblock::MemblockConfig;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn block_size_table() {
+        // (boot memory end, expected MiB)
+        let cases = [
+            (16 * GIB, 128),              // small: always 128 MiB
+            (64 * GIB - 128 * MIB, 128),  // just under 64 GiB
+            (64 * GIB, 2048),             // 2 GiB aligned
+            (65 * GIB, 1024),             // 1 GiB aligned only
+            (64 * GIB + 512 * MIB, 512),  // QEMU-style hotplug alignment
+            (64 * GIB + 128 * MIB, 128),  // aligned to 128 MiB only
+            (2048 * GIB - 4 * MIB, 2048), // 2 TiB, unaligned end: the bare-metal fix
+            (2048 * GIB, 2048),
+            (1024 * GIB + 3 * 4096, 2048), // 1 TiB unaligned
+        ];
+        for (end, mib) in cases {
+            assert_eq!(
+                probe_memory_block_size(end).bytes() >> 20,
+                mib,
+                "end {end:#x}"
+            );
+        }
+        assert_eq!(
+            probe_memory_block_size(2048 * GIB - 1).to_string(),
+            "x86/mm: Memory block size: 2048MB"
+        );
+        assert!(MemoryBlockSize::new(3 * 128 * MIB).is_err());
+        assert!(MemoryBlockSize::new(64 * MIB)
+            .unwrap_err()
+            .to_string()
+            .contains("power of two"));
+    }
+
+    #[test]
+    fn two_tib_at_128mib_is_16288_blocks() {
+        // A 2 TiB server: 2 GiB below 4 GiB plus [4 GiB, 2038 GiB) minus a
+        // few hundred MiB of firmware at the top, as in the bare-metal
+        // patch's 16,288 blocks; at 128 MiB every present section is a block.
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(0, 2 * GIB, 0).unwrap();
+        mb.add(4 * GIB, 2034 * GIB - 4 * MIB, 0).unwrap();
+        let end = mb.max_pfn().unwrap() << 12;
+        assert_eq!(probe_memory_block_size(end).bytes(), 2 * GIB);
+        let small = MemoryBlocks::new(&mb, MemoryBlockSize::new(128 * MIB).unwrap()).unwrap();
+        assert_eq!(small.len(), 16 + 16272);
+        assert_eq!(small.len(), 16288);
+        let big = MemoryBlocks::new(&mb, probe_memory_block_size(end)).unwrap();
+        assert_eq!(big.len(), 1 + 1017);
+        for id in [0, 15, 16, 31, 32, 16303, 16304, 99_999] {
+            assert_eq!(small.find_block(id), small.find_block_linear(id), "id {id}");
+        }
+        assert!(
+            small.find_block(16).is_none(),
+            "the 2..4 GiB hole has no blocks"
+        );
+        assert_eq!(small.block_of_pfn((4 * GIB) >> 12).unwrap().id, 32);
+    }
+
+    #[test]
+    fn blocks_link_to_every_node_with_memory() {
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(0, 100 * MIB, 0).unwrap();
+        mb.add(100 * MIB, 200 * MIB, 1).unwrap();
+        mb.add(GIB, 128 * MIB, 2).unwrap();
+        let blocks = MemoryBlocks::new(&mb, MemoryBlockSize::new(256 * MIB).unwrap()).unwrap();
+        let links: Vec<_> = blocks.node_links().collect();
+        assert_eq!(links, [(0, 0), (0, 1), (1, 1), (4, 2)]);
+        assert_eq!(blocks.find_block(1).unwrap().nr_present_sections, 1);
+    }
+}

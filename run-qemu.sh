@@ -3,7 +3,7 @@
 # to an exit code. See README.md ("Running", "Exit codes") for the details.
 #
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
-#                 [--timeout S] [--log FILE] [--print-cmd] [--build-only]
+#                 [--timeout S] [--log FILE] [--print-cmd] [--build-only|--no-build]
 #                 [-- KERNEL_OPTIONS...]
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
@@ -28,7 +28,7 @@ die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
 die_setup() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_SETUP"; }
 note() { echo "run-qemu.sh: $*" >&2; }
 
-mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 build_only=0
+mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 build_only=0 no_build=0
 kernel_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
         --log) [ $# -ge 2 ] || die_usage "--log needs a file"; log=$2; shift 2 ;;
         --print-cmd) print_cmd=1; shift ;;
         --build-only) build_only=1; shift ;;
+        --no-build) no_build=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -118,9 +119,13 @@ build() {
     exec 8>&-
 }
 
-ensure_rust
 ensure_qemu
-build
+if [ "$no_build" = 1 ]; then
+    [ -f "$image_dir/memboot-bios.img" ] || die_setup "--no-build: no image in $image_dir (run with --build-only first)"
+else
+    ensure_rust
+    build
+fi
 [ "$build_only" = 1 ] && { note "built $image_dir/memboot-bios.img and memboot-uefi.img"; exit "$EXIT_OK"; }
 
 # --- QEMU command line ----------------------------------------------------------

@@ -283,7 +283,7 @@ fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
 }
 
 /// ACPI: CPUs (MADT) and NUMA nodes (SRAT).
-fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) {
+fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) -> acpi::AcpiInfo {
     let Some(rsdp) = rsdp else {
         kprintln!("ACPI: the bootloader found no RSDP");
         fail("no_acpi");
@@ -309,6 +309,7 @@ fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) {
     FACTS.cpus.store(cpus, Ordering::Relaxed);
     let nodes = print_nodes(&info, regions);
     FACTS.nodes.store(nodes, Ordering::Relaxed);
+    info
 }
 
 fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
@@ -362,7 +363,9 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     };
     trigger_test_fault(opts.test_fault);
 
-    report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions);
+    let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions);
+    // --- SMP bring-up hook (kernel/src/smp.rs) ---
+    let _ = &acpi_info;
 
     kprintln!("boot complete");
     finish("ok", ExitCode::Success)

@@ -213,7 +213,10 @@ pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>
 pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
     ensure_built();
     let _guard = boot_lock();
-    let mut all: Vec<&str> = args.to_vec();
+    // Built once above: boots must all run the same image, even if the
+    // sources change while the tests run.
+    let mut all: Vec<&str> = vec!["--no-build"];
+    all.extend_from_slice(args);
     if !kernel_opts.is_empty() {
         all.push("--");
         all.extend_from_slice(kernel_opts);

@@ -316,13 +316,16 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     tsc::mark_entry();
     serial::init();
     interrupts::init();
-    let tsc_khz = tsc::calibrate();
+    let (tsc_khz, clean) = tsc::calibrate();
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
     kprintln!(
         "tsc: Detected {}.{:03} MHz TSC (PIT channel 2 calibration)",
         tsc_khz / 1000,
         tsc_khz % 1000
     );
+    if !clean {
+        kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
+    }
 
     let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
         kprintln!("bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it)");

@@ -3,8 +3,9 @@
 //! QEMU leaves CPUID leaves 0x15/0x16 empty, so the TSC frequency is measured
 //! the way Linux's `pit_calibrate_tsc` does: program channel 2 in mode 0 for
 //! a fixed count, gate it on through port 0x61 and count TSC cycles until
-//! OUT2 (port 0x61 bit 5) rises. Several rounds; the median wins, because a
-//! host preemption only ever makes one round longer.
+//! OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be descheduled by a
+//! busy host between two polls, which moves the edge we see; each round
+//! therefore keeps bounds on where the edge was, and the tightest round wins.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,7 +32,10 @@ pub fn mark_entry() {
     ENTRY_TSC.store(rdtsc(), Ordering::Relaxed);
 }
 
-fn pit_round() -> u64 {
+/// One PIT window as bounds on its length in TSC cycles: the count starts
+/// between the two TSC reads around the write that arms it, and ends between
+/// the last poll that saw OUT2 low and the first that saw it high.
+fn pit_round() -> (u64, u64) {
     let latch = PIT_HZ * ROUND_MS / 1000;
     let mut ctrl = Port::<u8>::new(0x61);
     let mut cmd = Port::<u8>::new(0x43);
@@ -43,25 +47,40 @@ fn pit_round() -> u64 {
         ctrl.write((v & !0x02) | 0x01); // gate on, speaker off
         cmd.write(0b1011_0000); // channel 2, lobyte/hibyte, mode 0, binary
         ch2.write((latch & 0xff) as u8);
-        ch2.write((latch >> 8) as u8);
-        let start = rdtsc();
-        while ctrl.read() & 0x20 == 0 {
-            core::hint::spin_loop();
+        let before_start = rdtsc();
+        ch2.write((latch >> 8) as u8); // counting starts with the high byte
+        let after_start = rdtsc();
+        let mut last_low = after_start;
+        loop {
+            let high = ctrl.read() & 0x20 != 0;
+            let now = rdtsc();
+            if high {
+                return (last_low - after_start, now - before_start);
+            }
+            last_low = now;
         }
-        rdtsc() - start
     }
 }
 
-/// Calibrate; returns TSC kHz.
-pub fn calibrate() -> u64 {
-    let mut rounds = [0u64; ROUNDS];
-    for r in rounds.iter_mut() {
-        *r = pit_round();
+/// Calibrate; returns TSC kHz and whether the measurement was tight.
+///
+/// Under TCG a busy host can deschedule the vCPU between two polls, so a
+/// round's edge is only known to lie between two reads. Of ROUNDS windows the
+/// one with the tightest bounds wins and its midpoint is used; "tight" means
+/// the bounds are within 0.1% of the window.
+pub fn calibrate() -> (u64, bool) {
+    let mut best = pit_round();
+    for _ in 1..ROUNDS {
+        let r = pit_round();
+        if r.1 - r.0 < best.1 - best.0 {
+            best = r;
+        }
     }
-    rounds.sort_unstable();
-    let khz = rounds[ROUNDS / 2] / ROUND_MS;
-    TSC_KHZ.store(khz.max(1), Ordering::Relaxed);
-    khz
+    let (lo, hi) = best;
+    let cycles = lo + (hi - lo) / 2;
+    let khz = (cycles / ROUND_MS).max(1);
+    TSC_KHZ.store(khz, Ordering::Relaxed);
+    (khz, (hi - lo) * 1000 <= cycles)
 }
 
 pub fn khz() -> u64 {

@@ -4,7 +4,10 @@
 //! per-PFN arrays, linear scans) so they share no code with the crate.
 
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
-use memmap::init::{init_memmap, init_pfn_range, mark_reserved_pages, plan_deferred, sections_to_back, Strategy as InitStrategy};
+use memmap::init::{
+    init_memmap, init_pfn_range, mark_reserved_pages, plan_deferred, sections_to_back,
+    Strategy as InitStrategy,
+};
 use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
 use memmap::memory_block::{probe_memory_block_size, MemoryBlockSize, MemoryBlocks};
 use memmap::page::StructPage;
@@ -32,9 +35,19 @@ fn arb_kind() -> impl Strategy<Value = RegionKind> {
 /// An entry in a `2^space_bits` address space: log-uniform length, page
 /// aligned or not, occasionally running to 2^64.
 fn arb_entry(space_bits: u32) -> impl Strategy<Value = FirmwareEntry> {
-    (0..(1u64 << space_bits), 0..=space_bits, any::<u64>(), arb_kind(), 0u8..10)
+    (
+        0..(1u64 << space_bits),
+        0..=space_bits,
+        any::<u64>(),
+        arb_kind(),
+        0u8..10,
+    )
         .prop_map(move |(start, len_bits, r, kind, shape)| {
-            let len = if len_bits == 0 { 0 } else { r % (1u64 << len_bits) };
+            let len = if len_bits == 0 {
+                0
+            } else {
+                r % (1u64 << len_bits)
+            };
             match shape {
                 0..=5 => FirmwareEntry::new(start & !(PAGE - 1), len & !(PAGE - 1), kind),
                 6..=8 => FirmwareEntry::new(start, len, kind),
@@ -45,21 +58,30 @@ fn arb_entry(space_bits: u32) -> impl Strategy<Value = FirmwareEntry> {
 
 /// Node affinity: cut the space at random points, node per piece, ~10% gaps.
 fn arb_affinity(space_bits: u32) -> impl Strategy<Value = Vec<NodeAffinity>> {
-    (vec(0..(1u64 << space_bits), 0..8), vec(0u8..10, 9), 1u32..=8).prop_map(move |(mut cuts, gaps, nr_nodes)| {
-        cuts.push(0);
-        cuts.push(1u64 << space_bits);
-        cuts.sort_unstable();
-        cuts.dedup();
-        cuts.windows(2)
-            .enumerate()
-            .filter(|(i, _)| gaps[*i] != 0)
-            .map(|(i, w)| NodeAffinity::new(w[0], w[1] - w[0], i as u32 % nr_nodes))
-            .collect()
-    })
+    (
+        vec(0..(1u64 << space_bits), 0..8),
+        vec(0u8..10, 9),
+        1u32..=8,
+    )
+        .prop_map(move |(mut cuts, gaps, nr_nodes)| {
+            cuts.push(0);
+            cuts.push(1u64 << space_bits);
+            cuts.sort_unstable();
+            cuts.dedup();
+            cuts.windows(2)
+                .enumerate()
+                .filter(|(i, _)| gaps[*i] != 0)
+                .map(|(i, w)| NodeAffinity::new(w[0], w[1] - w[0], i as u32 % nr_nodes))
+                .collect()
+        })
 }
 
 /// (phys bits, entries, affinity) over up to 2^max_bits bytes.
-fn arb_map(min_bits: u32, max_bits: u32, max_entries: usize) -> impl Strategy<Value = (u32, Vec<FirmwareEntry>, Vec<NodeAffinity>)> {
+fn arb_map(
+    min_bits: u32,
+    max_bits: u32,
+    max_entries: usize,
+) -> impl Strategy<Value = (u32, Vec<FirmwareEntry>, Vec<NodeAffinity>)> {
     (min_bits..=max_bits).prop_flat_map(move |bits| {
         (
             prop_oneof![Just(46u32), (bits.max(32)..=46)],
@@ -71,12 +93,21 @@ fn arb_map(min_bits: u32, max_bits: u32, max_entries: usize) -> impl Strategy<Va
 
 /// Naive reference: worst kind per elementary interval, RAM runs rounded
 /// inward, in-use RAM rounded outward (then unioned).
-fn reference_tables(entries: &[FirmwareEntry], phys_bits: u32) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+fn reference_tables(
+    entries: &[FirmwareEntry],
+    phys_bits: u32,
+) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
     let limit = 1u64 << phys_bits;
     let clipped: Vec<(u64, u64, RegionKind)> = entries
         .iter()
         .filter(|e| e.len_bytes > 0)
-        .map(|e| (e.start, e.start.saturating_add(e.len_bytes).min(limit), e.kind))
+        .map(|e| {
+            (
+                e.start,
+                e.start.saturating_add(e.len_bytes).min(limit),
+                e.kind,
+            )
+        })
         .filter(|(s, e, _)| s < e)
         .collect();
     let mut points: Vec<u64> = clipped.iter().flat_map(|(s, e, _)| [*s, *e]).collect();
@@ -86,7 +117,11 @@ fn reference_tables(entries: &[FirmwareEntry], phys_bits: u32) -> (Vec<(u64, u64
     let mut rsv: Vec<(u64, u64)> = Vec::new();
     for w in points.windows(2) {
         let (a, b) = (w[0], w[1]);
-        let worst = clipped.iter().filter(|(s, e, _)| *s <= a && b <= *e).map(|(_, _, k)| *k).max();
+        let worst = clipped
+            .iter()
+            .filter(|(s, e, _)| *s <= a && b <= *e)
+            .map(|(_, _, k)| *k)
+            .max();
         let Some(kind) = worst else { continue };
         if matches!(kind, RegionKind::Usable | RegionKind::Bootloader) {
             match ram_runs.last_mut() {
@@ -128,7 +163,10 @@ fn coverage(regions: &[MemblockRegion]) -> Vec<(u64, u64)> {
 
 fn check_table_invariants(regions: &[MemblockRegion], limit: u64) -> Result<(), TestCaseError> {
     for r in regions {
-        prop_assert!(r.size > 0 && r.base % PAGE == 0 && r.size % PAGE == 0, "{r:?}");
+        prop_assert!(
+            r.size > 0 && r.base % PAGE == 0 && r.size % PAGE == 0,
+            "{r:?}"
+        );
         prop_assert!(r.end() <= limit);
     }
     for w in regions.windows(2) {
@@ -143,9 +181,13 @@ fn check_table_invariants(regions: &[MemblockRegion], limit: u64) -> Result<(), 
 }
 
 fn build(phys_bits: u32, entries: &[FirmwareEntry], affinity: &[NodeAffinity]) -> Option<Memblock> {
-    let cfg = MemblockConfig { phys_addr_bits: phys_bits, ..Default::default() };
+    let cfg = MemblockConfig {
+        phys_addr_bits: phys_bits,
+        ..Default::default()
+    };
     let (mut mb, mut report) = Memblock::from_firmware(entries, cfg).ok()?;
-    mb.apply_affinity(affinity.iter().copied(), &mut report).unwrap();
+    mb.apply_affinity(affinity.iter().copied(), &mut report)
+        .unwrap();
     Some(mb)
 }
 
@@ -155,7 +197,10 @@ fn pfn_ranges(mb: &Memblock) -> Vec<PfnRange> {
 
 /// Pages of `a ∩ b` for two sorted disjoint lists, by brute force pairs.
 fn overlap_pages(a: &[PfnRange], b: &[PfnRange]) -> u64 {
-    a.iter().flat_map(|x| b.iter().filter_map(move |y| x.intersect(y))).map(|r| r.nr_pages()).sum()
+    a.iter()
+        .flat_map(|x| b.iter().filter_map(move |y| x.intersect(y)))
+        .map(|r| r.nr_pages())
+        .sum()
 }
 
 proptest! {
@@ -354,7 +399,12 @@ proptest! {
 fn clear(mm: &mut Memmap<VecBacking>) {
     let nrs: Vec<u64> = mm.backing().section_nrs().collect();
     for nr in nrs {
-        mm.pages_mut(PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1))).unwrap().fill(StructPage::ZERO);
+        mm.pages_mut(PfnRange::new(
+            section_nr_to_pfn(nr),
+            section_nr_to_pfn(nr + 1),
+        ))
+        .unwrap()
+        .fill(StructPage::ZERO);
     }
 }
 
@@ -362,29 +412,55 @@ fn clear(mm: &mut Memmap<VecBacking>) {
 fn snapshot(mm: &Memmap<VecBacking>) -> Vec<StructPage> {
     mm.backing()
         .section_nrs()
-        .flat_map(|nr| mm.pages(PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1))).unwrap().to_vec())
+        .flat_map(|nr| {
+            mm.pages(PfnRange::new(
+                section_nr_to_pfn(nr),
+                section_nr_to_pfn(nr + 1),
+            ))
+            .unwrap()
+            .to_vec()
+        })
         .collect()
 }
 
 fn pageblock_bits(pb: &PageblockMaps, layout: &ZoneLayout) -> Vec<Option<u64>> {
-    layout.zones().iter().flat_map(|z| {
-        let m = pb.get(z.nid, z.zone).unwrap();
-        (0..m.nr_pageblocks()).map(move |i| m.get_bits((z.span.start & !511) + i * 512))
-    }).collect()
+    layout
+        .zones()
+        .iter()
+        .flat_map(|z| {
+            let m = pb.get(z.nid, z.zone).unwrap();
+            (0..m.nr_pageblocks()).map(move |i| m.get_bits((z.span.start & !511) + i * 512))
+        })
+        .collect()
 }
 
 /// Small maps for byte-level comparison: a few regions below 6 GiB, so that
 /// DMA, DMA32 and Normal all occur but few sections need backing.
-fn arb_small_real_map() -> impl Strategy<Value = (Vec<FirmwareEntry>, Vec<NodeAffinity>, Vec<(u64, u64)>)> {
+fn arb_small_real_map(
+) -> impl Strategy<Value = (Vec<FirmwareEntry>, Vec<NodeAffinity>, Vec<(u64, u64)>)> {
     (
-        vec((0u64..(6u64 << 30), 1u64..(160 << 20), arb_kind(), any::<bool>()), 1..6),
+        vec(
+            (
+                0u64..(6u64 << 30),
+                1u64..(160 << 20),
+                arb_kind(),
+                any::<bool>(),
+            ),
+            1..6,
+        ),
         arb_affinity(33),
         vec((0u64..(6u64 << 30), 0u64..(8 << 20)), 0..6),
     )
         .prop_map(|(raw, aff, rsv)| {
             let entries = raw
                 .into_iter()
-                .map(|(s, l, k, aligned)| if aligned { FirmwareEntry::new(s & !0x1f_ffff, l & !0xfff, k) } else { FirmwareEntry::new(s, l, k) })
+                .map(|(s, l, k, aligned)| {
+                    if aligned {
+                        FirmwareEntry::new(s & !0x1f_ffff, l & !0xfff, k)
+                    } else {
+                        FirmwareEntry::new(s, l, k)
+                    }
+                })
                 .collect();
             (entries, aff, rsv)
         })

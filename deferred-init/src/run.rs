@@ -269,7 +269,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
 
     /// Claim the next chunk of node position `pos`.
     #[inline]
-    fn claim(&self, pos: usize) -> Option<usize> {
+    pub(crate) fn claim(&self, pos: usize) -> Option<usize> {
         let nr_chunks = self.plan.nodes()[pos].nr_chunks();
         let cursor = &self.nodes[pos].cursor;
         // Cheap check first so finished nodes do not keep bumping the cursor.
@@ -281,7 +281,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     }
 
     /// Initialise (and free) one claimed chunk; returns its page count.
-    fn process_chunk(&self, pos: usize, chunk: usize) -> u64 {
+    pub(crate) fn process_chunk(&self, pos: usize, chunk: usize) -> u64 {
         let node = &self.plan.nodes()[pos];
         let nid = node.nid();
         let pieces = node.chunk_pieces(chunk);

@@ -384,6 +384,7 @@ fn grow_on_demand_races_with_workers() {
                         let mut seed = run * 31 + t as u64 + 1;
                         barrier.wait();
                         let mut max_order = MAX_ORDER;
+                        let mut nr_allocs = 0u64;
                         loop {
                             seed = seed
                                 .wrapping_mul(6364136223846793005)
@@ -392,7 +393,9 @@ fn grow_on_demand_races_with_workers() {
                             match di.alloc_pages(nid, zone, order) {
                                 Ok(pfn) => {
                                     held.push((pfn, order));
-                                    if held.len() % 3 == 0 {
+                                    nr_allocs += 1;
+                                    // Give every third block back (merging while workers free).
+                                    if nr_allocs % 3 == 0 {
                                         let (p, o) =
                                             held.swap_remove((seed >> 40) as usize % held.len());
                                         di.free_pages(p, o).unwrap();
@@ -466,4 +469,571 @@ fn assert_fully_merged(
             .filter(|&p| is_reserved_pfn(reserved, p))
             .count() as u64;
     assert_eq!(di.buddy().nr_free_pages_total(), total);
+}
+
+// ---------------------------------------------------------------- plan
+
+#[test]
+fn plan_chunks_are_section_aligned_and_cover_ranges_once() {
+    let sc = two_nodes_with_holes();
+    let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
+    for node in plan.nodes() {
+        let mut pfns: Vec<Pfn> = Vec::new();
+        for c in 0..node.nr_chunks() {
+            let pieces = node.chunk_pieces(c);
+            assert!(!pieces.is_empty());
+            let section = memmap::pfn_to_section_nr(pieces[0].pfns.start);
+            for p in pieces {
+                assert!(!p.pfns.is_empty());
+                assert_eq!(
+                    memmap::pfn_to_section_nr(p.pfns.start),
+                    section,
+                    "chunk within one section"
+                );
+                assert_eq!(memmap::pfn_to_section_nr(p.pfns.end - 1), section);
+                assert_eq!(ZoneType::of_pfn(p.pfns.start), p.zone);
+                for pfn in p.pfns.start..p.pfns.end {
+                    assert_eq!(
+                        is_reserved_pfn(&sc.reserved, pfn),
+                        p.reserved,
+                        "piece reserved flag at {pfn:#x}"
+                    );
+                }
+                pfns.extend(p.pfns.start..p.pfns.end);
+            }
+        }
+        let mut expect: Vec<Pfn> = sc
+            .ranges
+            .iter()
+            .filter(|r| r.nid == node.nid())
+            .flat_map(|r| r.pfns.start..r.pfns.end)
+            .collect();
+        expect.sort_unstable();
+        assert_eq!(
+            pfns,
+            expect,
+            "node {} pieces cover its ranges exactly once, in order",
+            node.nid()
+        );
+        assert_eq!(node.nr_pages(), expect.len() as u64);
+        let nr_res = expect
+            .iter()
+            .filter(|&&p| is_reserved_pfn(&sc.reserved, p))
+            .count() as u64;
+        assert_eq!(node.nr_reserved_pages(), nr_res);
+    }
+    // Node 0 spans sections 0, 1, 2, 32, 33: five chunks.
+    assert_eq!(plan.node(0).unwrap().nr_chunks(), 5);
+    let mut sc2 = two_nodes_with_holes();
+    sc2.opts.sections_per_chunk = 2;
+    let plan2 = DeferredPlan::new(&sc2.ranges, &sc2.reserved, &sc2.node_cpus, sc2.opts).unwrap();
+    // Section pairs {0,1}, {2}, {32,33}.
+    assert_eq!(plan2.node(0).unwrap().nr_chunks(), 3);
+}
+
+#[test]
+fn plan_threads_default_cap_and_memory_only_node() {
+    let sc = four_nodes_memory_only();
+    let uncapped = DeferredPlan::new(
+        &sc.ranges,
+        &sc.reserved,
+        &sc.node_cpus,
+        PlanOptions::default(),
+    )
+    .unwrap();
+    let per_node = |p: &DeferredPlan, nid| p.workers().iter().filter(|w| w.nid == nid).count();
+    assert_eq!(
+        per_node(&uncapped, 0),
+        3,
+        "default: one worker per node CPU"
+    );
+    assert_eq!(per_node(&uncapped, 1), 2);
+    assert_eq!(per_node(&uncapped, 3), 4);
+    assert_eq!(
+        per_node(&uncapped, 2),
+        8,
+        "memory-only node: served by all CPUs of the system"
+    );
+    for w in uncapped.workers() {
+        if w.nid == 2 {
+            assert_ne!(w.cpu_nid, 2, "memory-only node runs on other nodes' CPUs");
+        } else {
+            assert_eq!(w.cpu_nid, w.nid, "node with CPUs runs locally");
+        }
+    }
+    assert!(!uncapped.node(2).unwrap().has_local_cpus());
+    let capped = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
+    for nid in 0..4 {
+        assert_eq!(per_node(&capped, nid), 2);
+    }
+    // A missing CPU entry is a memory-only node too.
+    let no_entry =
+        DeferredPlan::new(&sc.ranges, &[], &sc.node_cpus[..2], PlanOptions::default()).unwrap();
+    assert_eq!(per_node(&no_entry, 3), 4);
+}
+
+#[test]
+fn plan_rejects_bad_input_with_actionable_errors() {
+    let c = [cpus(0, &[0])];
+    let overlap = DeferredPlan::new(
+        &[dr(0, 33 * S, 34 * S), dr(0, 34 * S - 1, 35 * S)],
+        &[],
+        &c,
+        PlanOptions::default(),
+    );
+    assert!(matches!(overlap, Err(PlanError::OverlappingRanges { .. })));
+    let cross = DeferredRange {
+        nid: 0,
+        zone: ZoneType::Dma32,
+        pfns: PfnRange::new(31 * S, 33 * S),
+    };
+    let e = DeferredPlan::new(&[cross], &[], &c, PlanOptions::default()).unwrap_err();
+    assert!(matches!(e, PlanError::RangeCrossesZone { .. }));
+    assert!(
+        e.to_string().contains("split ranges at zone boundaries"),
+        "{e}"
+    );
+    let e =
+        DeferredPlan::new(&[dr(0, 33 * S, 34 * S)], &[], &[], PlanOptions::default()).unwrap_err();
+    assert_eq!(e, PlanError::NoCpus { nid: 0 });
+    assert!(e.to_string().contains("boot CPU"));
+    let dup = [cpus(0, &[0]), cpus(0, &[1])];
+    assert!(matches!(
+        DeferredPlan::new(&[dr(0, 33 * S, 34 * S)], &[], &dup, PlanOptions::default()),
+        Err(PlanError::DuplicateNodeCpus { nid: 0 })
+    ));
+    let zero = PlanOptions {
+        max_threads_per_node: Some(0),
+        ..PlanOptions::default()
+    };
+    assert_eq!(
+        DeferredPlan::new(&[], &[], &c, zero).unwrap_err(),
+        PlanError::ZeroThreadCap
+    );
+    assert!(matches!(
+        DeferredPlan::new(&[dr(64, 33 * S, 34 * S)], &[], &c, PlanOptions::default()),
+        Err(PlanError::NodeIdTooLarge { nid: 64 })
+    ));
+}
+
+#[test]
+fn init_rejects_unbacked_sections() {
+    let ranges = [dr(0, 33 * S, 35 * S)];
+    let mm = Memmap::new(VecBacking::new([33]));
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let e = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[])
+        .err()
+        .unwrap();
+    assert_eq!(
+        e,
+        InitError::SectionNotBacked {
+            nid: 0,
+            section_nr: 34
+        }
+    );
+}
+
+// ---------------------------------------------------------------- grow on demand
+
+#[test]
+fn grow_on_demand_without_workers_then_workers_finish() {
+    let sc = two_nodes_with_holes();
+    let mm = memmap_for(&sc.ranges);
+    let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
+    let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let counter = with_counter(&mut di, span_of(&sc.ranges));
+    // Nothing initialised yet: the allocation initialises chunks itself.
+    // Node 1's first chunk is section 40, which serves it.
+    let a = di.alloc_pages(1, ZoneType::Normal, 3).unwrap();
+    let rep = di.report();
+    assert_eq!(rep.nodes[1].nr_grown_chunks, 1);
+    assert_eq!(rep.nodes[0].nr_grown_chunks, 0);
+    // Node 0's Normal memory is in its 4th and 5th chunks: DMA/DMA32 chunks
+    // are claimed (and freed) on the way.
+    let b = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER).unwrap();
+    assert_eq!(di.report().nodes[0].nr_grown_chunks, 4);
+    assert!(di.buddy().nr_free_pages(0, ZoneType::Dma32) > 0);
+    di.run(&ThreadExecutor, &StdClock::new());
+    verify_complete(
+        &mm,
+        &di,
+        &sc.ranges,
+        &sc.reserved,
+        &counter,
+        &[(a, 3), (b, MAX_ORDER)],
+    );
+    di.free_pages(a, 3).unwrap();
+    di.free_pages(b, MAX_ORDER).unwrap();
+    assert_fully_merged(&di, &sc.ranges, &sc.reserved);
+}
+
+#[test]
+fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
+    let ranges = [dr(0, 33 * S, 35 * S)];
+    let mm = memmap_for(&ranges);
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    // Simulate a worker that claimed chunk 0 and has not finished it.
+    assert_eq!(di.claim(0), Some(0));
+    let mut held = Vec::new();
+    let e = loop {
+        match di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
+            Ok(p) => held.push(p),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(
+        held.len() as u64,
+        S >> MAX_ORDER,
+        "the grown chunk 1 was fully usable"
+    );
+    assert_eq!(
+        e,
+        AllocError::InitInProgress {
+            nid: 0,
+            zone: ZoneType::Normal,
+            order: MAX_ORDER,
+            chunks_in_flight: 1
+        }
+    );
+    assert!(e.to_string().contains("retry"));
+    // The "worker" finishes its chunk.
+    di.process_chunk(0, 0);
+    assert!(di.is_done());
+    while let Ok(p) = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
+        held.push(p);
+    }
+    assert_eq!(held.len() as u64, 2 * S >> MAX_ORDER);
+    assert_eq!(
+        di.alloc_pages(0, ZoneType::Normal, 0),
+        Err(AllocError::OutOfMemory {
+            nid: 0,
+            zone: ZoneType::Normal,
+            order: 0
+        })
+    );
+    held.sort_unstable();
+    held.dedup();
+    assert_eq!(
+        held.len() as u64,
+        2 * S >> MAX_ORDER,
+        "no block handed out twice"
+    );
+}
+
+// ---------------------------------------------------------------- modes
+
+#[test]
+fn touch_mode_writes_each_page_once_and_frees_nothing() {
+    let sc = four_nodes_memory_only();
+    let mm = memmap_for(&sc.ranges);
+    let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
+    let mut di = DeferredInit::new(&mm, plan, InitMode::Touch, &[]).unwrap();
+    let counter = with_counter(&mut di, span_of(&sc.ranges));
+    di.run(&ThreadExecutor, &StdClock::new());
+    for r in &sc.ranges {
+        for pfn in r.pfns.start..r.pfns.end {
+            assert_eq!(counter.get(pfn), 1);
+            let p = mm.page(pfn).unwrap();
+            assert_eq!(
+                *p,
+                StructPage {
+                    flags: pfn,
+                    ..StructPage::ZERO
+                }
+            );
+        }
+    }
+    assert_eq!(di.buddy().nr_free_pages_total(), 0);
+    assert!(matches!(
+        di.alloc_pages(0, ZoneType::Normal, 0),
+        Err(AllocError::OutOfMemory { .. })
+    ));
+    let rep = di.report();
+    assert_eq!(
+        rep.workers.iter().map(|w| w.nr_pages).sum::<u64>(),
+        rep.nr_pages
+    );
+}
+
+#[test]
+fn init_only_mode_initialises_without_freeing() {
+    let sc = one_node();
+    let mm = memmap_for(&sc.ranges);
+    let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
+    let mut di = DeferredInit::new(&mm, plan, InitMode::InitOnly, &[]).unwrap();
+    let counter = with_counter(&mut di, span_of(&sc.ranges));
+    di.run(&ThreadExecutor, &StdClock::new());
+    for r in &sc.ranges {
+        for pfn in r.pfns.start..r.pfns.end {
+            assert_eq!(counter.get(pfn), 1);
+            let mut expect = StructPage::ZERO;
+            let p = mm.page(pfn).unwrap();
+            // Same address so the self-linked lru compares equal.
+            expect.lru = p.lru;
+            expect.init_single_page(pfn, r.zone, r.nid);
+            if is_reserved_pfn(&sc.reserved, pfn) {
+                expect.set_reserved();
+            }
+            assert_eq!(p.flags, expect.flags);
+            assert_eq!((p.refcount, p.mapcount, p.lru.next), (1, -1, p.lru_addr()));
+        }
+    }
+    assert_eq!(di.buddy().nr_free_pages_total(), 0);
+}
+
+/// Pages the boot CPU initialised are handed over and merge with deferred
+/// ones in the same section.
+#[test]
+fn eager_pages_merge_with_deferred_pages() {
+    let deferred = [dr(0, 33 * S + 100, 35 * S)];
+    let eager = ManagedRange {
+        nid: 0,
+        zone: ZoneType::Normal,
+        pfns: PfnRange::new(33 * S, 33 * S + 100),
+    };
+    let mut mm = memmap_for(&deferred);
+    for pfn in eager.pfns.start..eager.pfns.end {
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::Normal, 0);
+    }
+    let plan =
+        DeferredPlan::new(&deferred, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[eager]).unwrap();
+    // SAFETY: the eager pages are initialised, on no list, and no one else uses them.
+    unsafe { di.buddy().free_initialised_range(eager.pfns) }.unwrap();
+    assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 100);
+    di.run(&ThreadExecutor, &StdClock::new());
+    assert_eq!(
+        di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
+        2 * S >> MAX_ORDER
+    );
+    assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 2 * S);
+    // Overlapping eager and deferred memory is refused.
+    let plan = DeferredPlan::new(&deferred, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let bad = ManagedRange {
+        pfns: PfnRange::new(33 * S + 50, 33 * S + 150),
+        ..eager
+    };
+    assert!(matches!(
+        DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[bad]),
+        Err(InitError::Buddy(BuddyError::OverlappingRanges { .. }))
+    ));
+}
+
+// ---------------------------------------------------------------- report
+
+/// Runs workers one after another on the calling thread, as a kernel that
+/// has a single CPU would.
+struct SerialExecutor;
+
+impl Executor for SerialExecutor {
+    fn run(&self, workers: &[WorkerAssignment], work: &(dyn Fn(usize) + Sync)) {
+        for i in 0..workers.len() {
+            work(i);
+        }
+    }
+}
+
+#[test]
+fn report_lines_and_statistics() {
+    let sc = two_nodes_with_holes();
+    let mm = memmap_for(&sc.ranges);
+    let node_cpus = [cpus(0, &[0]), cpus(1, &[1])];
+    let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &node_cpus, sc.opts).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    // Every reading advances the fake clock by 1.5 ms.
+    let ticks = AtomicU64::new(0);
+    let clock = || ticks.fetch_add(1_500_000, Ordering::Relaxed);
+    di.run(&SerialExecutor, &clock);
+    let rep = di.report();
+    assert_eq!(rep.workers.len(), 2);
+    for (i, w) in rep.workers.iter().enumerate() {
+        assert!(w.finished);
+        assert_eq!(w.wall_ns, 1_500_000);
+        assert_eq!(w.start_ns, 3_000_000 * i as u64);
+        assert_eq!(w.nr_pages, rep.nodes[i].nr_pages);
+        assert_eq!(w.nr_chunks, rep.nodes[i].nr_chunks);
+    }
+    let text = rep.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "node 0 deferred pages initialised in 1 ms");
+    assert_eq!(lines[1], "node 1 deferred pages initialised in 1 ms");
+    let total: u64 = sc.ranges.iter().map(|r| r.pfns.nr_pages()).sum();
+    assert_eq!(
+        lines[2],
+        format!("deferred pages initialised: {total} pages on 2 nodes by 2 workers (0 pages grown on demand) in 4 ms")
+    );
+    assert_eq!(rep.total_wall_ns, 4_500_000);
+    assert_eq!(
+        di.run_worker(7, &clock),
+        Err(InitError::NoSuchWorker {
+            worker: 7,
+            nr_workers: 2
+        })
+    );
+}
+
+// ---------------------------------------------------------------- buddy
+
+/// One section of Normal memory with two managed runs, all pages initialised
+/// and handed to the allocator.
+fn buddy_fixture(mm: &Memmap<VecBacking>) -> (BuddyAllocator<'_, VecBacking>, Vec<PfnRange>) {
+    let base = 33 * S;
+    let runs = vec![
+        PfnRange::new(base + 3, base + 5000),
+        PfnRange::new(base + 6000, base + S),
+    ];
+    let managed = runs.iter().map(|&pfns| ManagedRange {
+        nid: 0,
+        zone: ZoneType::Normal,
+        pfns,
+    });
+    let buddy = BuddyAllocator::new(mm, managed).unwrap();
+    for r in &runs {
+        // SAFETY: single-threaded; the pages were initialised by the caller.
+        unsafe { buddy.free_initialised_range(*r) }.unwrap();
+    }
+    (buddy, runs)
+}
+
+fn init_section(mm: &mut Memmap<VecBacking>, section_nr: u64) {
+    let start = section_nr * S;
+    for pfn in start..start + S {
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::of_pfn(pfn), 0);
+    }
+}
+
+#[test]
+fn buddy_free_errors() {
+    let mut mm = Memmap::new(VecBacking::new([33]));
+    init_section(&mut mm, 33);
+    let (buddy, _) = buddy_fixture(&mm);
+    let p = buddy.alloc(0, ZoneType::Normal, 2).unwrap();
+    assert_eq!(
+        buddy.free(p + 1, 2),
+        Err(FreeError::Misaligned {
+            pfn: p + 1,
+            order: 2
+        })
+    );
+    assert_eq!(
+        buddy.free(p, MAX_ORDER + 1),
+        Err(FreeError::OrderTooLarge {
+            order: MAX_ORDER + 1
+        })
+    );
+    assert_eq!(
+        buddy.free(33 * S, 0),
+        Err(FreeError::NotManaged {
+            pfn: 33 * S,
+            order: 0
+        })
+    );
+    // A block running past the managed run.
+    assert_eq!(
+        buddy.free(33 * S + 4096, MAX_ORDER),
+        Err(FreeError::NotManaged {
+            pfn: 33 * S + 4096,
+            order: MAX_ORDER
+        })
+    );
+    // A tail page of an allocated block is not a head.
+    assert_eq!(
+        buddy.free(p + 1, 0),
+        Err(FreeError::NotAllocated { pfn: p + 1 })
+    );
+    buddy.free(p, 2).unwrap();
+    let e = buddy.free(p, 2).unwrap_err();
+    assert_eq!(e, FreeError::NotAllocated { pfn: p });
+    assert!(e.to_string().contains("double free"));
+    assert_eq!(
+        buddy.alloc(0, ZoneType::Normal, 11),
+        Err(AllocError::OrderTooLarge { order: 11 })
+    );
+    assert_eq!(
+        buddy.alloc(5, ZoneType::Normal, 0),
+        Err(AllocError::UnknownNode { nid: 5 })
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc(u32),
+    Free(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..=MAX_ORDER).prop_map(Op::Alloc),
+        2 => any::<usize>().prop_map(Op::Free),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Random alloc/free sequences keep the free count, never hand out a
+    /// page twice, and merge back to the maximal blocks when all is freed.
+    #[test]
+    fn buddy_alloc_free_properties(ops in proptest::collection::vec(op(), 1..300)) {
+        let mut mm = Memmap::new(VecBacking::new([33]));
+        init_section(&mut mm, 33);
+        let (buddy, runs) = buddy_fixture(&mm);
+        let total: u64 = runs.iter().map(|r| r.nr_pages()).sum();
+        let mut owned = vec![false; S as usize];
+        let mut held: Vec<(Pfn, u32)> = Vec::new();
+        let mut held_pages = 0u64;
+        for op in ops {
+            match op {
+                Op::Alloc(order) => match buddy.alloc(0, ZoneType::Normal, order) {
+                    Ok(pfn) => {
+                        prop_assert_eq!(pfn & ((1 << order) - 1), 0);
+                        for q in pfn..pfn + (1 << order) {
+                            prop_assert!(runs.iter().any(|r| r.contains(q)), "page {:#x} is managed", q);
+                            let slot = &mut owned[(q - 33 * S) as usize];
+                            prop_assert!(!*slot, "page {:#x} handed out twice", q);
+                            *slot = true;
+                        }
+                        prop_assert_eq!(mm.page(pfn).unwrap().refcount, 1);
+                        prop_assert!(!mm.page(pfn).unwrap().is_buddy());
+                        held.push((pfn, order));
+                        held_pages += 1 << order;
+                    }
+                    Err(AllocError::OutOfMemory { .. }) => {
+                        // Only when no free block of that order or larger exists.
+                        for o in order..=MAX_ORDER {
+                            prop_assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, o), 0);
+                        }
+                    }
+                    Err(e) => prop_assert!(false, "unexpected {}", e),
+                },
+                Op::Free(i) if !held.is_empty() => {
+                    let (pfn, order) = held.swap_remove(i % held.len());
+                    buddy.free(pfn, order).unwrap();
+                    for q in pfn..pfn + (1 << order) {
+                        owned[(q - 33 * S) as usize] = false;
+                    }
+                    held_pages -= 1 << order;
+                }
+                Op::Free(_) => {}
+            }
+            prop_assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal) + held_pages, total);
+        }
+        for (pfn, order) in held.drain(..) {
+            buddy.free(pfn, order).unwrap();
+        }
+        prop_assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal), total);
+        let mut expect: HashMap<u32, u64> = HashMap::new();
+        for r in &runs {
+            for_each_max_block(*r, |_, o| *expect.entry(o).or_default() += 1);
+        }
+        let mut got: HashMap<u32, u64> = HashMap::new();
+        buddy.for_each_free_block(|_, _, _, o| *got.entry(o).or_default() += 1);
+        prop_assert_eq!(got, expect);
+        prop_assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 3 + 26, "blocks 1024..4096 and 6144..32768 of the section");
+    }
 }

@@ -36,12 +36,14 @@ struct Facts {
     mem_bytes: AtomicU64,
     nodes: AtomicU64,
     cpus: AtomicU64,
+    ap_online: AtomicU64,
 }
 
 static FACTS: Facts = Facts {
     mem_bytes: AtomicU64::new(0),
     nodes: AtomicU64::new(0),
     cpus: AtomicU64::new(0),
+    ap_online: AtomicU64::new(0),
 };
 
 /// Print the summary line and leave QEMU with `code`.
@@ -53,6 +55,7 @@ fn finish(status: &str, code: ExitCode) -> ! {
         o.u64("mem_bytes", FACTS.mem_bytes.load(Ordering::Relaxed))?;
         o.u64("nodes", FACTS.nodes.load(Ordering::Relaxed))?;
         o.u64("cpus", FACTS.cpus.load(Ordering::Relaxed))?;
+        o.u64("ap_online", FACTS.ap_online.load(Ordering::Relaxed))?;
         o.fixed("tsc_mhz", tsc_khz, 3)?;
         o.str("status", status)?;
         o.u64("total_ns", tsc::ns_since_entry())?;
@@ -368,7 +371,11 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
 
     let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions);
     // --- SMP bring-up hook (kernel/src/smp.rs) ---
-    let _ = &acpi_info;
+    let smp = crate::smp::start_aps(&acpi_info, phys_offset, regions);
+    FACTS
+        .ap_online
+        .store(smp.ap_online as u64, Ordering::Relaxed);
+    crate::smp::self_test();
 
     kprintln!("boot complete");
     finish("ok", ExitCode::Success)

@@ -12,6 +12,8 @@
 //!
 //! IST stacks (SDM §6.14.5) make this robust against a broken kernel stack:
 //! #DF, NMI and #MC get stacks of their own, all other vectors share one.
+//! Every CPU has its own GDT, TSS and IST stacks (the boot CPU's are static,
+//! each AP's come from the heap in [`init_ap`]); all share the one IDT.
 
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -210,8 +212,9 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
         .copied()
         .unwrap_or("unknown");
     crate::serial::emergency_log(format_args!(
-        "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x}",
-        frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags
+        "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x} on APIC {:#x}",
+        frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags,
+        crate::apic::cpuid_apic_id()
     ));
     crate::serial::emergency_log(format_args!(
         "  rax {:#x} rbx {:#x} rcx {:#x} rdx {:#x} rsi {:#x} rdi {:#x} rbp {:#x}",
@@ -224,38 +227,48 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
     crate::fail("exception");
 }
 
-fn ist_top(slot: u8) -> VirtAddr {
-    // SAFETY: only the address is taken; the stacks are used by the CPU alone.
-    let base = unsafe { core::ptr::addr_of!(IST_STACKS[(slot - 1) as usize]) } as u64;
-    VirtAddr::new(base + IST_STACK_BYTES as u64)
+/// Build a TSS whose IST slots point at the tops of the three stacks at
+/// `stacks` (memory that lives forever and is used by the CPU alone).
+fn tss_for(stacks: *const [IstStack; 3]) -> TaskStateSegment {
+    let mut tss = TaskStateSegment::new();
+    for slot in [IST_GENERAL, IST_DOUBLE_FAULT, IST_NMI_MCE] {
+        let base = stacks as u64 + (slot as u64 - 1) * IST_STACK_BYTES as u64;
+        tss.interrupt_stack_table[(slot - 1) as usize] =
+            VirtAddr::new(base + IST_STACK_BYTES as u64);
+    }
+    tss
 }
 
-/// Load memboot's GDT, TSS and IDT on the boot CPU.
-pub fn init() {
-    let tss = TSS.call_once(|| {
-        let mut tss = TaskStateSegment::new();
-        for slot in [IST_GENERAL, IST_DOUBLE_FAULT, IST_NMI_MCE] {
-            tss.interrupt_stack_table[(slot - 1) as usize] = ist_top(slot);
-        }
-        tss
-    });
-    let (gdt, code, tss_sel) = GDT.call_once(|| {
-        let mut gdt = GlobalDescriptorTable::new();
-        let code = gdt.append(Descriptor::kernel_code_segment());
-        let tss_sel = gdt.append(Descriptor::tss_segment(tss));
-        (gdt, code, tss_sel)
-    });
+/// A GDT with the kernel code segment at selector 0x08 and `tss` after it.
+/// Every CPU's GDT has this layout, so the one IDT (whose gates name the
+/// code selector) serves them all.
+fn gdt_for(
+    tss: &'static TaskStateSegment,
+) -> (GlobalDescriptorTable, SegmentSelector, SegmentSelector) {
+    let mut gdt = GlobalDescriptorTable::new();
+    let code = gdt.append(Descriptor::kernel_code_segment());
+    let tss_sel = gdt.append(Descriptor::tss_segment(tss));
+    (gdt, code, tss_sel)
+}
+
+/// Load a GDT, reload the segment registers from it and load its TSS.
+fn load_gdt(gdt: &'static GlobalDescriptorTable, code: SegmentSelector, tss_sel: SegmentSelector) {
     gdt.load();
     // SAFETY: the selectors index the GDT just loaded; the data segments are
-    // ignored in long mode, so the null selector is right for them.
+    // ignored in long mode, so the null selector is right for them. Each
+    // CPU loads a TSS of its own, so none is marked busy twice.
     unsafe {
-        CS::set_reg(*code);
+        CS::set_reg(code);
         let null = SegmentSelector(0);
         DS::set_reg(null);
         ES::set_reg(null);
         SS::set_reg(null);
-        load_tss(*tss_sel);
+        load_tss(tss_sel);
     }
+}
+
+/// Load the shared IDT (built on first use, by the boot CPU's `init`).
+fn load_idt(code: SegmentSelector) {
     // Only the address of the assembly symbol is taken, never its content.
     let base = core::ptr::addr_of!(memboot_isr_base) as u64;
     let idt = IDT.call_once(|| {
@@ -270,10 +283,43 @@ pub fn init() {
         }
         Idt(entries)
     });
+    assert_eq!(
+        idt.0[0].selector, code.0,
+        "every CPU's GDT must put the kernel code segment at the IDT's selector"
+    );
     let ptr = DescriptorTablePointer {
         limit: (core::mem::size_of::<Idt>() - 1) as u16,
         base: VirtAddr::new(idt as *const Idt as u64),
     };
     // SAFETY: the IDT is 'static and every present gate points at a stub above.
     unsafe { lidt(&ptr) };
+}
+
+/// Load memboot's GDT, TSS and IDT on the boot CPU.
+pub fn init() {
+    // Only the address is taken; the stacks are used by the CPU alone.
+    let stacks = core::ptr::addr_of!(IST_STACKS);
+    let tss = TSS.call_once(|| tss_for(stacks));
+    let (gdt, code, tss_sel) = GDT.call_once(|| gdt_for(tss));
+    load_gdt(gdt, *code, *tss_sel);
+    load_idt(*code);
+}
+
+/// Load a GDT and TSS of this application processor's own, with IST stacks
+/// of its own (heap, never freed), and the shared IDT: an exception on an AP
+/// is reported like one on the boot CPU. Runs on the AP, once.
+pub fn init_ap() {
+    let layout = core::alloc::Layout::new::<[IstStack; 3]>();
+    // SAFETY: the layout is non-zero-sized; all-zero bytes are valid stacks.
+    let raw = unsafe { alloc::alloc::alloc_zeroed(layout) } as *mut [IstStack; 3];
+    if raw.is_null() {
+        alloc::alloc::handle_alloc_error(layout);
+    }
+    // `raw` is never freed: the stacks live as long as this CPU runs.
+    let tss: &'static TaskStateSegment =
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(tss_for(raw)));
+    let (gdt, code, tss_sel) = gdt_for(tss);
+    let gdt: &'static GlobalDescriptorTable = alloc::boxed::Box::leak(alloc::boxed::Box::new(gdt));
+    load_gdt(gdt, code, tss_sel);
+    load_idt(code);
 }

@@ -22,6 +22,8 @@ extern crate alloc;
 #[macro_use]
 mod serial;
 #[cfg(target_os = "none")]
+mod apic;
+#[cfg(target_os = "none")]
 mod boot;
 #[cfg(target_os = "none")]
 mod exit;
@@ -29,6 +31,10 @@ mod exit;
 mod fw_cfg;
 #[cfg(target_os = "none")]
 mod interrupts;
+#[cfg(target_os = "none")]
+mod mm;
+#[cfg(target_os = "none")]
+mod smp;
 #[cfg(target_os = "none")]
 mod tsc;
 

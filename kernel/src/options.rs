@@ -22,10 +22,78 @@ pub enum TestFault {
     InvalidOpcode,
 }
 
+/// How struct pages are initialised (`memmap=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MemmapMode {
+    /// Low zones and the first section of each node eagerly, the rest by
+    /// per-node workers (Linux with `CONFIG_DEFERRED_STRUCT_PAGE_INIT`).
+    #[default]
+    Deferred,
+    /// Every page eagerly on the boot CPU by memblock region (Linux 5.8's
+    /// 73a6e474cb37: the 1 TB VMware regression).
+    Regions,
+    /// Every PFN of every zone span checked and initialised (pre-5.8 loop).
+    PerPfn,
+    /// The floor: one 64-byte store per present page on the same CPUs as
+    /// `deferred`, nothing else (no zones, no buddy, no verification).
+    Touch,
+}
+
+impl MemmapMode {
+    pub const fn name(self) -> &'static str {
+        match self {
+            MemmapMode::Deferred => "deferred",
+            MemmapMode::Regions => "regions",
+            MemmapMode::PerPfn => "perpfn",
+            MemmapMode::Touch => "touch",
+        }
+    }
+}
+
+/// Memory-block device size (`memory_block_size=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BlockSizeOption {
+    /// Linux x86 `probe_memory_block_size()`.
+    #[default]
+    Auto,
+    /// A fixed size in bytes (128 MiB … 2 GiB, power of two).
+    Bytes(u64),
+}
+
+/// Post-init verification (`verify=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Verify {
+    /// Check every present PFN's struct page, the counts and the buddy lists.
+    #[default]
+    Full,
+    Off,
+}
+
 /// Parsed kernel options; `Default` is what an empty command line gives.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Options {
     pub test_fault: TestFault,
+    pub memmap: MemmapMode,
+    /// Cap on deferred-init workers per node (`None`: the node's CPU count).
+    pub threads_per_node: Option<u32>,
+    pub memory_block_size: BlockSizeOption,
+    pub verify: Verify,
+}
+
+/// Parse `128M`, `2G`, `1024K` … into bytes.
+fn parse_size(value: &str) -> Option<u64> {
+    let split = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (digits, suffix) = value.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let shift = match suffix {
+        "K" | "k" => 10,
+        "M" | "m" => 20,
+        "G" | "g" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
 }
 
 /// Why a command line was refused.
@@ -70,37 +138,78 @@ impl fmt::Display for OptionError<'_> {
 }
 
 /// Keys accepted on the command line, for error messages and the README.
-pub const KNOWN_KEYS: &str = "test_fault";
+pub const KNOWN_KEYS: &str = "memmap, threads_per_node, memory_block_size, verify, test_fault";
 
 /// Parse a kernel command line.
 pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
     let mut options = Options::default();
-    let mut seen_test_fault = false;
+    let mut seen: [&str; 8] = [""; 8];
+    let mut nr_seen = 0;
     for token in cmdline.split_ascii_whitespace() {
         let (key, value) = token
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
+        let bad = |expected| OptionError::BadValue {
+            key,
+            value,
+            expected,
+        };
         match key {
             "test_fault" => {
-                if core::mem::replace(&mut seen_test_fault, true) {
-                    return Err(OptionError::Repeated { key });
-                }
                 options.test_fault = match value {
                     "none" => TestFault::None,
                     "panic" => TestFault::Panic,
                     "page_fault" => TestFault::PageFault,
                     "invalid_opcode" => TestFault::InvalidOpcode,
+                    _ => return Err(bad("none|panic|page_fault|invalid_opcode")),
+                };
+            }
+            "memmap" => {
+                options.memmap = match value {
+                    "deferred" => MemmapMode::Deferred,
+                    "regions" => MemmapMode::Regions,
+                    "perpfn" => MemmapMode::PerPfn,
+                    "touch" => MemmapMode::Touch,
+                    _ => return Err(bad("deferred|regions|perpfn|touch")),
+                };
+            }
+            "threads_per_node" => {
+                let n: u32 = value
+                    .parse()
+                    .map_err(|_| bad("a number of threads from 1 to 255"))?;
+                if !(1..=255).contains(&n) {
+                    return Err(bad("a number of threads from 1 to 255"));
+                }
+                options.threads_per_node = Some(n);
+            }
+            "memory_block_size" => {
+                const EXPECTED: &str = "auto, or a power of two from 128M to 2G";
+                options.memory_block_size = match value {
+                    "auto" => BlockSizeOption::Auto,
                     _ => {
-                        return Err(OptionError::BadValue {
-                            key,
-                            value,
-                            expected: "none|panic|page_fault|invalid_opcode",
-                        })
+                        let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
+                        if !bytes.is_power_of_two() || !((128 << 20)..=(2 << 30)).contains(&bytes) {
+                            return Err(bad(EXPECTED));
+                        }
+                        BlockSizeOption::Bytes(bytes)
                     }
+                };
+            }
+            "verify" => {
+                options.verify = match value {
+                    "full" => Verify::Full,
+                    "off" => Verify::Off,
+                    _ => return Err(bad("full|off")),
                 };
             }
             _ => return Err(OptionError::UnknownKey { key }),
         }
+        // Every arm above either returned or was a known key.
+        if seen[..nr_seen].contains(&key) {
+            return Err(OptionError::Repeated { key });
+        }
+        seen[nr_seen] = key;
+        nr_seen += 1;
     }
     Ok(options)
 }
@@ -151,6 +260,46 @@ mod tests {
         assert!(
             msg.contains("unknown option 'x'") && msg.contains("test_fault"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn parses_memmap_options() {
+        let o = parse("memmap=regions threads_per_node=1 memory_block_size=2G verify=off").unwrap();
+        assert_eq!(o.memmap, MemmapMode::Regions);
+        assert_eq!(o.threads_per_node, Some(1));
+        assert_eq!(o.memory_block_size, BlockSizeOption::Bytes(2 << 30));
+        assert_eq!(o.verify, Verify::Off);
+        assert_eq!(parse("memmap=touch").unwrap().memmap, MemmapMode::Touch);
+        assert_eq!(parse("memmap=perpfn").unwrap().memmap, MemmapMode::PerPfn);
+        assert_eq!(
+            parse("memory_block_size=128M").unwrap().memory_block_size,
+            BlockSizeOption::Bytes(128 << 20)
+        );
+        assert_eq!(parse("").unwrap().memmap, MemmapMode::Deferred);
+    }
+
+    #[test]
+    fn refuses_bad_memmap_options() {
+        for bad in [
+            "memmap=fast",
+            "threads_per_node=0",
+            "threads_per_node=x",
+            "threads_per_node=256",
+            "memory_block_size=64M",
+            "memory_block_size=3G",
+            "memory_block_size=192M",
+            "memory_block_size=2T",
+            "verify=maybe",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(OptionError::BadValue { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse("verify=off verify=full"),
+            Err(OptionError::Repeated { key: "verify" })
         );
     }
 }

@@ -88,12 +88,30 @@ fn assert_topology(boot: &Boot, nodes: u64, cpus: u64) {
     );
 }
 
+/// Every CPU the MADT lists came up: `ap_online` counts the APs (all CPUs
+/// but the boot CPU) and the bring-up summary line is there.
+fn assert_all_cpus_online(boot: &Boot, cpus: u64) {
+    assert_eq!(
+        boot.summary_u64("ap_online"),
+        cpus - 1,
+        "every AP must come up\n{}",
+        boot.describe()
+    );
+    let line = boot
+        .messages_with("smp: Brought up")
+        .next()
+        .unwrap_or_else(|| panic!("no 'smp: Brought up' line\n{}", boot.describe()));
+    let want = format!(", {cpus} CPU");
+    assert!(line.contains(&want), "{line}: expected {want}");
+}
+
 #[test]
 fn boots_1g_one_cpu() {
     let b = boot(&["-m", "1G", "--smp", "1"], &[], Duration::from_secs(180));
     assert_ok_boot(&b);
     assert_topology(&b, 1, 1);
     assert_mem_close(&b, GIB);
+    assert_all_cpus_online(&b, 1);
 }
 
 #[test]
@@ -105,6 +123,7 @@ fn boots_64g_two_nodes_four_cpus() {
     );
     assert_ok_boot(&b);
     assert_topology(&b, 2, 4);
+    assert_all_cpus_online(&b, 4);
     assert_mem_close(&b, 64 * GIB);
     assert!(
         b.has_message("ACPI: SRAT"),
@@ -132,6 +151,7 @@ fn boots_1t() {
     assert_ok_boot(&b);
     assert_topology(&b, 1, 2);
     assert_mem_close(&b, 1024 * GIB);
+    assert_all_cpus_online(&b, 2);
 }
 
 #[test]
@@ -144,6 +164,7 @@ fn boots_with_uefi() {
     assert_ok_boot(&b);
     assert_topology(&b, 1, 2);
     assert_mem_close(&b, GIB);
+    assert_all_cpus_online(&b, 2);
 }
 
 #[test]

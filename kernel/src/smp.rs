@@ -1,0 +1,856 @@
+//! SMP: start every application processor (AP) the MADT lists and run jobs
+//! on them.
+//!
+//! # Bring-up (Intel SDM vol. 3A §8.4.4, MP spec 1.4 §B.4)
+//!
+//! The boot CPU (BSP) sends each enabled AP, one at a time, INIT, waits
+//! 10 ms, sends a STARTUP IPI, waits 200 µs and sends a second one (the AP
+//! ignores the second if the first started it). A STARTUP IPI with vector
+//! `v` starts the AP in real mode at `CS:IP = (v << 8):0`, i.e. physical
+//! address `v << 12`, so the trampoline below is copied to a free page below
+//! 1 MiB taken from the bootloader's memory map (Usable, not page 0).
+//!
+//! # Trampoline page layout
+//!
+//! ```text
+//! +0x00  cli; jmp code16           (the SIPI entry point)
+//! +0x10  TrampolineParams          (written by the BSP before each SIPI)
+//! +0x80  code16 / code32 / code64  (position independent, see below)
+//! ```
+//!
+//! * 16-bit: `DS = CS`, `ebx = CS << 4` (the page's physical address),
+//!   `lgdt` the temporary GDT in the parameter block (null, 32-bit code 0x08,
+//!   32-bit data 0x10, 64-bit code 0x18), set CR0.PE, far jump (through the
+//!   parameter block: `far32` is patched with the page's address) to 32-bit
+//!   code (SDM §9.9.1).
+//! * 32-bit: flat data segments; CR3 = `temp_cr3`, a copy of the kernel's
+//!   PML4 in a second low page (32-bit `mov cr3` cannot load the kernel's
+//!   own CR3, which may be above 4 GiB; all PML4 entries are shared, so the
+//!   address space is the kernel's); CR4.PAE; EFER.LME and EFER.NXE (the
+//!   bootloader's tables use NX, which is a reserved bit without NXE);
+//!   CR0.PG (SDM §9.8.5). The CPU is now in compatibility mode; a far jump
+//!   through `far64` to the 64-bit code segment enters 64-bit mode.
+//! * 64-bit: load the BSP's CR0 and CR4 and the kernel's real CR3; claim the
+//!   stack by atomically exchanging `stack_top` with 0 (an AP that finds 0
+//!   came too late, after the BSP gave up on it, and halts), then
+//!   `call entry(arg)`: [`ap_entry`] with the AP's [`PerCpu`].
+//!
+//! While APs start, the trampoline page is identity mapped (virt == phys,
+//! writable, executable) in the kernel's page tables through an
+//! `OffsetPageTable` on CR3 (page-table frames come from the heap and stay),
+//! because paging is switched on while executing from it. It is unmapped
+//! once every AP has loaded its own GDT.
+//!
+//! # Hand-off
+//!
+//! [`ap_entry`] stamps its arrival (TSC) in its [`PerCpu`], switches its
+//! local APIC to the BSP's mode (see `apic`), loads a GDT/TSS/IST stacks of
+//! its own and the shared IDT (`interrupts::init_ap`), checks its APIC id
+//! and sets `ready`. The BSP waits up to [`AP_ARRIVAL_TIMEOUT_MS`] for the
+//! arrival; an AP that does not arrive is reported and left out.
+//!
+//! # Running work
+//!
+//! Each online AP then polls its mailbox (`PerCpu::state`, with `pause`; no
+//! interrupts). [`scope`] hands out jobs: [`Scope::spawn_on`] posts a job
+//! reference to a CPU's mailbox (for the BSP itself the job is kept and run
+//! inline when the scope closure returns), and the scope returns only after
+//! every job it spawned finished, which is what makes borrowing jobs sound
+//! (like `std::thread::scope`).
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::alloc::Layout;
+use core::arch::global_asm;
+use core::cell::{RefCell, UnsafeCell};
+use core::marker::PhantomData;
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use memboot_kernel::acpi::AcpiInfo;
+use x86_64::registers::control::{Cr0, Cr3, Cr4};
+use x86_64::structures::paging::{
+    FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
+    Translate,
+};
+use x86_64::{PhysAddr, VirtAddr};
+
+use crate::{apic, interrupts, tsc};
+
+/// Each AP's kernel stack.
+const AP_STACK_BYTES: usize = 64 * 1024;
+/// How long the BSP waits for an AP to reach [`ap_entry`] after the second
+/// STARTUP IPI. The MP spec needs far less on hardware; under TCG on a
+/// loaded host a vCPU thread can be descheduled for a while, so be generous.
+const AP_ARRIVAL_TIMEOUT_MS: u64 = 1000;
+/// After arriving, how long an AP may take to set up its GDT/TSS.
+const AP_READY_TIMEOUT_MS: u64 = 5000;
+const PAGE: u64 = 4096;
+/// Offset of the parameter block in the trampoline page.
+const PARAMS_OFFSET: usize = 16;
+
+const SEL_CODE32: u16 = 0x08;
+const SEL_DATA32: u16 = 0x10;
+const SEL_CODE64: u16 = 0x18;
+
+/// The trampoline's parameter block, shared with the assembly below (which
+/// reads it through `offset_of!` constants). Written by the BSP into the
+/// low page before each AP's STARTUP IPI.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct TrampolineParams {
+    /// m16:32 far pointer to the 32-bit code (physical address).
+    far32_offset: u32,
+    far32_selector: u16,
+    _pad0: u16,
+    /// m16:32 far pointer to the 64-bit code (physical address).
+    far64_offset: u32,
+    far64_selector: u16,
+    _pad1: [u16; 4],
+    /// `lgdt` operand: limit then 32-bit base, contiguous.
+    gdt_limit: u16,
+    gdt_base: u32,
+    /// Physical address of the temporary PML4 (below 1 MiB).
+    temp_cr3: u32,
+    /// The kernel's CR3 (any address), loaded in 64-bit mode.
+    kernel_cr3: u64,
+    cr0: u64,
+    cr4: u64,
+    /// Top of the AP's stack; the AP takes it by exchanging it with 0.
+    stack_top: u64,
+    /// `extern "C" fn(&'static PerCpu) -> !`
+    entry: u64,
+    arg: u64,
+    /// The temporary GDT.
+    gdt: [u64; 4],
+}
+const _: () = assert!(size_of::<TrampolineParams>() == 112);
+const _: () =
+    assert!(offset_of!(TrampolineParams, gdt_base) == offset_of!(TrampolineParams, gdt_limit) + 2);
+const _: () = assert!(offset_of!(TrampolineParams, gdt).is_multiple_of(8));
+const _: () = assert!((PARAMS_OFFSET + size_of::<TrampolineParams>()).is_multiple_of(16));
+
+global_asm!(
+    r#"
+    .section .text.memboot_ap_tramp, "ax"
+    .p2align 4
+    .code16
+    .global memboot_ap_tramp_start
+memboot_ap_tramp_start:
+    cli
+    jmp memboot_ap_tramp_16
+    .p2align 4
+    .global memboot_ap_tramp_params
+memboot_ap_tramp_params:
+    .skip {params_size}
+memboot_ap_tramp_16:
+    cld
+    movw %cs, %ax
+    movw %ax, %ds
+    xorl %ebx, %ebx
+    movw %ax, %bx
+    shll $4, %ebx
+    lgdtl {gdtr}
+    movl %cr0, %eax
+    orl $1, %eax
+    movl %eax, %cr0
+    ljmpl *{far32}
+
+    .code32
+    .global memboot_ap_tramp_32
+memboot_ap_tramp_32:
+    movw ${data32}, %ax
+    movw %ax, %ds
+    movw %ax, %es
+    movw %ax, %ss
+    movw %ax, %fs
+    movw %ax, %gs
+    leal {params}(%ebx), %esi
+    movl {temp_cr3}(%esi), %eax
+    movl %eax, %cr3
+    movl %cr4, %eax
+    orl $0x20, %eax
+    movl %eax, %cr4
+    movl $0xc0000080, %ecx
+    rdmsr
+    orl $0x900, %eax
+    wrmsr
+    movl %cr0, %eax
+    orl $0x80000001, %eax
+    movl %eax, %cr0
+    ljmpl *{far64}(%esi)
+
+    .code64
+    .global memboot_ap_tramp_64
+memboot_ap_tramp_64:
+    movl %esi, %esi
+    movq {cr0}(%rsi), %rax
+    movq %rax, %cr0
+    movq {cr4}(%rsi), %rax
+    movq %rax, %cr4
+    movq {kernel_cr3}(%rsi), %rax
+    movq %rax, %cr3
+    xorl %eax, %eax
+    xchgq %rax, {stack}(%rsi)
+    testq %rax, %rax
+    jz 2f
+    movq %rax, %rsp
+    movq {arg}(%rsi), %rdi
+    movq {entry}(%rsi), %rax
+    xorl %ebp, %ebp
+    callq *%rax
+2:
+    cli
+    hlt
+    jmp 2b
+    .global memboot_ap_tramp_end
+memboot_ap_tramp_end:
+    .text
+"#,
+    params_size = const size_of::<TrampolineParams>(),
+    params = const PARAMS_OFFSET,
+    gdtr = const PARAMS_OFFSET + offset_of!(TrampolineParams, gdt_limit),
+    far32 = const PARAMS_OFFSET + offset_of!(TrampolineParams, far32_offset),
+    far64 = const offset_of!(TrampolineParams, far64_offset),
+    data32 = const SEL_DATA32,
+    temp_cr3 = const offset_of!(TrampolineParams, temp_cr3),
+    cr0 = const offset_of!(TrampolineParams, cr0),
+    cr4 = const offset_of!(TrampolineParams, cr4),
+    kernel_cr3 = const offset_of!(TrampolineParams, kernel_cr3),
+    stack = const offset_of!(TrampolineParams, stack_top),
+    arg = const offset_of!(TrampolineParams, arg),
+    entry = const offset_of!(TrampolineParams, entry),
+    options(att_syntax)
+);
+
+extern "C" {
+    static memboot_ap_tramp_start: u8;
+    static memboot_ap_tramp_params: u8;
+    static memboot_ap_tramp_32: u8;
+    static memboot_ap_tramp_64: u8;
+    static memboot_ap_tramp_end: u8;
+}
+
+/// One online CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuInfo {
+    /// Dense index: 0 is the BSP, APs follow in MADT order.
+    pub index: usize,
+    pub apic_id: u32,
+    /// NUMA node (SRAT; 0 without SRAT).
+    pub node: u32,
+    pub is_bsp: bool,
+}
+
+/// When an AP came up (raw TSC values; `tsc::cycles_to_ns` converts).
+/// For reports of later boot stages; the self-test only checks presence.
+#[allow(dead_code)]
+#[derive(Clone, Copy, Debug)]
+pub struct BootTiming {
+    /// BSP's TSC when it sent INIT.
+    pub init_tsc: u64,
+    /// BSP's TSC when it saw the AP arrive in [`ap_entry`].
+    pub seen_tsc: u64,
+    /// The AP's own TSC on arrival.
+    pub ap_tsc: u64,
+}
+
+type Job<'a> = dyn Fn(CpuInfo) + Sync + 'a;
+
+const MAILBOX_IDLE: u32 = 0;
+const MAILBOX_POSTED: u32 = 1;
+
+/// Per-CPU data: identity, bring-up handshake and the job mailbox.
+struct PerCpu {
+    info: CpuInfo,
+    /// The AP's TSC on arrival in `ap_entry` (0 until then).
+    arrived_tsc: AtomicU64,
+    /// APIC id the AP read from its own APIC.
+    seen_apic_id: AtomicU32,
+    /// GDT/TSS/IDT loaded: the AP no longer uses the trampoline page.
+    ready: AtomicBool,
+    /// MAILBOX_IDLE or MAILBOX_POSTED (set by the BSP with `job` filled in,
+    /// cleared by the AP when the job returned).
+    state: AtomicU32,
+    /// The posted job; only touched by the BSP while `state` is IDLE and by
+    /// the AP while it is POSTED.
+    job: UnsafeCell<Option<*const Job<'static>>>,
+    timing: UnsafeCell<BootTiming>,
+}
+
+// SAFETY: `job` and `timing` are handed over between CPUs through `state`
+// and `ready` with release/acquire ordering (see the field docs); the job
+// pointee is Sync.
+unsafe impl Sync for PerCpu {}
+
+impl PerCpu {
+    fn new(info: CpuInfo) -> Self {
+        PerCpu {
+            info,
+            arrived_tsc: AtomicU64::new(0),
+            seen_apic_id: AtomicU32::new(u32::MAX),
+            ready: AtomicBool::new(false),
+            state: AtomicU32::new(MAILBOX_IDLE),
+            job: UnsafeCell::new(None),
+            timing: UnsafeCell::new(BootTiming {
+                init_tsc: 0,
+                seen_tsc: 0,
+                ap_tsc: 0,
+            }),
+        }
+    }
+}
+
+struct Online {
+    cpus: Vec<CpuInfo>,
+    percpu: Vec<&'static PerCpu>,
+    bsp_apic_id: u32,
+}
+
+static ONLINE: spin::Once<Online> = spin::Once::new();
+
+/// The online CPUs, BSP first (`cpus[i].index == i`); empty before
+/// [`start_aps`].
+pub fn online_cpus() -> &'static [CpuInfo] {
+    ONLINE.get().map(|o| o.cpus.as_slice()).unwrap_or(&[])
+}
+
+/// Number of online CPUs including the BSP (at least 1).
+pub fn cpu_count() -> usize {
+    online_cpus().len().max(1)
+}
+
+/// Bring-up timing of online CPU `cpu` (None for the BSP or out of range).
+pub fn boot_timing(cpu: usize) -> Option<BootTiming> {
+    let pc = ONLINE.get()?.percpu.get(cpu)?;
+    if pc.info.is_bsp {
+        return None;
+    }
+    // SAFETY: `timing` was written by the BSP before the CPU was published
+    // in ONLINE and is never written again.
+    Some(unsafe { *pc.timing.get() })
+}
+
+/// What bring-up achieved, for the boot summary.
+pub struct SmpSummary {
+    /// APs that came up (the BSP not counted).
+    pub ap_online: usize,
+}
+
+/// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
+/// borrow; it outlives the `scope` call, and `Scope` is invariant in it.
+pub struct Scope<'env> {
+    spawned: RefCell<Vec<&'static PerCpu>>,
+    on_bsp: RefCell<Vec<&'env Job<'env>>>,
+    _invariant: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'env> Scope<'env> {
+    /// Run `job` on online CPU `cpu` (an index into [`online_cpus`]). On an
+    /// AP it starts now (after the AP's previous job, if any, finished); on
+    /// the BSP it runs when the scope closure has returned, after all AP
+    /// jobs were dispatched. Panics if `cpu` is not online.
+    pub fn spawn_on(&self, cpu: usize, job: &'env Job<'env>) {
+        let online = ONLINE.get().expect("smp::scope before smp::start_aps");
+        let pc = *online.percpu.get(cpu).unwrap_or_else(|| {
+            panic!("smp: spawn_on CPU {cpu}, only {} online", online.cpus.len())
+        });
+        if pc.info.is_bsp {
+            self.on_bsp.borrow_mut().push(job);
+            return;
+        }
+        while pc.state.load(Ordering::Acquire) != MAILBOX_IDLE {
+            core::hint::spin_loop();
+        }
+        // SAFETY: erases the lifetime of the job reference only. Sound because
+        // `scope` does not return before this CPU's mailbox is IDLE again,
+        // i.e. before the AP is done with the reference, and `'env` outlives
+        // the `scope` call.
+        let ptr: *const Job<'static> =
+            unsafe { core::mem::transmute::<&'env Job<'env>, &'static Job<'static>>(job) };
+        // SAFETY: the mailbox is IDLE, so the AP does not touch `job`; the
+        // release store below publishes it.
+        unsafe { *pc.job.get() = Some(ptr) };
+        pc.state.store(MAILBOX_POSTED, Ordering::Release);
+        self.spawned.borrow_mut().push(pc);
+    }
+}
+
+/// Run `f`, which may spawn jobs on online CPUs through its [`Scope`]; then
+/// run the jobs spawned on the BSP, wait for every AP job and return `f`'s
+/// result. BSP only (panics on an AP).
+pub fn scope<'env, R>(f: impl FnOnce(&Scope<'env>) -> R) -> R {
+    if let Some(online) = ONLINE.get() {
+        assert_eq!(apic::id(), online.bsp_apic_id, "smp::scope called on an AP");
+    }
+    let s = Scope {
+        spawned: RefCell::new(Vec::new()),
+        on_bsp: RefCell::new(Vec::new()),
+        _invariant: PhantomData,
+    };
+    let r = f(&s);
+    let bsp = online_cpus().first().copied().unwrap_or(CpuInfo {
+        index: 0,
+        apic_id: apic::id(),
+        node: 0,
+        is_bsp: true,
+    });
+    // Jobs may spawn nothing (they get no Scope), so these lists are final.
+    for job in s.on_bsp.borrow().iter() {
+        job(bsp);
+    }
+    for pc in s.spawned.borrow().iter() {
+        while pc.state.load(Ordering::Acquire) != MAILBOX_IDLE {
+            core::hint::spin_loop();
+        }
+    }
+    r
+}
+
+/// Where an AP starts in Rust (called by the trampoline's 64-bit code on the
+/// AP's own stack, with the kernel's page tables).
+extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
+    pc.arrived_tsc.store(tsc::rdtsc().max(1), Ordering::Release);
+    apic::init_ap();
+    interrupts::init_ap();
+    pc.seen_apic_id.store(apic::id(), Ordering::Relaxed);
+    pc.ready.store(true, Ordering::Release);
+    loop {
+        if pc.state.load(Ordering::Acquire) == MAILBOX_POSTED {
+            // SAFETY: POSTED means the BSP stored a job and does not touch
+            // the slot until we set IDLE below.
+            let job = unsafe { *pc.job.get() };
+            if let Some(job) = job {
+                // SAFETY: the BSP's scope keeps the referent alive until the
+                // mailbox is IDLE again (see Scope::spawn_on).
+                unsafe { (*job)(pc.info) };
+            }
+            pc.state.store(MAILBOX_IDLE, Ordering::Release);
+        } else {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Page-table frames for the identity mappings, from the heap (which lies
+/// in the physical-memory mapping, so phys = virt - phys_offset). Never
+/// freed: once linked into the page tables they stay there.
+struct HeapFrames {
+    phys_offset: u64,
+}
+
+// SAFETY: every frame returned is a fresh, zeroed, 4 KiB aligned heap
+// allocation that is never freed or used otherwise.
+unsafe impl FrameAllocator<Size4KiB> for HeapFrames {
+    fn allocate_frame(&mut self) -> Option<PhysFrame> {
+        let layout = Layout::from_size_align(PAGE as usize, PAGE as usize).ok()?;
+        // SAFETY: non-zero-sized layout.
+        let p = unsafe { alloc::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return None;
+        }
+        PhysFrame::from_start_address(PhysAddr::new(p as u64 - self.phys_offset)).ok()
+    }
+}
+
+fn ms_to_cycles(ms: u64) -> u64 {
+    tsc::khz().max(1) * ms
+}
+
+fn delay_us(us: u64) {
+    let end = tsc::rdtsc() + tsc::khz().max(1) * us / 1000;
+    while tsc::rdtsc() < end {
+        core::hint::spin_loop();
+    }
+}
+
+/// Spin until `cond` or `ms` milliseconds passed; true if `cond` held.
+fn wait_for(ms: u64, cond: impl Fn() -> bool) -> bool {
+    let end = tsc::rdtsc() + ms_to_cycles(ms);
+    loop {
+        if cond() {
+            return true;
+        }
+        if tsc::rdtsc() >= end {
+            return cond();
+        }
+        core::hint::spin_loop();
+    }
+}
+
+/// Free 4 KiB pages in [0x1000, 0x100000) per the bootloader's map.
+fn low_pages(regions: &MemoryRegions) -> impl Iterator<Item = u64> + '_ {
+    regions
+        .iter()
+        .filter(|r| r.kind == MemoryRegionKind::Usable)
+        .flat_map(|r| {
+            let start = r.start.div_ceil(PAGE) * PAGE;
+            let end = r.end.min(0x10_0000) / PAGE * PAGE;
+            (start..end.max(start)).step_by(PAGE as usize)
+        })
+        .filter(|&p| p >= PAGE)
+}
+
+fn raw_cr3() -> u64 {
+    let (frame, flags) = Cr3::read_raw();
+    frame.start_address().as_u64() | flags as u64
+}
+
+/// The trampoline, mapped and ready for one AP after another.
+struct Trampoline {
+    phys: u64,
+    params: *mut TrampolineParams,
+    template: TrampolineParams,
+}
+
+impl Trampoline {
+    /// Copy the code to `phys`, the kernel PML4 to `pml4_phys`, identity-map
+    /// `phys`.
+    fn install(
+        phys: u64,
+        pml4_phys: u64,
+        phys_offset: u64,
+        mapper: &mut OffsetPageTable<'_>,
+        frames: &mut HeapFrames,
+    ) -> Result<Self, &'static str> {
+        let start = core::ptr::addr_of!(memboot_ap_tramp_start) as u64;
+        let len = core::ptr::addr_of!(memboot_ap_tramp_end) as u64 - start;
+        let params_off = core::ptr::addr_of!(memboot_ap_tramp_params) as u64 - start;
+        let off32 = core::ptr::addr_of!(memboot_ap_tramp_32) as u64 - start;
+        let off64 = core::ptr::addr_of!(memboot_ap_tramp_64) as u64 - start;
+        if params_off != PARAMS_OFFSET as u64 || len > PAGE {
+            return Err("trampoline layout does not match TrampolineParams");
+        }
+        let page = Page::<Size4KiB>::containing_address(VirtAddr::new(phys));
+        let frame = PhysFrame::containing_address(PhysAddr::new(phys));
+        // SAFETY: `phys` is a free low page (Usable in the bootloader's map,
+        // not otherwise used by memboot) and its virtual address is unmapped
+        // (the caller checked); an executable, writable identity mapping of
+        // it aliases no Rust object.
+        unsafe {
+            mapper
+                .map_to(
+                    page,
+                    frame,
+                    PageTableFlags::PRESENT | PageTableFlags::WRITABLE,
+                    frames,
+                )
+                .map_err(|_| "cannot identity-map the trampoline page")?
+                .flush();
+        }
+        // Copy the PML4 only now, so it includes the identity mapping.
+        let cr3 = raw_cr3();
+        // SAFETY: both pages are RAM in the physical-memory mapping; the
+        // kernel PML4 is only read, the low page is free (see above).
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (phys_offset + (cr3 & !0xfff)) as *const u8,
+                (phys_offset + pml4_phys) as *mut u8,
+                PAGE as usize,
+            );
+            core::ptr::write_bytes((phys_offset + phys) as *mut u8, 0, PAGE as usize);
+            core::ptr::copy_nonoverlapping(
+                start as *const u8,
+                (phys_offset + phys) as *mut u8,
+                len as usize,
+            );
+        }
+        let template = TrampolineParams {
+            far32_offset: (phys + off32) as u32,
+            far32_selector: SEL_CODE32,
+            _pad0: 0,
+            far64_offset: (phys + off64) as u32,
+            far64_selector: SEL_CODE64,
+            _pad1: [0; 4],
+            gdt_limit: (size_of::<[u64; 4]>() - 1) as u16,
+            gdt_base: (phys + PARAMS_OFFSET as u64 + offset_of!(TrampolineParams, gdt) as u64)
+                as u32,
+            temp_cr3: pml4_phys as u32,
+            kernel_cr3: cr3,
+            cr0: Cr0::read_raw(),
+            cr4: Cr4::read_raw(),
+            stack_top: 0,
+            entry: ap_entry as extern "C" fn(&'static PerCpu) -> ! as usize as u64,
+            arg: 0,
+            gdt: [
+                0,
+                0x00cf_9a00_0000_ffff, // 0x08: 32-bit code, flat
+                0x00cf_9200_0000_ffff, // 0x10: 32-bit data, flat
+                0x00af_9a00_0000_ffff, // 0x18: 64-bit code
+            ],
+        };
+        Ok(Trampoline {
+            phys,
+            params: (phys_offset + phys + PARAMS_OFFSET as u64) as *mut TrampolineParams,
+            template,
+        })
+    }
+
+    fn stack_slot(&self) -> &AtomicU64 {
+        // SAFETY: `stack_top` is an aligned u64 inside the mapped low page;
+        // the AP accesses it only with a locked `xchg`, so atomics on both
+        // sides are the right model. The page outlives `self`.
+        unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*self.params).stack_top)) }
+    }
+
+    /// Fill in the parameter block for the next AP.
+    fn prepare(&self, stack_top: u64, pc: &'static PerCpu) {
+        let p = TrampolineParams {
+            stack_top,
+            arg: pc as *const PerCpu as u64,
+            ..self.template
+        };
+        // SAFETY: no AP runs in the trampoline now (the previous one is
+        // ready or was given up with its stack slot taken back), so this
+        // plain write does not race; the AP reads it after the IPIs.
+        unsafe { core::ptr::write_volatile(self.params, p) };
+    }
+
+    fn vector(&self) -> u8 {
+        (self.phys >> 12) as u8
+    }
+}
+
+/// Start every enabled AP in the MADT and publish the online CPUs.
+pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> SmpSummary {
+    let t0 = tsc::rdtsc();
+    // SAFETY: CR3's frame is the active PML4, reachable through the
+    // physical-memory mapping; this is the only live reference to it while
+    // bring-up runs (nothing else edits page tables concurrently).
+    let mut mapper = unsafe {
+        let (frame, _) = Cr3::read();
+        let pml4 = &mut *((phys_offset + frame.start_address().as_u64()) as *mut PageTable);
+        OffsetPageTable::new(pml4, VirtAddr::new(phys_offset))
+    };
+    let mut frames = HeapFrames { phys_offset };
+    match apic::init_bsp(acpi.lapic_addr, &mut mapper, &mut frames) {
+        Ok(mode) => kprintln!("APIC: {mode}"),
+        Err(e) => {
+            kprintln!("APIC: {e}");
+            crate::fail("smp");
+        }
+    }
+    let bsp_apic_id = apic::id();
+    let node_of = |apic_id: u32| {
+        acpi.cpus
+            .iter()
+            .find(|c| c.apic_id == apic_id)
+            .map_or(0, |c| c.node)
+    };
+    let bsp = Box::leak(Box::new(PerCpu::new(CpuInfo {
+        index: 0,
+        apic_id: bsp_apic_id,
+        node: node_of(bsp_apic_id),
+        is_bsp: true,
+    })));
+    let mut percpu: Vec<&'static PerCpu> = alloc::vec![&*bsp];
+    let aps: Vec<_> = acpi
+        .cpus
+        .iter()
+        .filter(|c| c.enabled && c.apic_id != bsp_apic_id)
+        .collect();
+    if !acpi.cpus.is_empty() && !acpi.cpus.iter().any(|c| c.apic_id == bsp_apic_id) {
+        kprintln!("smpboot: Warning: boot CPU APIC {bsp_apic_id:#x} is not in the MADT");
+    }
+
+    if !aps.is_empty() {
+        let mut low = low_pages(regions);
+        let tramp_phys = low.find(|&p| mapper.translate_addr(VirtAddr::new(p)).is_none());
+        let pml4_phys = low.next();
+        let (Some(tramp_phys), Some(pml4_phys)) = (tramp_phys, pml4_phys) else {
+            kprintln!("smpboot: no two free pages below 1 MiB for the AP trampoline");
+            crate::fail("smp");
+        };
+        let tramp =
+            match Trampoline::install(tramp_phys, pml4_phys, phys_offset, &mut mapper, &mut frames)
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    kprintln!("smpboot: {e}");
+                    crate::fail("smp");
+                }
+            };
+        kprintln!(
+            "smpboot: trampoline at {:#x} (vector {:#04x}), temporary PML4 at {:#x}",
+            tramp_phys,
+            tramp.vector(),
+            pml4_phys
+        );
+        for c in aps {
+            let index = percpu.len();
+            if c.apic_id > 0xfe && !apic::x2apic_mode() {
+                kprintln!(
+                    "smpboot: CPU {index} (APIC {:#x}) needs x2APIC, which this CPU lacks: skipped",
+                    c.apic_id
+                );
+                continue;
+            }
+            kprintln!(
+                "smpboot: Booting Node {} Processor {index} APIC {:#x}",
+                c.node,
+                c.apic_id
+            );
+            let pc: &'static PerCpu = Box::leak(Box::new(PerCpu::new(CpuInfo {
+                index,
+                apic_id: c.apic_id,
+                node: c.node,
+                is_bsp: false,
+            })));
+            let stack_layout = Layout::from_size_align(AP_STACK_BYTES, 16).unwrap();
+            // SAFETY: non-zero-sized layout; the stack is never freed if the
+            // AP took it (it runs on it forever).
+            let stack = unsafe { alloc::alloc::alloc(stack_layout) };
+            if stack.is_null() {
+                alloc::alloc::handle_alloc_error(stack_layout);
+            }
+            let stack_top = stack as u64 + AP_STACK_BYTES as u64;
+            tramp.prepare(stack_top, pc);
+            let init_tsc = tsc::rdtsc();
+            apic::send_init(c.apic_id);
+            delay_us(10_000);
+            apic::send_startup(c.apic_id, tramp.vector());
+            delay_us(200);
+            apic::send_startup(c.apic_id, tramp.vector());
+            let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, || {
+                pc.arrived_tsc.load(Ordering::Acquire) != 0
+            });
+            // Take the stack back unless the AP claimed it: a late AP then
+            // finds 0 in the trampoline and halts there.
+            let unclaimed = tramp.stack_slot().swap(0, Ordering::AcqRel) != 0;
+            let arrived = arrived
+                || (!unclaimed
+                    && wait_for(AP_READY_TIMEOUT_MS, || {
+                        pc.arrived_tsc.load(Ordering::Acquire) != 0
+                    }));
+            if !arrived {
+                kprintln!(
+                    "smpboot: CPU {index} (APIC {:#x}) did not come up",
+                    c.apic_id
+                );
+                if unclaimed {
+                    // SAFETY: allocated above with this layout; the AP never
+                    // took it (the slot still held it), so nothing uses it.
+                    unsafe { alloc::alloc::dealloc(stack, stack_layout) };
+                } else {
+                    kprintln!("smpboot: CPU {index} took its stack but never arrived");
+                    crate::fail("smp");
+                }
+                continue;
+            }
+            let seen_tsc = tsc::rdtsc();
+            if !wait_for(AP_READY_TIMEOUT_MS, || pc.ready.load(Ordering::Acquire)) {
+                kprintln!(
+                    "smpboot: CPU {index} (APIC {:#x}) hung in its setup",
+                    c.apic_id
+                );
+                crate::fail("smp");
+            }
+            let seen_id = pc.seen_apic_id.load(Ordering::Relaxed);
+            if seen_id != c.apic_id {
+                kprintln!(
+                    "smpboot: CPU {index}: started APIC {:#x} but it reads APIC id {seen_id:#x}",
+                    c.apic_id
+                );
+                crate::fail("smp");
+            }
+            // SAFETY: nobody else reads `timing` before the CPU is published.
+            unsafe {
+                *pc.timing.get() = BootTiming {
+                    init_tsc,
+                    seen_tsc,
+                    ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
+                }
+            };
+            kprintln!(
+                "smpboot: CPU {index} (APIC {:#x}) up {} us after INIT",
+                c.apic_id,
+                tsc::cycles_to_ns(seen_tsc - init_tsc) / 1000
+            );
+            percpu.push(pc);
+        }
+        // Every AP that came up runs on its own GDT and the kernel CR3 now.
+        match mapper.unmap(Page::<Size4KiB>::containing_address(VirtAddr::new(
+            tramp_phys,
+        ))) {
+            Ok((_, flush)) => flush.flush(),
+            Err(_) => {
+                kprintln!("smpboot: cannot unmap the trampoline page");
+                crate::fail("smp");
+            }
+        }
+    }
+
+    let cpus: Vec<CpuInfo> = percpu.iter().map(|p| p.info).collect();
+    let mut nodes: Vec<u32> = cpus.iter().map(|c| c.node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let n = cpus.len();
+    ONLINE.call_once(|| Online {
+        cpus,
+        percpu,
+        bsp_apic_id,
+    });
+    let node_word = if nodes.len() == 1 { "node" } else { "nodes" };
+    let cpu_word = if n == 1 { "CPU" } else { "CPUs" };
+    let us = tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000;
+    kprintln!(
+        "smp: Brought up {} {node_word}, {n} {cpu_word} in {}.{:03} ms",
+        nodes.len(),
+        us / 1000,
+        us % 1000
+    );
+    kprintln!("x86: Booted up {} {node_word}, {n} {cpu_word}", nodes.len());
+    SmpSummary { ap_online: n - 1 }
+}
+
+/// Run one job on every online CPU; each must run exactly once and read its
+/// own APIC id. Fails the boot ("smp") otherwise.
+pub fn self_test() {
+    let cpus = online_cpus();
+    let n = cpus.len();
+    let runs: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let ids: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(u32::MAX)).collect();
+    let total = AtomicUsize::new(0);
+    let job = |c: CpuInfo| {
+        ids[c.index].store(apic::id(), Ordering::Relaxed);
+        runs[c.index].fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(1, Ordering::Relaxed);
+    };
+    let t = tsc::rdtsc();
+    scope(|s| {
+        for c in cpus {
+            s.spawn_on(c.index, &job);
+        }
+    });
+    let us = tsc::cycles_to_ns(tsc::rdtsc() - t) / 1000;
+    let mut ok = total.load(Ordering::Relaxed) == n;
+    if !ok {
+        kprintln!(
+            "smp: self-test: {} job runs for {n} CPUs",
+            total.load(Ordering::Relaxed)
+        );
+    }
+    for c in cpus {
+        let (r, id) = (
+            runs[c.index].load(Ordering::Relaxed),
+            ids[c.index].load(Ordering::Relaxed),
+        );
+        if r != 1 || id != c.apic_id {
+            kprintln!(
+                "smp: self-test: CPU {} (APIC {:#x}) ran {r} times, read APIC id {id:#x}",
+                c.index,
+                c.apic_id
+            );
+            ok = false;
+        }
+    }
+    if !ok {
+        crate::fail("smp");
+    }
+    let timed = (1..n).filter(|&i| boot_timing(i).is_some()).count();
+    kprintln!(
+        "smp: self-test passed: {n} of {} CPUs ran one job each on their own APIC id ({us} us; {timed} AP timings)",
+        cpu_count()
+    );
+}

@@ -167,7 +167,7 @@ fn verify_complete(
                     1,
                     "pfn {pfn:#x} in exactly one free or allocated block"
                 );
-                let held = alloc_head.get(&pfn).is_some();
+                let held = alloc_head.contains_key(&pfn);
                 assert_eq!(p.refcount, held as i32, "pfn {pfn:#x} refcount");
                 *expect_free.entry((r.nid, r.zone)).or_default() += 1;
             }
@@ -274,7 +274,7 @@ fn four_nodes_memory_only() -> Scenario {
         ],
         node_cpus: vec![
             cpus(0, &[0, 1, 2]),
-            cpus(1, &[3]),
+            cpus(1, &[3, 8]),
             cpus(2, &[]),
             cpus(3, &[4, 5, 6, 7]),
         ],
@@ -329,7 +329,7 @@ fn fully_aligned_memory_ends_as_max_order_blocks() {
         DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
     let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     di.run(&ThreadExecutor, &StdClock::new());
-    let nr_blocks = 2 * S >> MAX_ORDER;
+    let nr_blocks = (2 * S) >> MAX_ORDER;
     assert_eq!(
         di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
         nr_blocks
@@ -395,7 +395,7 @@ fn grow_on_demand_races_with_workers() {
                                     held.push((pfn, order));
                                     nr_allocs += 1;
                                     // Give every third block back (merging while workers free).
-                                    if nr_allocs % 3 == 0 {
+                                    if nr_allocs.is_multiple_of(3) {
                                         let (p, o) =
                                             held.swap_remove((seed >> 40) as usize % held.len());
                                         di.free_pages(p, o).unwrap();
@@ -551,7 +551,7 @@ fn plan_threads_default_cap_and_memory_only_node() {
     assert_eq!(per_node(&uncapped, 3), 4);
     assert_eq!(
         per_node(&uncapped, 2),
-        8,
+        9,
         "memory-only node: served by all CPUs of the system"
     );
     for w in uncapped.workers() {
@@ -569,7 +569,11 @@ fn plan_threads_default_cap_and_memory_only_node() {
     // A missing CPU entry is a memory-only node too.
     let no_entry =
         DeferredPlan::new(&sc.ranges, &[], &sc.node_cpus[..2], PlanOptions::default()).unwrap();
-    assert_eq!(per_node(&no_entry, 3), 4);
+    assert_eq!(
+        per_node(&no_entry, 3),
+        5,
+        "served by the 5 CPUs of nodes 0 and 1"
+    );
 }
 
 #[test]
@@ -703,7 +707,7 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     while let Ok(p) = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
         held.push(p);
     }
-    assert_eq!(held.len() as u64, 2 * S >> MAX_ORDER);
+    assert_eq!(held.len() as u64, (2 * S) >> MAX_ORDER);
     assert_eq!(
         di.alloc_pages(0, ZoneType::Normal, 0),
         Err(AllocError::OutOfMemory {
@@ -716,7 +720,7 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     held.dedup();
     assert_eq!(
         held.len() as u64,
-        2 * S >> MAX_ORDER,
+        (2 * S) >> MAX_ORDER,
         "no block handed out twice"
     );
 }
@@ -807,7 +811,7 @@ fn eager_pages_merge_with_deferred_pages() {
     di.run(&ThreadExecutor, &StdClock::new());
     assert_eq!(
         di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
-        2 * S >> MAX_ORDER
+        (2 * S) >> MAX_ORDER
     );
     assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 2 * S);
     // Overlapping eager and deferred memory is refused.

@@ -68,6 +68,10 @@ pub trait FirmwareRegion {
     fn len(&self) -> u64;
     /// What the firmware says the memory is.
     fn kind(&self) -> RegionKind;
+    /// A zero-length entry (memblock ignores it and counts it).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<T: FirmwareRegion + ?Sized> FirmwareRegion for &T {

@@ -495,7 +495,7 @@ mod tests {
         // (256 MiB is section aligned), [4396 MiB, 4500 MiB), [4600 MiB, 4608 MiB).
         assert_eq!(
             out.stats.hole_pages,
-            1 + 0x61 + (104 * MIB >> 12) + (8 * MIB >> 12)
+            1 + 0x61 + ((104 * MIB) >> 12) + ((8 * MIB) >> 12)
         );
         let p = mm.page(0).unwrap();
         assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount == 1);

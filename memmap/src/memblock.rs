@@ -589,7 +589,7 @@ impl Memblock {
             if a.nid >= MAX_NUMNODES {
                 return Err(MemblockError::InvalidNode { nid: a.nid });
             }
-            let end = a.start.checked_add(a.len_bytes).unwrap_or(u64::MAX);
+            let end = a.start.saturating_add(a.len_bytes);
             let (start, end) = (page_round_down(a.start), page_round_down(end));
             if start < end {
                 entries
@@ -808,7 +808,7 @@ impl Memblock {
     pub fn node_span(&self, nid: NodeId) -> Option<PfnRange> {
         let mut it = self.memory.regions.iter().filter(|r| r.nid == nid);
         let first = it.next()?;
-        let last = it.last().unwrap_or(first);
+        let last = it.next_back().unwrap_or(first);
         Some(PfnRange::new(first.pfns().start, last.pfns().end))
     }
 }

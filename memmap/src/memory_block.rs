@@ -78,11 +78,11 @@ impl fmt::Display for MemoryBlockSize {
 pub fn probe_memory_block_size(boot_mem_end: u64) -> MemoryBlockSize {
     let bytes = if boot_mem_end < MEM_SIZE_FOR_LARGE_BLOCK_BYTES {
         MIN_MEMORY_BLOCK_BYTES
-    } else if boot_mem_end % MIN_MEMORY_BLOCK_BYTES != 0 {
+    } else if !boot_mem_end.is_multiple_of(MIN_MEMORY_BLOCK_BYTES) {
         MAX_MEMORY_BLOCK_BYTES
     } else {
         let mut bz = MAX_MEMORY_BLOCK_BYTES;
-        while bz > MIN_MEMORY_BLOCK_BYTES && boot_mem_end % bz != 0 {
+        while bz > MIN_MEMORY_BLOCK_BYTES && !boot_mem_end.is_multiple_of(bz) {
             bz >>= 1;
         }
         bz

@@ -260,7 +260,7 @@ mod tests {
     fn flag_fields_do_not_overlap() {
         let all = StructPage::page_links(u64::MAX >> 12, ZoneType::Normal, MAX_NUMNODES - 1);
         assert_eq!(all >> ZONES_PGSHIFT << ZONES_PGSHIFT, all);
-        assert!(ZONES_PGSHIFT > pg::PRIVATE);
+        const { assert!(ZONES_PGSHIFT > pg::PRIVATE) };
     }
 
     #[test]

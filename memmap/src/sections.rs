@@ -90,7 +90,7 @@ impl Vmemmap {
     /// A window at `base` (must be 2 MiB aligned so each section's memmap is
     /// one huge page; returns `None` otherwise).
     pub const fn new(base: u64) -> Option<Self> {
-        if base % SECTION_MEMMAP_BYTES == 0 {
+        if base.is_multiple_of(SECTION_MEMMAP_BYTES) {
             Some(Self { base })
         } else {
             None

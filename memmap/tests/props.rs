@@ -93,10 +93,9 @@ fn arb_map(
 
 /// Naive reference: worst kind per elementary interval, RAM runs rounded
 /// inward, in-use RAM rounded outward (then unioned).
-fn reference_tables(
-    entries: &[FirmwareEntry],
-    phys_bits: u32,
-) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+type ByteRanges = Vec<(u64, u64)>;
+
+fn reference_tables(entries: &[FirmwareEntry], phys_bits: u32) -> (ByteRanges, ByteRanges) {
     let limit = 1u64 << phys_bits;
     let clipped: Vec<(u64, u64, RegionKind)> = entries
         .iter()
@@ -221,7 +220,6 @@ proptest! {
         check_table_invariants(mb.memory().regions(), limit)?;
         check_table_invariants(mb.reserved().regions(), u64::MAX)?;
         prop_assert_eq!(coverage(mb.memory().regions()), ref_mem.clone());
-        eprintln!("NCASE {}", mb.memory().len());
         prop_assert_eq!(coverage(mb.reserved().regions()), ref_rsv);
         prop_assert_eq!(report.zero_length_entries, entries.iter().filter(|e| e.len_bytes == 0).count());
 
@@ -313,8 +311,8 @@ proptest! {
         }
         let brute_next = |p: usize| next_from[p.min(nr_pfns)];
         let mut cursor = mb.valid_pfn_cursor();
-        for p in 0..nr_pfns {
-            prop_assert_eq!(mb.pfn_valid(p as u64), valid[p]);
+        for (p, &is_valid) in valid.iter().enumerate() {
+            prop_assert_eq!(mb.pfn_valid(p as u64), is_valid);
             let expect = brute_next(p);
             prop_assert_eq!(mb.next_valid_pfn(p as u64), expect, "plain at {}", p);
             prop_assert_eq!(cursor.next_valid_pfn(p as u64), expect, "cached, sequential, at {}", p);
@@ -337,7 +335,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(3000))]
 
     /// Large sparse maps (to 64 TiB): free ranges = memory − reserved by
     /// interval arithmetic; next_valid_pfn at boundaries vs a linear scan of
@@ -403,7 +401,7 @@ proptest! {
             let zone_mem: Vec<PfnRange> = mb.mem_pfn_ranges(Some(node.nid)).filter_map(|(r, _)| r.intersect(&highest.span)).collect();
             let count_before = |q: u64| -> u64 { zone_mem.iter().map(|r| r.end.min(q).saturating_sub(r.start)).sum() };
             let boundary = deferred.first().map_or(highest.span.end, |d| d.pfns.start);
-            if deferred.first().is_some() {
+            if !deferred.is_empty() {
                 prop_assert_eq!(boundary % PAGES_PER_SECTION, 0);
                 prop_assert!(count_before(boundary) >= PAGES_PER_SECTION);
                 let eager_in_zone: u64 = plan.eager.iter().filter(|e| e.nid == node.nid && e.zone == highest.zone).map(|e| e.pfns.nr_pages()).sum();
@@ -565,7 +563,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1200))]
+    #![proptest_config(ProptestConfig::with_cases(1500))]
 
     /// Block size rules and the registry: O(1) lookup agrees with linear
     /// search for every id, each present section has its block, and node
@@ -576,8 +574,8 @@ proptest! {
         let bz = probe_memory_block_size(end).bytes();
         prop_assert!(bz.is_power_of_two() && ((128u64 << 20)..=(2u64 << 30)).contains(&bz));
         if end < (64u64 << 30) { prop_assert_eq!(bz, 128u64 << 20); }
-        else if end % (128u64 << 20) != 0 { prop_assert_eq!(bz, 2u64 << 30); }
-        else { prop_assert!(end % bz == 0 && (bz == 2u64 << 30 || end % (2 * bz) != 0)); }
+        else if !end.is_multiple_of(128u64 << 20) { prop_assert_eq!(bz, 2u64 << 30); }
+        else { prop_assert!(end.is_multiple_of(bz) && (bz == 2u64 << 30 || !end.is_multiple_of(2 * bz))); }
 
         // At most 2^37 bytes (1024 blocks), so the linear baseline stays cheap.
         let entries: Vec<FirmwareEntry> = entries.into_iter().map(|e| FirmwareEntry { len_bytes: e.len_bytes.min(1 << 36), ..e }).collect();
@@ -600,6 +598,5 @@ proptest! {
             prop_assert_eq!(b.nids.0, expect, "block {}", b.id);
         }
         prop_assert!(mb.reserved().regions().iter().all(|r| r.nid == NUMA_NO_NODE));
-        eprintln!("CASE blocks={} maxid={}", blocks.len(), max_id);
     }
 }

@@ -32,12 +32,15 @@ pub mod plan;
 pub mod run;
 pub mod spin;
 pub mod stats;
+pub mod verify;
 
 #[cfg(any(test, feature = "std"))]
 pub mod host;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verify_tests;
 
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE,
@@ -47,3 +50,8 @@ pub use plan::{
 };
 pub use run::{Clock, DeferredInit, Executor, InitError, InitMode};
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
+pub use verify::{
+    alloc_free_selftest, verify_buddy, verify_pages, BuddyFailure, BuddyMismatch, BuddySummary,
+    Expected, HeadProblem, PageCheck, PageMismatch, PageWords, Problem, SelftestError,
+    SelftestReport, ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
+};

@@ -59,6 +59,36 @@ fn finish(status: &str, code: ExitCode) -> ! {
         o.fixed("tsc_mhz", tsc_khz, 3)?;
         o.str("status", status)?;
         o.u64("total_ns", tsc::ns_since_entry())?;
+        // Memory-init keys: always present (zero / "none" when the boot
+        // failed before memory init), so parsers need no special case.
+        let mm = crate::pipeline::MM_FACTS
+            .try_lock()
+            .map(|f| *f)
+            .unwrap_or(crate::pipeline::MmFacts::EMPTY);
+        o.str("strategy", mm.strategy)?;
+        o.u64("present_pages", mm.present_pages)?;
+        o.u64("eager_pages", mm.eager_pages)?;
+        o.u64("deferred_pages", mm.deferred_pages)?;
+        o.u64("reserved_pages", mm.reserved_pages)?;
+        o.u64("hole_pages", mm.hole_pages)?;
+        o.u64("memmap_boot_ns", mm.memmap_boot_ns)?;
+        o.u64("buddy_eager_ns", mm.buddy_eager_ns)?;
+        o.u64("deferred_ns", mm.deferred_ns)?;
+        o.u64_array(
+            "node_deferred_ns",
+            mm.node_deferred_ns[..mm.nr_nodes].iter().copied(),
+        )?;
+        o.u64("deferred_workers", mm.deferred_workers)?;
+        o.u64("grown_pages", mm.grown_pages)?;
+        o.u64("memblock_ns", mm.memblock_ns)?;
+        o.u64("vmemmap_ns", mm.vmemmap_ns)?;
+        o.u64("vmemmap_bytes", mm.vmemmap_bytes)?;
+        o.u64("memory_block_ns", mm.memory_block_ns)?;
+        o.u64("memory_block_size", mm.memory_block_size)?;
+        o.u64("nr_memory_blocks", mm.nr_memory_blocks)?;
+        o.u64("free_pages", mm.free_pages)?;
+        o.str("verify", mm.verify)?;
+        o.u64("verify_ns", mm.verify_ns)?;
         o.end()
     })();
     serial::raw_line(format_args!("memboot-summary: {}", line.as_str()));
@@ -376,6 +406,18 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
         .ap_online
         .store(smp.ap_online as u64, Ordering::Relaxed);
     crate::smp::self_test();
+
+    // Early reservations memblock cannot see in the firmware map: Linux x86
+    // always reserves the first 1 MiB (BIOS data, the AP trampoline), and
+    // the heap came out of usable RAM before memblock existed.
+    let reserve = [
+        (0, 1 << 20, "low 1 MiB"),
+        (heap_start, heap_bytes, "kernel heap"),
+    ];
+    if let Err(f) = crate::pipeline::run(&opts, &acpi_info, regions, phys_offset, &reserve) {
+        kprintln!("memory init failed: {}", f.message);
+        fail(f.status);
+    }
 
     kprintln!("boot complete");
     finish("ok", ExitCode::Success)

@@ -34,6 +34,8 @@ mod interrupts;
 #[cfg(target_os = "none")]
 mod mm;
 #[cfg(target_os = "none")]
+mod pipeline;
+#[cfg(target_os = "none")]
 mod smp;
 #[cfg(target_os = "none")]
 mod tsc;

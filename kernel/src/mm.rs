@@ -137,12 +137,6 @@ unsafe impl MemmapBacking for VmemmapBacking {
     }
 }
 
-impl VmemmapBacking {
-    pub fn base(&self) -> u64 {
-        self.vmemmap.base()
-    }
-}
-
 /// Page-table frames for the vmemmap mapping, from memblock, node-local.
 struct MemblockFrames<'a> {
     mb: &'a mut Memblock,

@@ -68,6 +68,7 @@ fn finish(status: &str, code: ExitCode) -> ! {
         o.str("strategy", mm.strategy)?;
         o.u64("present_pages", mm.present_pages)?;
         o.u64("eager_pages", mm.eager_pages)?;
+        o.u64("low_zone_pages", mm.low_zone_pages)?;
         o.u64("deferred_pages", mm.deferred_pages)?;
         o.u64("reserved_pages", mm.reserved_pages)?;
         o.u64("hole_pages", mm.hole_pages)?;
@@ -210,7 +211,8 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> (u64, u64) {
 
 fn trigger_test_fault(fault: TestFault) {
     match fault {
-        TestFault::None => {}
+        // Raised by the memory-init pipeline, where there is a page to corrupt.
+        TestFault::None | TestFault::CorruptPage => {}
         TestFault::Panic => panic!("test_fault=panic requested on the command line"),
         TestFault::PageFault => {
             kprintln!("test_fault: reading unmapped address 0xdead0000000");

@@ -20,6 +20,9 @@ pub enum TestFault {
     PageFault,
     /// `ud2` (#UD, vector 6).
     InvalidOpcode,
+    /// After deferred init, flip the node bits of one free page's struct
+    /// page, so verification must catch it and fail the boot.
+    CorruptPage,
 }
 
 /// How struct pages are initialised (`memmap=`).
@@ -161,7 +164,8 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
                     "panic" => TestFault::Panic,
                     "page_fault" => TestFault::PageFault,
                     "invalid_opcode" => TestFault::InvalidOpcode,
-                    _ => return Err(bad("none|panic|page_fault|invalid_opcode")),
+                    "corrupt_page" => TestFault::CorruptPage,
+                    _ => return Err(bad("none|panic|page_fault|invalid_opcode|corrupt_page")),
                 };
             }
             "memmap" => {

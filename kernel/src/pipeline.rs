@@ -22,7 +22,7 @@ use deferred_init::{
     WorkerAssignment,
 };
 use memboot_kernel::acpi::AcpiInfo;
-use memboot_kernel::options::{BlockSizeOption, MemmapMode, Options, Verify};
+use memboot_kernel::options::{BlockSizeOption, MemmapMode, Options, TestFault, Verify};
 use memmap::firmware::NodeAffinity;
 use memmap::init::{init_memmap, plan_deferred, Strategy};
 use memmap::memblock::Memblock;
@@ -46,6 +46,9 @@ pub struct MmFacts {
     pub strategy: &'static str,
     pub present_pages: u64,
     pub eager_pages: u64,
+    /// Present pages of every zone below its node's highest zone: what
+    /// `deferred` must initialise eagerly whatever the RAM size.
+    pub low_zone_pages: u64,
     pub deferred_pages: u64,
     pub reserved_pages: u64,
     pub hole_pages: u64,
@@ -73,6 +76,7 @@ impl MmFacts {
         strategy: "none",
         present_pages: 0,
         eager_pages: 0,
+        low_zone_pages: 0,
         deferred_pages: 0,
         reserved_pages: 0,
         hole_pages: 0,
@@ -279,8 +283,21 @@ pub fn run(
     let layout = ZoneLayout::new(&mb);
     print_lines(mm::lines_of(|w| layout.write_report(&mb, w)));
     let present_pages = layout.present_pages();
+    let low_zone_pages: u64 = layout
+        .nodes()
+        .iter()
+        .map(|n| {
+            let highest = layout.highest_zone(n.nid).map(|z| z.zone);
+            layout
+                .node_zones(n.nid)
+                .filter(|z| Some(z.zone) != highest)
+                .map(|z| z.present_pages)
+                .sum::<u64>()
+        })
+        .sum();
     record(|f| {
         f.present_pages = present_pages;
+        f.low_zone_pages = low_zone_pages;
         f.nr_nodes = layout.nodes().len().min(MAX_NODES);
     });
 
@@ -512,6 +529,9 @@ pub fn run(
         record(|f| f.verify = "off");
         return Ok(());
     }
+    if opts.test_fault == TestFault::CorruptPage {
+        corrupt_one_free_page(&memmap, &mb);
+    }
     let (verdict, verify_ns) = timed(|| verify(&memmap, &mb, &layout, &di));
     record(|f| {
         f.verify = if verdict.is_ok() { "ok" } else { "failed" };
@@ -526,6 +546,21 @@ pub fn run(
         verify_ns / 1_000_000
     );
     Ok(())
+}
+
+/// `test_fault=corrupt_page`: give the last free page of memory the wrong
+/// node bits, as a stray write would.
+fn corrupt_one_free_page(memmap: &Memmap<VmemmapBacking>, mb: &Memblock) {
+    let Some((free, _)) = mb.free_ranges(None).last() else {
+        return;
+    };
+    let pfn = free.end - 1;
+    // SAFETY: all workers have finished and nothing else holds a reference
+    // to this page's struct page; the write is the deliberate corruption.
+    if let Some(pages) = unsafe { memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) } {
+        pages[0].flags ^= 1 << memmap::page::NODES_PGSHIFT;
+        kprintln!("test_fault: flipped a node bit in the struct page of pfn {pfn:#x}");
+    }
 }
 
 /// Sections per claim in the parallel page scan.

@@ -146,15 +146,6 @@ fn boots_64g_two_nodes_four_cpus() {
 }
 
 #[test]
-fn boots_1t() {
-    let b = boot(&["-m", "1T", "--smp", "2"], &[], Duration::from_secs(1200));
-    assert_ok_boot(&b);
-    assert_topology(&b, 1, 2);
-    assert_mem_close(&b, 1024 * GIB);
-    assert_all_cpus_online(&b, 2);
-}
-
-#[test]
 fn boots_with_uefi() {
     let b = boot(
         &["-m", "1G", "--smp", "2", "--uefi"],

@@ -1,0 +1,272 @@
+//! The memory-init pipeline booted for real: struct pages of every present
+//! page initialised, verified and on the buddy lists, at sizes from 1G to
+//! 1T, for every strategy. Assertions are on counts and log structure only;
+//! the timings in the summary are for the bench (tests/bench.sh), not here.
+
+use std::time::Duration;
+
+use memboot_tests::{boot, exit_code, Boot};
+
+/// Pages per 128 MiB section.
+const PAGES_PER_SECTION: u64 = 32768;
+
+fn describe(b: &Boot) -> String {
+    b.describe()
+}
+
+/// Everything a successful full-verification boot must show.
+fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", describe(b));
+    assert_eq!(b.summary_str("status"), "ok", "{}", describe(b));
+    assert_eq!(b.summary_str("strategy"), strategy);
+    assert_eq!(b.summary_str("verify"), "ok", "{}", describe(b));
+    assert!(b.has_message("verify: ok:"), "{}", describe(b));
+    let present = b.summary_u64("present_pages");
+    let eager = b.summary_u64("eager_pages");
+    let deferred = b.summary_u64("deferred_pages");
+    assert_eq!(
+        eager + deferred,
+        present,
+        "eager + deferred must be exactly the present pages"
+    );
+    // memblock's own count: the zone report's per-node totals.
+    let totalpages: u64 = b
+        .messages_with("totalpages: ")
+        .map(|m| m.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(
+        totalpages, present,
+        "present_pages must equal memblock's 'totalpages' lines"
+    );
+    let free = b.summary_u64("free_pages");
+    assert!(free > 0 && free < present, "free pages {free} of {present}");
+    // All APs online.
+    assert_eq!(
+        b.summary_u64("ap_online") + 1,
+        b.summary_u64("cpus"),
+        "{}",
+        describe(b)
+    );
+    // One `verify: node N zone Z` line per populated zone, each balanced.
+    for line in b
+        .messages_with("verify: node ")
+        .filter(|m| m.contains(" present, "))
+    {
+        let expected = line
+            .rsplit("(expected ")
+            .next()
+            .unwrap()
+            .trim_end_matches(')');
+        let free_part = line
+            .split(" reserved, ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap();
+        assert_eq!(
+            free_part, expected,
+            "buddy free pages differ from present - reserved: {line}"
+        );
+    }
+    assert_eq!(b.summary_u64("nodes"), nodes);
+    assert!(b.summary_u64("nr_memory_blocks") > 0);
+    assert!(
+        b.has_message("x86/mm: Memory block size: "),
+        "{}",
+        describe(b)
+    );
+    assert_eq!(
+        b.summary()["node_deferred_ns"].as_array().unwrap().len() as u64,
+        nodes
+    );
+}
+
+/// With `deferred`, one `node N deferred pages initialised` line per node
+/// that has deferred memory, and the workers did all of it.
+fn assert_deferred_lines(b: &Boot, nodes_with_deferred: u64) {
+    let lines = b
+        .messages_with("deferred pages initialised in ")
+        .filter(|m| m.starts_with("node "))
+        .count() as u64;
+    assert_eq!(lines, nodes_with_deferred, "{}", describe(b));
+    assert!(
+        b.has_message("deferred pages initialised: "),
+        "{}",
+        describe(b)
+    );
+}
+
+/// The regression gate that needs no clock: `deferred` initialises the low
+/// zones and at most the first section (plus the alignment remainder of the
+/// section it starts in) of each node's highest zone, whatever the RAM size.
+fn eager_within_gate(b: &Boot) -> bool {
+    let nodes = b.summary_u64("nodes");
+    b.summary_u64("eager_pages") <= b.summary_u64("low_zone_pages") + 2 * PAGES_PER_SECTION * nodes
+}
+
+#[test]
+fn deferred_1g_one_cpu() {
+    let b = boot(&["-m", "1G", "--smp", "1"], &[], Duration::from_secs(300));
+    assert_verified(&b, "deferred", 1);
+    assert_deferred_lines(&b, 1);
+    assert!(eager_within_gate(&b), "{}", describe(&b));
+}
+
+#[test]
+fn deferred_64g_two_nodes_four_cpus() {
+    let b = boot(
+        &["-m", "64G", "--smp", "4", "--nodes", "2"],
+        &[],
+        Duration::from_secs(600),
+    );
+    assert_verified(&b, "deferred", 2);
+    assert_deferred_lines(&b, 2);
+    assert!(eager_within_gate(&b), "{}", describe(&b));
+    assert_eq!(
+        b.summary_u64("deferred_workers"),
+        4,
+        "one worker per CPU of each node"
+    );
+    assert!(
+        b.has_message("vmemmap: node 1: "),
+        "node 1's struct pages live on node 1\n{}",
+        describe(&b)
+    );
+}
+
+#[test]
+fn deferred_256g_with_memory_only_nodes() {
+    // 4 nodes of 64G, 2 vCPUs: nodes 0 and 1 have a CPU each, 2 and 3 are
+    // memory-only and must be served by the others' CPUs.
+    let b = boot(
+        &["-m", "256G", "--smp", "2", "--nodes", "4"],
+        &[],
+        Duration::from_secs(900),
+    );
+    assert_verified(&b, "deferred", 4);
+    assert_deferred_lines(&b, 4);
+    assert!(
+        eager_within_gate(&b),
+        "eager pages must not grow with RAM\n{}",
+        describe(&b)
+    );
+    for node in 0..4 {
+        assert!(
+            b.has_message(&format!("node {node} deferred pages initialised in ")),
+            "{}",
+            describe(&b)
+        );
+    }
+}
+
+#[test]
+fn deferred_1t() {
+    let b = boot(&["-m", "1T", "--smp", "2"], &[], Duration::from_secs(1800));
+    assert_verified(&b, "deferred", 1);
+    assert_deferred_lines(&b, 1);
+    assert!(eager_within_gate(&b), "{}", describe(&b));
+    // The platform side of a 1 TiB boot (the only 1T boot in the suite):
+    // QEMU moves RAM above 4 GiB to 1 TiB here; usable RAM is still the -m
+    // size minus firmware holes (< 16 MiB, see boot.rs).
+    let mem = b.summary_u64("mem_bytes");
+    assert!(
+        mem <= 1 << 40 && (1u64 << 40) - mem <= 16 << 20,
+        "mem_bytes {mem}\n{}",
+        describe(&b)
+    );
+    assert_eq!(b.summary_u64("cpus"), 2);
+    assert!(
+        b.has_message("[mem 0x0000010000000000-"),
+        "RAM relocated above 1 TiB\n{}",
+        describe(&b)
+    );
+    assert!(
+        b.summary_u64("present_pages") > 260_000_000,
+        "a 1 TiB guest has ~268M pages"
+    );
+}
+
+#[test]
+fn regions_64g_initialises_everything_eagerly_and_trips_the_gate() {
+    let b = boot(
+        &["-m", "64G", "--smp", "2"],
+        &["memmap=regions"],
+        Duration::from_secs(600),
+    );
+    assert_verified(&b, "regions", 1);
+    assert_eq!(b.summary_u64("deferred_pages"), 0);
+    assert!(
+        !eager_within_gate(&b),
+        "memmap=regions must trip the eager-pages gate\n{}",
+        describe(&b)
+    );
+}
+
+#[test]
+fn perpfn_64g_initialises_everything_eagerly() {
+    let b = boot(
+        &["-m", "64G", "--smp", "2"],
+        &["memmap=perpfn"],
+        Duration::from_secs(600),
+    );
+    assert_verified(&b, "perpfn", 1);
+    assert_eq!(b.summary_u64("deferred_pages"), 0);
+    assert!(!eager_within_gate(&b));
+}
+
+#[test]
+fn touch_64g_writes_the_same_pages_without_state() {
+    let b = boot(
+        &["-m", "64G", "--smp", "2"],
+        &["memmap=touch"],
+        Duration::from_secs(600),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", describe(&b));
+    assert_eq!(b.summary_str("strategy"), "touch");
+    assert_eq!(b.summary_str("verify"), "off");
+    assert_eq!(
+        b.summary_u64("eager_pages") + b.summary_u64("deferred_pages"),
+        b.summary_u64("present_pages")
+    );
+    assert!(eager_within_gate(&b), "touch uses the deferred split");
+}
+
+#[test]
+fn deferred_64g_one_thread_per_node_and_2g_blocks() {
+    let b = boot(
+        &["-m", "64G", "--smp", "2"],
+        &["threads_per_node=1", "memory_block_size=2G"],
+        Duration::from_secs(600),
+    );
+    assert_verified(&b, "deferred", 1);
+    assert_eq!(b.summary_u64("deferred_workers"), 1);
+    assert_eq!(b.summary_u64("memory_block_size"), 2 << 30);
+    assert_eq!(
+        b.summary_u64("nr_memory_blocks"),
+        64 / 2 + 1,
+        "64G below and above the 4G hole: 33 blocks of 2G"
+    );
+}
+
+#[test]
+fn corrupted_struct_page_fails_verification() {
+    let b = boot(
+        &["-m", "1G", "--smp", "2"],
+        &["test_fault=corrupt_page"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        b.run.exit_code,
+        exit_code::KERNEL_FAILURE,
+        "{}",
+        describe(&b)
+    );
+    assert_eq!(b.summary_str("status"), "verify");
+    assert_eq!(b.summary_str("verify"), "failed");
+    assert!(
+        b.has_message("verify: pfn 0x"),
+        "the mismatch is printed\n{}",
+        describe(&b)
+    );
+}

@@ -417,7 +417,10 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
         (heap_start, heap_bytes, "kernel heap"),
     ];
     if let Err(f) = crate::pipeline::run(&opts, &acpi_info, regions, phys_offset, &reserve) {
-        kprintln!("memory init failed: {}", f.message);
+        kprintln!("memory init failed ({}):", f.status);
+        for line in f.message.lines() {
+            kprintln!("{line}");
+        }
         fail(f.status);
     }
 

@@ -158,11 +158,12 @@ fn boots_with_uefi() {
     assert_all_cpus_online(&b, 2);
 }
 
-#[test]
-fn unknown_kernel_option_fails_with_kernel_exit_code() {
+/// Boot a small guest with `kernel_opts` that must fail: exit code 1 and
+/// the summary's `status` naming the failure.
+fn failing_boot(kernel_opts: &[&str], status: &str) -> Boot {
     let b = boot(
         &["-m", "512M", "--smp", "1"],
-        &["bogus=1"],
+        kernel_opts,
         Duration::from_secs(180),
     );
     assert_eq!(
@@ -171,24 +172,19 @@ fn unknown_kernel_option_fails_with_kernel_exit_code() {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_str("status"), "bad_option");
+    assert_eq!(b.summary_str("status"), status, "{}", b.describe());
+    b
+}
+
+#[test]
+fn unknown_kernel_option_fails_with_kernel_exit_code() {
+    let b = failing_boot(&["bogus=1"], "bad_option");
     assert!(b.has_message("unknown option 'bogus'"), "{}", b.describe());
 }
 
 #[test]
 fn malformed_kernel_option_fails_with_kernel_exit_code() {
-    let b = boot(
-        &["-m", "512M", "--smp", "1"],
-        &["test_fault=sometimes"],
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        b.describe()
-    );
-    assert_eq!(b.summary_str("status"), "bad_option");
+    let b = failing_boot(&["test_fault=sometimes"], "bad_option");
     assert!(
         b.has_message("option test_fault=sometimes: expected"),
         "{}",
@@ -198,18 +194,7 @@ fn malformed_kernel_option_fails_with_kernel_exit_code() {
 
 #[test]
 fn page_fault_is_reported_not_rebooted() {
-    let b = boot(
-        &["-m", "512M", "--smp", "1"],
-        &["test_fault=page_fault"],
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        b.describe()
-    );
-    assert_eq!(b.summary_str("status"), "exception");
+    let b = failing_boot(&["test_fault=page_fault"], "exception");
     let line = b
         .messages_with("EXCEPTION: vector 14 (page fault)")
         .next()
@@ -222,18 +207,7 @@ fn page_fault_is_reported_not_rebooted() {
 
 #[test]
 fn invalid_opcode_is_reported() {
-    let b = boot(
-        &["-m", "512M", "--smp", "1"],
-        &["test_fault=invalid_opcode"],
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        b.describe()
-    );
-    assert_eq!(b.summary_str("status"), "exception");
+    let b = failing_boot(&["test_fault=invalid_opcode"], "exception");
     assert!(
         b.has_message("EXCEPTION: vector 6 (invalid opcode)"),
         "{}",
@@ -243,18 +217,7 @@ fn invalid_opcode_is_reported() {
 
 #[test]
 fn panic_is_reported() {
-    let b = boot(
-        &["-m", "512M", "--smp", "1"],
-        &["test_fault=panic"],
-        Duration::from_secs(180),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        b.describe()
-    );
-    assert_eq!(b.summary_str("status"), "panic");
+    let b = failing_boot(&["test_fault=panic"], "panic");
     assert!(b.has_message("PANIC:"), "{}", b.describe());
 }
 

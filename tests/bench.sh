@@ -4,62 +4,76 @@
 # it asserts nothing but that each boot succeeded.
 #
 #   tests/bench.sh [--sizes "64G 1T"] [--smp N] [--modes "deferred regions perpfn touch"]
-#                  [-- EXTRA_RUN_QEMU_ARGS...]
+#                  [--rounds N] [-- EXTRA_RUN_QEMU_ARGS...]
 #
 # Each boot runs with verify=off so that `total` measures boot work only.
-# Host first-touch of guest memory varies run to run (at 1T by seconds):
-# compare rows of one run, not across runs.
+# Host first-touch of guest memory dominates at 1T and depends on what the
+# host did just before (measured: touch-then-deferred and deferred-then-touch
+# swap which one looks 1.5x slower). So every size runs N rounds (default 2)
+# with the mode order reversed in every other round, and the table shows the
+# mean and the best of the rounds; compare rows of one run, not across runs.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-sizes="64G 1T" smp=2 modes="deferred regions perpfn touch"
+sizes="64G 1T" smp=2 modes="deferred regions perpfn touch" rounds=2
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --sizes) sizes=$2; shift 2 ;;
         --smp) smp=$2; shift 2 ;;
         --modes) modes=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
         --) shift; extra=("$@"); break ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench.sh: unknown argument $1" >&2; exit 64 ;;
     esac
 done
 "$ROOT/run-qemu.sh" --build-only >&2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
 for size in $sizes; do
-    for mode in $modes; do
-        echo "bench: booting -m $size --smp $smp memmap=$mode" >&2
-        if ! "$ROOT/run-qemu.sh" --no-build -m "$size" --smp "$smp" "${extra[@]}" \
-                -- "memmap=$mode" verify=off >"$out/$size-$mode.log" 2>&1; then
-            tail -n 20 "$out/$size-$mode.log" >&2
-            echo "bench: boot -m $size memmap=$mode failed" >&2
-            exit 1
-        fi
+    for ((round = 1; round <= rounds; round++)); do
+        order=$modes
+        (( round % 2 == 0 )) && order=$(tr ' ' '\n' <<<"$modes" | tac | tr '\n' ' ')
+        for mode in $order; do
+            echo "bench: round $round: booting -m $size --smp $smp memmap=$mode" >&2
+            log=$out/$size-$mode-$round.log
+            if ! "$ROOT/run-qemu.sh" --no-build -m "$size" --smp "$smp" "${extra[@]}" \
+                    -- "memmap=$mode" verify=off >"$log" 2>&1; then
+                tail -n 20 "$log" >&2
+                echo "bench: boot -m $size memmap=$mode failed" >&2
+                exit 1
+            fi
+        done
     done
 done
-python3 - "$out" "$sizes" "$modes" "$smp" <<'PY'
+python3 - "$out" "$sizes" "$modes" "$smp" "$rounds" <<'PY'
 import json, sys, os
-out, sizes, modes, smp = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4]
-def summary(size, mode):
-    for line in open(os.path.join(out, f"{size}-{mode}.log")):
+out, sizes, modes, smp, rounds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4], int(sys.argv[5])
+def summary(size, mode, r):
+    for line in open(os.path.join(out, f"{size}-{mode}-{r}.log")):
         if line.startswith("memboot-summary: "):
             return json.loads(line[len("memboot-summary: "):])
-    raise SystemExit(f"no summary for {size} {mode}")
-ms = lambda ns: f"{ns / 1e6:10.1f}"
-print(f"memboot bench: TCG, {smp} vCPUs, 1 node; times in ms (TSC {summary(sizes[0], modes[0])['tsc_mhz']} MHz)")
-print(f"{'size':>5} {'mode':>9} {'pages':>11} {'eager':>11} {'memmap_boot':>11} {'deferred':>10} {'memmap':>10} {'total':>10} {'x touch':>8}")
+    raise SystemExit(f"no summary for {size} {mode} round {r}")
+memmap = lambda s: s["memmap_boot_ns"] + s["buddy_eager_ns"] + s["deferred_ns"]
+mean = lambda xs: sum(xs) / len(xs)
+ms = lambda ns: f"{ns / 1e6:.1f}"
+print(f"memboot bench: TCG, {smp} vCPUs, 1 node, {rounds} rounds (mode order reversed every other round); "
+      f"times in ms, mean (best); TSC {summary(sizes[0], modes[0], 1)['tsc_mhz']} MHz")
+hdr = ["size", "mode", "pages", "eager", "memmap_boot", "deferred", "memmap", "total", "x touch"]
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * len(hdr))
 for size in sizes:
-    rows = {m: summary(size, m) for m in modes}
-    floor = rows.get("touch")
+    runs = {m: [summary(size, m, r) for r in range(1, rounds + 1)] for m in modes}
+    floor = mean([memmap(s) for s in runs["touch"]]) if "touch" in runs else None
     for m in modes:
-        s = rows[m]
-        memmap = s["memmap_boot_ns"] + s["buddy_eager_ns"] + s["deferred_ns"]
-        ratio = ""
-        if floor:
-            f = floor["memmap_boot_ns"] + floor["buddy_eager_ns"] + floor["deferred_ns"]
-            ratio = f"{memmap / f:8.2f}" if f else ""
-        print(f"{size:>5} {m:>9} {s['present_pages']:>11} {s['eager_pages']:>11} {ms(s['memmap_boot_ns']):>11} "
-              f"{ms(s['deferred_ns'])} {ms(memmap)} {ms(s['total_ns'])} {ratio:>8}")
+        rs = runs[m]
+        col = lambda f: f"{ms(mean([f(s) for s in rs]))} ({ms(min(f(s) for s in rs))})"
+        ratio = f"{mean([memmap(s) for s in rs]) / floor:.2f}" if floor else ""
+        print(f"| {size} | {m} | {rs[0]['present_pages']} | {rs[0]['eager_pages']} | "
+              f"{col(lambda s: s['memmap_boot_ns'])} | {col(lambda s: s['deferred_ns'])} | {col(memmap)} | "
+              f"{col(lambda s: s['total_ns'])} | {ratio} |")
+print()
 print("memmap = boot-CPU memmap phase + hand-off of its free pages to the buddy + deferred phase;")
-print("x touch = memmap / the same for memmap=touch (64-byte store per page, same CPUs, same split).")
+print("x touch = mean memmap / mean memmap of memmap=touch (64-byte store per page, same CPUs, same split).")
 PY

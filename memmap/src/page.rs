@@ -144,9 +144,18 @@ impl StructPage {
     /// `_mapcount = -1` and a self-linked `lru`.
     #[inline]
     pub fn init_single_page(&mut self, pfn: Pfn, zone: ZoneType, nid: NodeId) {
+        self.init_with_flags(Self::page_links(pfn, zone, nid), 1);
+    }
+
+    /// `__init_single_page` with a precomputed flags word (links plus any
+    /// page-flag bits, e.g. `PG_reserved`) and `_refcount`, as one 64-byte
+    /// store. Hot loops over one section compute `flags` once per range:
+    /// the links are the same for every page of a section, zone and node.
+    #[inline]
+    pub fn init_with_flags(&mut self, flags: u64, refcount: i32) {
         let lru = self.lru_addr();
         *self = StructPage {
-            flags: Self::page_links(pfn, zone, nid),
+            flags,
             lru: ListHead {
                 next: lru,
                 prev: lru,
@@ -155,7 +164,7 @@ impl StructPage {
             index: 0,
             private: 0,
             mapcount: -1,
-            refcount: 1,
+            refcount,
             memcg_data: 0,
         };
     }

@@ -9,38 +9,14 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use deferred_init::{
-    Clock, DeferredInit, DeferredPlan, Executor, InitMode, NodeCpus, PlanOptions, WorkerAssignment,
-};
-use memmap::page::StructPage;
+use deferred_init::host::{StdClock, ThreadExecutor};
+use deferred_init::{DeferredInit, DeferredPlan, InitMode, NodeCpus, PlanOptions};
 use memmap::store::{Memmap, VecBacking};
 use memmap::{DeferredRange, PfnRange, ZoneType, PAGES_PER_SECTION};
 
 const NR_SECTIONS: u64 = 32;
 const NR_PAGES: u64 = NR_SECTIONS * PAGES_PER_SECTION; // 1 Mi pages = 4 GiB of RAM
 const FIRST_SECTION: u64 = 32; // 4 GiB: ZONE_NORMAL
-
-/// One scoped OS thread per worker (the crate's `host::ThreadExecutor` is
-/// behind the `std` feature, which `cargo bench` does not enable).
-struct Threads;
-
-impl Executor for Threads {
-    fn run(&self, workers: &[WorkerAssignment], work: &(dyn Fn(usize) + Sync)) {
-        std::thread::scope(|s| {
-            for i in 0..workers.len() {
-                s.spawn(move || work(i));
-            }
-        });
-    }
-}
-
-struct InstantClock(Instant);
-
-impl Clock for InstantClock {
-    fn now_ns(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
-}
 
 fn range() -> PfnRange {
     PfnRange::new(
@@ -64,24 +40,14 @@ fn plan(nr_threads: u32) -> DeferredPlan {
 
 /// The floor: one thread storing 64 bytes per page straight through the store.
 fn bare_store(mm: &mut Memmap<VecBacking>) {
-    for section in FIRST_SECTION..FIRST_SECTION + NR_SECTIONS {
-        let start = section * PAGES_PER_SECTION;
-        let pages = mm
-            .pages_mut(PfnRange::new(start, start + PAGES_PER_SECTION))
-            .unwrap();
-        for (pfn, p) in (start..).zip(pages.iter_mut()) {
-            *p = StructPage {
-                flags: pfn,
-                ..StructPage::ZERO
-            };
-        }
-    }
-    black_box(mm.page(range().start));
+    let pages = memmap::init::touch_ranges(mm, [range()]).expect("backed bench range");
+    black_box(pages);
 }
 
-fn deferred(mm: &Memmap<VecBacking>, plan: &DeferredPlan, mode: InitMode, clock: &InstantClock) {
+fn deferred(mm: &Memmap<VecBacking>, plan: &DeferredPlan, mode: InitMode, clock: &StdClock) {
     let di = DeferredInit::new(mm, plan.clone(), mode, &[]).expect("bench setup");
-    di.run(&Threads, clock);
+    di.run(&ThreadExecutor::new(2), clock)
+        .expect("plan CPUs 0..2");
     assert!(di.is_done());
     if mode == InitMode::InitAndFree {
         assert_eq!(di.buddy().nr_free_pages_total(), NR_PAGES);
@@ -125,7 +91,7 @@ fn run_config(
     cfg: Config,
     mm: &mut Memmap<VecBacking>,
     plans: &[DeferredPlan; 2],
-    clock: &InstantClock,
+    clock: &StdClock,
 ) {
     match cfg {
         Config::Floor => bare_store(mm),
@@ -141,7 +107,7 @@ fn main() {
         .configure_from_args();
     let mut mm = Memmap::new(VecBacking::for_ranges(&[range()]));
     let plans = [plan(1), plan(2)];
-    let clock = InstantClock(Instant::now());
+    let clock = StdClock::new();
     // Fault the buffer in once so no configuration pays for first touch.
     bare_store(&mut mm);
 

@@ -48,15 +48,10 @@ pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 /// End-of-list marker in the PFN-valued `lru` link words.
 pub const PFN_NONE: Pfn = u64::MAX;
 
-const NR_ZONES: usize = ZoneType::ALL.len();
+pub(crate) const NR_ZONES: usize = ZoneType::ALL.len();
 
 /// A PFN range whose free pages a (node, zone) of the allocator may hold.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ManagedRange {
-    pub nid: NodeId,
-    pub zone: ZoneType,
-    pub pfns: PfnRange,
-}
+pub type ManagedRange = memmap::ZoneRange;
 
 #[derive(Clone, Copy, Debug)]
 struct FreeList {
@@ -223,9 +218,17 @@ pub struct BuddyAllocator<'m, B> {
     zones: Vec<SpinLock<ZoneFree>>,
 }
 
+/// Index of the free lists of (nid, zone): `nid * NR_ZONES + zone`. The one
+/// (node, zone) numbering of the crate (verification counts per slot too).
 #[inline]
-fn slot(nid: NodeId, zone: ZoneType) -> usize {
+pub(crate) fn slot(nid: NodeId, zone: ZoneType) -> usize {
     nid as usize * NR_ZONES + zone as usize
+}
+
+/// The (nid, zone) of slot `s`, the inverse of [`slot`].
+#[inline]
+pub(crate) fn slot_key(s: usize) -> (NodeId, ZoneType) {
+    ((s / NR_ZONES) as NodeId, ZoneType::ALL[s % NR_ZONES])
 }
 
 impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
@@ -494,7 +497,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 })
             }
         }
-        for piece in crate::plan::section_pieces(range) {
+        for piece in range.section_pieces() {
             // SAFETY: the caller hands us exclusive ownership of these pages.
             let pages = unsafe { self.memmap.pages_mut_unchecked(piece) };
             for p in pages.expect("managed range without backing (checked in new)") {
@@ -538,8 +541,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// block, one zone lock at a time. `f` must not call the allocator.
     pub fn for_each_free_block(&self, mut f: impl FnMut(NodeId, ZoneType, Pfn, u32)) {
         for (s, zl) in self.zones.iter().enumerate() {
-            let nid = (s / NR_ZONES) as NodeId;
-            let zone = ZoneType::ALL[s % NR_ZONES];
+            let (nid, zone) = slot_key(s);
             let zf = zl.lock();
             for order in 0..=MAX_ORDER {
                 let mut pfn = zf.lists[order as usize].head;

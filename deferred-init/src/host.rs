@@ -4,19 +4,30 @@
 
 use std::time::Instant;
 
-use crate::plan::WorkerAssignment;
+use crate::plan::CpuId;
 use crate::run::{Clock, Executor};
 
-/// Runs every worker on its own scoped `std::thread`. CPU numbers are not
-/// used (no pinning): the OS scheduler places the threads.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ThreadExecutor;
+/// `nr_cpus` CPUs as scoped `std::thread`s, one per CPU per
+/// [`Executor::on_each_cpu`] call (no pinning: the OS places the threads).
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadExecutor {
+    nr_cpus: usize,
+}
+
+impl ThreadExecutor {
+    pub fn new(nr_cpus: usize) -> Self {
+        Self { nr_cpus }
+    }
+}
 
 impl Executor for ThreadExecutor {
-    fn run(&self, workers: &[WorkerAssignment], work: &(dyn Fn(usize) + Sync)) {
+    fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+    fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync)) {
         std::thread::scope(|s| {
-            for i in 0..workers.len() {
-                s.spawn(move || work(i));
+            for cpu in 0..self.nr_cpus {
+                s.spawn(move || job(cpu as CpuId));
             }
         });
     }

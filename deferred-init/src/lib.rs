@@ -9,10 +9,11 @@
 //! 1. [`DeferredPlan::new`] cuts each node's [`memmap::DeferredRange`]s into
 //!    section-aligned chunks, marks reserved pieces, and assigns workers to
 //!    CPUs ([`plan`] explains chunking and the choice of CPUs).
-//! 2. [`DeferredInit::run`] hands the workers to an [`Executor`]
+//! 2. [`DeferredInit::run`] runs each CPU's workers through an [`Executor`]
 //!    (`std::thread` on the host: [`host::ThreadExecutor`]; application
-//!    processors in the kernel), or the kernel calls
-//!    [`DeferredInit::run_worker`] on each CPU itself. Workers claim chunks
+//!    processors in the kernel), or a caller's own per-CPU job calls
+//!    [`DeferredInit::run_cpu_workers`] (the kernel's boot CPU creates the
+//!    memory blocks first). Workers claim chunks
 //!    through a lock-free per-node cursor ([`run`] explains the protocol).
 //! 3. Initialised pages are freed into a per-(node, zone) [`BuddyAllocator`]
 //!    in the largest aligned blocks ([`buddy`] explains the list encoding).
@@ -28,6 +29,7 @@
 extern crate alloc;
 
 pub mod buddy;
+pub mod handoff;
 pub mod plan;
 pub mod run;
 pub mod spin;
@@ -48,7 +50,7 @@ pub use buddy::{
 pub use plan::{
     CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions, WorkerAssignment,
 };
-pub use run::{Clock, DeferredInit, Executor, InitError, InitMode};
+pub use run::{Clock, DeferredInit, DeferredInitError, Executor, InitMode};
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{
     alloc_free_selftest, verify_buddy, verify_pages, BuddyFailure, BuddyMismatch, BuddySummary,

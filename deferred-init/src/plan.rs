@@ -31,7 +31,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use memmap::page::MAX_NUMNODES;
-use memmap::{pfn_to_section_nr, section_nr_to_pfn, DeferredRange, NodeId, PfnRange, ZoneType};
+use memmap::{pfn_to_section_nr, DeferredRange, NodeId, PfnRange, ZoneType};
 
 /// A CPU number as the executor understands it (the kernel uses its logical
 /// CPU index; the host executor ignores it).
@@ -211,20 +211,6 @@ pub(crate) fn normalise(ranges: &[PfnRange]) -> Vec<PfnRange> {
     out
 }
 
-/// Split `range` at section boundaries.
-pub(crate) fn section_pieces(range: PfnRange) -> impl Iterator<Item = PfnRange> {
-    let mut start = range.start;
-    core::iter::from_fn(move || {
-        if start >= range.end {
-            return None;
-        }
-        let end = section_nr_to_pfn(pfn_to_section_nr(start) + 1).min(range.end);
-        let piece = PfnRange::new(start, end);
-        start = end;
-        Some(piece)
-    })
-}
-
 impl DeferredPlan {
     /// Build the plan from memmap's deferred ranges, the reserved PFN ranges
     /// (any order, may overlap, may extend beyond deferred memory) and the
@@ -352,7 +338,7 @@ impl DeferredPlan {
         let (mut nr_pages, mut nr_reserved_pages) = (0, 0);
         for r in sorted.iter().filter(|r| r.nid == nid) {
             nr_pages += r.pfns.nr_pages();
-            for sp in section_pieces(r.pfns) {
+            for sp in r.pfns.section_pieces() {
                 // First reserved range that ends after the piece starts.
                 let mut i = reserved.partition_point(|res| res.end <= sp.start);
                 let mut at = sp.start;

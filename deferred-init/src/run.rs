@@ -50,7 +50,7 @@ use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 use crate::buddy::{
     for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange,
 };
-use crate::plan::{DeferredPlan, Piece, WorkerAssignment};
+use crate::plan::{CpuId, DeferredPlan, Piece};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
 
 /// Pages in the largest buddy block: the init/free window.
@@ -67,12 +67,15 @@ impl<F: Fn() -> u64 + Sync> Clock for F {
     }
 }
 
-/// Runs workers on CPUs.
+/// The machine's CPUs, as the logic sees them: run one job on every CPU at
+/// once. The kernel implements it with its APs (the boot CPU runs its own
+/// call inline, after dispatching the others); the host with `std` threads.
 pub trait Executor {
-    /// Call `work(i)` once for every `i in 0..workers.len()`, on CPU
-    /// `workers[i].cpu`, concurrently as far as the CPUs allow; return once
-    /// every call has returned.
-    fn run(&self, workers: &[WorkerAssignment], work: &(dyn Fn(usize) + Sync));
+    /// CPUs jobs run on: `0..nr_cpus()`, 0 being the boot CPU (the caller).
+    fn nr_cpus(&self) -> usize;
+    /// Call `job(cpu)` exactly once for every `cpu in 0..nr_cpus()`, each on
+    /// that CPU, concurrently; return once every call has returned.
+    fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync));
 }
 
 /// What workers do with each page.
@@ -91,34 +94,44 @@ pub enum InitMode {
 
 /// Why deferred init could not be set up or a worker not run.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InitError {
+pub enum DeferredInitError {
     /// A deferred piece lies in a section without struct-page backing.
     SectionNotBacked { nid: NodeId, section_nr: u64 },
     /// The buddy allocator refused the managed ranges.
     Buddy(BuddyError),
     /// `run_worker` was given an index the plan does not have.
     NoSuchWorker { worker: usize, nr_workers: usize },
+    /// The plan puts a worker on a CPU the executor does not have.
+    NoSuchCpu {
+        worker: usize,
+        cpu: CpuId,
+        nr_cpus: usize,
+    },
 }
 
-impl fmt::Display for InitError {
+impl fmt::Display for DeferredInitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            InitError::SectionNotBacked { nid, section_nr } => write!(
+            DeferredInitError::SectionNotBacked { nid, section_nr } => write!(
                 f,
                 "node {nid}: deferred memory in section {section_nr} has no struct-page backing; populate the vmemmap of every section with present memory before deferred init"
             ),
-            InitError::Buddy(e) => write!(f, "buddy allocator setup: {e}"),
-            InitError::NoSuchWorker { worker, nr_workers } => write!(
+            DeferredInitError::Buddy(e) => write!(f, "buddy allocator setup: {e}"),
+            DeferredInitError::NoSuchWorker { worker, nr_workers } => write!(
                 f,
                 "worker {worker} does not exist (plan has {nr_workers}); use indices of DeferredPlan::workers()"
+            ),
+            DeferredInitError::NoSuchCpu { worker, cpu, nr_cpus } => write!(
+                f,
+                "worker {worker} is planned on CPU {cpu} but the executor has {nr_cpus} CPUs; build the plan's NodeCpus from the CPUs that are online"
             ),
         }
     }
 }
 
-impl From<BuddyError> for InitError {
+impl From<BuddyError> for DeferredInitError {
     fn from(e: BuddyError) -> Self {
-        InitError::Buddy(e)
+        DeferredInitError::Buddy(e)
     }
 }
 
@@ -164,11 +177,11 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         plan: DeferredPlan,
         mode: InitMode,
         eager: &[ManagedRange],
-    ) -> Result<Self, InitError> {
+    ) -> Result<Self, DeferredInitError> {
         for node in plan.nodes() {
             for p in node.pieces() {
                 if !memmap.has_pfn(p.pfns.start) {
-                    return Err(InitError::SectionNotBacked {
+                    return Err(DeferredInitError::SectionNotBacked {
                         nid: node.nid(),
                         section_nr: pfn_to_section_nr(p.pfns.start),
                     });
@@ -228,25 +241,57 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         self.buddy
     }
 
-    /// Run every worker of the plan on `executor`; returns when all are done.
-    pub fn run(&self, executor: &dyn Executor, clock: &dyn Clock) {
-        executor.run(self.plan.workers(), &|i| {
+    /// Run every worker of the plan on `executor` (each CPU runs its
+    /// workers one after the other); returns when all are done.
+    pub fn run(&self, executor: &dyn Executor, clock: &dyn Clock) -> Result<(), DeferredInitError> {
+        self.check_cpus(executor.nr_cpus())?;
+        executor.on_each_cpu(&|cpu| self.run_cpu_workers(cpu, clock));
+        Ok(())
+    }
+
+    /// Fail unless every worker's CPU is one of `0..nr_cpus`.
+    pub fn check_cpus(&self, nr_cpus: usize) -> Result<(), DeferredInitError> {
+        match self
+            .plan
+            .workers()
+            .iter()
+            .position(|w| w.cpu as usize >= nr_cpus)
+        {
+            Some(worker) => Err(DeferredInitError::NoSuchCpu {
+                worker,
+                cpu: self.plan.workers()[worker].cpu,
+                nr_cpus,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Run, one after the other, the workers the plan put on `cpu`: the body
+    /// of an [`Executor::on_each_cpu`] job.
+    pub fn run_cpu_workers(&self, cpu: CpuId, clock: &dyn Clock) {
+        for (i, _) in self
+            .plan
+            .workers()
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.cpu == cpu)
+        {
             // Indices come from the plan's own worker list, so this cannot fail.
             let _ = self.run_worker(i, clock);
-        });
+        }
     }
 
     /// Body of worker `worker` (index into [`DeferredPlan::workers`]): claim
     /// and process chunks of its node until none is left. Callable from any
     /// CPU; running a worker twice is harmless (it finds nothing to claim)
     /// but overwrites its statistics.
-    pub fn run_worker(&self, worker: usize, clock: &dyn Clock) -> Result<(), InitError> {
+    pub fn run_worker(&self, worker: usize, clock: &dyn Clock) -> Result<(), DeferredInitError> {
         let nr_workers = self.plan.workers().len();
         let a = self
             .plan
             .workers()
             .get(worker)
-            .ok_or(InitError::NoSuchWorker { worker, nr_workers })?;
+            .ok_or(DeferredInitError::NoSuchWorker { worker, nr_workers })?;
         let pos = self
             .plan
             .node_pos(a.nid)
@@ -373,12 +418,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         let Some(pages) = (unsafe { self.memmap.pages_mut_unchecked(r) }) else {
             return;
         };
-        for (pfn, page) in (r.start..).zip(pages.iter_mut()) {
-            *page = StructPage {
-                flags: pfn,
-                ..StructPage::ZERO
-            };
-        }
+        memmap::init::touch_pages(pages, r.start);
         #[cfg(test)]
         if let Some(hook) = &self.init_hook {
             hook(r);

@@ -17,6 +17,8 @@ use crate::host::{StdClock, ThreadExecutor};
 use crate::*;
 
 const S: u64 = PAGES_PER_SECTION;
+/// CPUs of the host executor: more than any scenario's highest CPU number.
+pub(crate) const TEST_CPUS: usize = 16;
 
 fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
     DeferredRange {
@@ -291,7 +293,8 @@ fn run_scenario(sc: &Scenario, iterations: usize) {
         let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
         let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&sc.ranges));
-        di.run(&ThreadExecutor, &StdClock::new());
+        di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+            .unwrap();
         verify_complete(&mm, &di, &sc.ranges, &sc.reserved, &counter, &[]);
     }
 }
@@ -328,7 +331,8 @@ fn fully_aligned_memory_ends_as_max_order_blocks() {
     let plan =
         DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
     let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
-    di.run(&ThreadExecutor, &StdClock::new());
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     let nr_blocks = (2 * S) >> MAX_ORDER;
     assert_eq!(
         di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
@@ -630,7 +634,7 @@ fn init_rejects_unbacked_sections() {
         .unwrap();
     assert_eq!(
         e,
-        InitError::SectionNotBacked {
+        DeferredInitError::SectionNotBacked {
             nid: 0,
             section_nr: 34
         }
@@ -657,7 +661,8 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     let b = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER).unwrap();
     assert_eq!(di.report().nodes[0].nr_grown_chunks, 4);
     assert!(di.buddy().nr_free_pages(0, ZoneType::Dma32) > 0);
-    di.run(&ThreadExecutor, &StdClock::new());
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     verify_complete(
         &mm,
         &di,
@@ -734,7 +739,8 @@ fn touch_mode_writes_each_page_once_and_frees_nothing() {
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
     let mut di = DeferredInit::new(&mm, plan, InitMode::Touch, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
-    di.run(&ThreadExecutor, &StdClock::new());
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     for r in &sc.ranges {
         for pfn in r.pfns.start..r.pfns.end {
             assert_eq!(counter.get(pfn), 1);
@@ -767,7 +773,8 @@ fn init_only_mode_initialises_without_freeing() {
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
     let mut di = DeferredInit::new(&mm, plan, InitMode::InitOnly, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
-    di.run(&ThreadExecutor, &StdClock::new());
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     for r in &sc.ranges {
         for pfn in r.pfns.start..r.pfns.end {
             assert_eq!(counter.get(pfn), 1);
@@ -808,7 +815,8 @@ fn eager_pages_merge_with_deferred_pages() {
     // SAFETY: the eager pages are initialised, on no list, and no one else uses them.
     unsafe { di.buddy().free_initialised_range(eager.pfns) }.unwrap();
     assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 100);
-    di.run(&ThreadExecutor, &StdClock::new());
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     assert_eq!(
         di.buddy().nr_free_blocks(0, ZoneType::Normal, MAX_ORDER),
         (2 * S) >> MAX_ORDER
@@ -822,7 +830,9 @@ fn eager_pages_merge_with_deferred_pages() {
     };
     assert!(matches!(
         DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[bad]),
-        Err(InitError::Buddy(BuddyError::OverlappingRanges { .. }))
+        Err(DeferredInitError::Buddy(
+            BuddyError::OverlappingRanges { .. }
+        ))
     ));
 }
 
@@ -830,12 +840,17 @@ fn eager_pages_merge_with_deferred_pages() {
 
 /// Runs workers one after another on the calling thread, as a kernel that
 /// has a single CPU would.
-struct SerialExecutor;
+struct SerialExecutor {
+    nr_cpus: usize,
+}
 
 impl Executor for SerialExecutor {
-    fn run(&self, workers: &[WorkerAssignment], work: &(dyn Fn(usize) + Sync)) {
-        for i in 0..workers.len() {
-            work(i);
+    fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+    fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync)) {
+        for cpu in 0..self.nr_cpus {
+            job(cpu as CpuId);
         }
     }
 }
@@ -850,7 +865,16 @@ fn report_lines_and_statistics() {
     // Every reading advances the fake clock by 1.5 ms.
     let ticks = AtomicU64::new(0);
     let clock = || ticks.fetch_add(1_500_000, Ordering::Relaxed);
-    di.run(&SerialExecutor, &clock);
+    assert_eq!(
+        di.run(&SerialExecutor { nr_cpus: 1 }, &clock),
+        Err(DeferredInitError::NoSuchCpu {
+            worker: 1,
+            cpu: 1,
+            nr_cpus: 1
+        }),
+        "a plan with a worker on CPU 1 needs two CPUs"
+    );
+    di.run(&SerialExecutor { nr_cpus: 2 }, &clock).unwrap();
     let rep = di.report();
     assert_eq!(rep.workers.len(), 2);
     for (i, w) in rep.workers.iter().enumerate() {
@@ -872,7 +896,7 @@ fn report_lines_and_statistics() {
     assert_eq!(rep.total_wall_ns, 4_500_000);
     assert_eq!(
         di.run_worker(7, &clock),
-        Err(InitError::NoSuchWorker {
+        Err(DeferredInitError::NoSuchWorker {
             worker: 7,
             nr_workers: 2
         })

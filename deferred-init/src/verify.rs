@@ -51,24 +51,15 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
-use crate::buddy::{AllocError, BuddyAllocator, FreeError, NR_ORDERS, PFN_NONE};
+use crate::buddy::{
+    slot, slot_key, AllocError, BuddyAllocator, FreeError, NR_ORDERS, NR_ZONES, PFN_NONE,
+};
 use crate::run::DeferredInit;
 
 /// How many mismatches a [`PageCheck`] or [`BuddyFailure`] keeps (all are counted).
 pub const MAX_RECORDED_MISMATCHES: usize = 16;
 
 const MAX_BLOCK_NR_PAGES: u64 = 1 << MAX_ORDER;
-const NR_ZONES: usize = ZoneType::ALL.len();
-
-#[inline]
-fn slot(nid: NodeId, zone: ZoneType) -> usize {
-    nid as usize * NR_ZONES + zone as usize
-}
-
-#[inline]
-fn slot_key(s: usize) -> (NodeId, ZoneType) {
-    ((s / NR_ZONES) as NodeId, ZoneType::ALL[s % NR_ZONES])
-}
 
 /// The words of a struct page a mismatch report shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -643,7 +634,7 @@ pub fn verify_pages<B: MemmapBacking>(
     let mut cls = Classifier::new(mb, layout, scan_start);
     let mut open: Option<OpenBlock> = None;
     for present in layout.present_section_pieces(PfnRange::new(scan_start, range.end)) {
-        for piece in Memmap::<B>::section_pieces(present) {
+        for piece in present.section_pieces() {
             let Some(pages) = memmap.pages(piece) else {
                 open = None;
                 for pfn in piece.start.max(range.start)..piece.end {

@@ -5,7 +5,7 @@ use std::string::ToString;
 use std::vec::Vec;
 
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
-use memmap::init::{init_memmap, plan_deferred, Strategy};
+use memmap::init::{init_memmap, Strategy};
 use memmap::memblock::{Memblock, MemblockConfig};
 use memmap::page::{StructPage, NODES_PGSHIFT};
 use memmap::pageblock::PageblockMaps;
@@ -14,6 +14,7 @@ use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
 use crate::host::{StdClock, ThreadExecutor};
+use crate::tests::TEST_CPUS;
 use crate::*;
 
 const MIB: u64 = 1 << 20;
@@ -80,26 +81,12 @@ fn with_world<R>(f: impl FnOnce(&World<'_>) -> R) -> R {
     ];
     let plan =
         DeferredPlan::new(&out.deferred, &reserved, &node_cpus, PlanOptions::default()).unwrap();
-    let eager: Vec<ManagedRange> = plan_deferred(&mb, &layout)
-        .eager
-        .iter()
-        .flat_map(|e| {
-            mb.free_ranges(Some(e.nid))
-                .filter_map(move |(r, _)| r.intersect(&e.pfns))
-                .map(move |pfns| ManagedRange {
-                    nid: e.nid,
-                    zone: e.zone,
-                    pfns,
-                })
-        })
-        .collect();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &eager).unwrap();
-    for m in &eager {
-        // SAFETY: the eager pages were initialised by init_memmap, are on no
-        // list, and nothing else touches them.
-        unsafe { di.buddy().free_initialised_range(m.pfns) }.unwrap();
-    }
-    di.run(&ThreadExecutor, &StdClock::new());
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &out.eager).unwrap();
+    // SAFETY: the eager pages were initialised by init_memmap, are on no
+    // list, and nothing else touches them.
+    unsafe { crate::handoff::free_eager_pages(di.buddy(), &mb, &out.eager) }.unwrap();
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
     assert!(di.is_done());
     let w = World {
         mb: &mb,
@@ -120,7 +107,7 @@ impl World<'_> {
             .layout
             .present_section_ranges()
             .iter()
-            .flat_map(|r| Memmap::<VecBacking>::section_pieces(*r))
+            .flat_map(|r| r.section_pieces())
             .collect();
         let parts: Vec<PageCheck> = std::thread::scope(|s| {
             let hs: Vec<_> = slices

@@ -1,5 +1,9 @@
-//! The boot flow proper (see `main.rs` for the order and why).
+//! The boot flow proper (see `main.rs` for the order and why). Everything
+//! that can end the boot early is a [`BootError`]; [`kernel_main`] is the one
+//! place that turns it into the summary's `status` and the exit code.
 
+use alloc::format;
+use alloc::vec::Vec;
 use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -8,11 +12,19 @@ use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
 use linked_list_allocator::LockedHeap;
 use memboot_kernel::acpi;
-use memboot_kernel::options::{self, TestFault};
-use memboot_kernel::report::JsonObject;
+use memboot_kernel::boot_error::BootError;
+use memboot_kernel::bootmap::{self, MapLine};
+use memboot_kernel::options::{self, Options, TestFault};
+use memboot_kernel::pipeline::facts::{Facts, MmFacts};
+use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
+use memboot_kernel::pipeline::{self, Input, Machine};
+use memboot_kernel::report::{write_summary, BootFacts};
+use memmap::firmware::NodeAffinity;
+use memmap::NodeId;
 
 use crate::exit::{exit, ExitCode};
-use crate::{fw_cfg, interrupts, serial, tsc};
+use crate::mm::{KernelMapper, SerialLog, SmpCpus, TscClock};
+use crate::{fw_cfg, interrupts, serial, smp, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
 /// tables and, later, to build the vmemmap); a 1 MiB boot stack.
@@ -32,66 +44,41 @@ const HEAP_MIN_BYTES: u64 = 4 << 20;
 
 /// What the summary line reports; filled in as the boot learns it, so a
 /// failure part-way still reports what was known.
-struct Facts {
+struct BootFactsCell {
     mem_bytes: AtomicU64,
     nodes: AtomicU64,
     cpus: AtomicU64,
     ap_online: AtomicU64,
 }
 
-static FACTS: Facts = Facts {
+static BOOT_FACTS: BootFactsCell = BootFactsCell {
     mem_bytes: AtomicU64::new(0),
     nodes: AtomicU64::new(0),
     cpus: AtomicU64::new(0),
     ap_online: AtomicU64::new(0),
 };
 
+/// What the memory-init pipeline measured.
+static MM_FACTS: Facts = Facts::new();
+
 /// Print the summary line and leave QEMU with `code`.
 fn finish(status: &str, code: ExitCode) -> ! {
     let mut line = heapless_line::Line::new();
-    let tsc_khz = tsc::khz();
-    let _ = (|| -> core::fmt::Result {
-        let mut o = JsonObject::begin(&mut line)?;
-        o.u64("mem_bytes", FACTS.mem_bytes.load(Ordering::Relaxed))?;
-        o.u64("nodes", FACTS.nodes.load(Ordering::Relaxed))?;
-        o.u64("cpus", FACTS.cpus.load(Ordering::Relaxed))?;
-        o.u64("ap_online", FACTS.ap_online.load(Ordering::Relaxed))?;
-        o.fixed("tsc_mhz", tsc_khz, 3)?;
-        o.str("status", status)?;
-        o.u64("total_ns", tsc::ns_since_entry())?;
-        // Memory-init keys: always present (zero / "none" when the boot
-        // failed before memory init), so parsers need no special case.
-        let mm = crate::pipeline::MM_FACTS
-            .try_lock()
-            .map(|f| *f)
-            .unwrap_or(crate::pipeline::MmFacts::EMPTY);
-        o.str("strategy", mm.strategy)?;
-        o.u64("present_pages", mm.present_pages)?;
-        o.u64("eager_pages", mm.eager_pages)?;
-        o.u64("low_zone_pages", mm.low_zone_pages)?;
-        o.u64("deferred_pages", mm.deferred_pages)?;
-        o.u64("reserved_pages", mm.reserved_pages)?;
-        o.u64("hole_pages", mm.hole_pages)?;
-        o.u64("memmap_boot_ns", mm.memmap_boot_ns)?;
-        o.u64("buddy_eager_ns", mm.buddy_eager_ns)?;
-        o.u64("deferred_ns", mm.deferred_ns)?;
-        o.u64_array(
-            "node_deferred_ns",
-            mm.node_deferred_ns[..mm.nr_nodes].iter().copied(),
-        )?;
-        o.u64("deferred_workers", mm.deferred_workers)?;
-        o.u64("grown_pages", mm.grown_pages)?;
-        o.u64("memblock_ns", mm.memblock_ns)?;
-        o.u64("vmemmap_ns", mm.vmemmap_ns)?;
-        o.u64("vmemmap_bytes", mm.vmemmap_bytes)?;
-        o.u64("memory_block_ns", mm.memory_block_ns)?;
-        o.u64("memory_block_size", mm.memory_block_size)?;
-        o.u64("nr_memory_blocks", mm.nr_memory_blocks)?;
-        o.u64("free_pages", mm.free_pages)?;
-        o.str("verify", mm.verify)?;
-        o.u64("verify_ns", mm.verify_ns)?;
-        o.end()
-    })();
+    let boot = BootFacts {
+        mem_bytes: BOOT_FACTS.mem_bytes.load(Ordering::Relaxed),
+        nodes: BOOT_FACTS.nodes.load(Ordering::Relaxed),
+        cpus: BOOT_FACTS.cpus.load(Ordering::Relaxed),
+        ap_online: BOOT_FACTS.ap_online.load(Ordering::Relaxed),
+        tsc_khz: tsc::khz(),
+    };
+    let total_ns = tsc::ns_since_entry();
+    // Memory-init keys are always present (zero / "none" when the boot
+    // failed before memory init, or when a fault hit mid-record), so
+    // parsers need no special case.
+    let written = MM_FACTS.with(|mm| write_summary(&mut line, status, total_ns, &boot, mm));
+    if written.is_none() {
+        let _ = write_summary(&mut line, status, total_ns, &boot, &MmFacts::EMPTY);
+    }
     serial::raw_line(format_args!("memboot-summary: {}", line.as_str()));
     exit(code)
 }
@@ -110,14 +97,15 @@ fn panic(info: &PanicInfo) -> ! {
 /// A fixed-capacity line buffer, so the summary needs no heap (the panic
 /// path may run with the heap broken).
 mod heapless_line {
+    /// Room for the summary with a `phases` entry per worker of 64 nodes.
     pub struct Line {
-        buf: [u8; 4096],
+        buf: [u8; 16384],
         len: usize,
     }
     impl Line {
         pub const fn new() -> Self {
             Self {
-                buf: [0; 4096],
+                buf: [0; 16384],
                 len: 0,
             }
         }
@@ -139,65 +127,29 @@ mod heapless_line {
     }
 }
 
-fn kind_name(kind: MemoryRegionKind) -> (&'static str, u32) {
-    match kind {
-        MemoryRegionKind::Usable => ("usable", 0),
-        MemoryRegionKind::Bootloader => ("usable (bootloader)", 0),
-        MemoryRegionKind::UnknownBios(1) => ("usable", 1),
-        MemoryRegionKind::UnknownBios(3) => ("ACPI data", 3),
-        MemoryRegionKind::UnknownBios(4) => ("ACPI NVS", 4),
-        MemoryRegionKind::UnknownBios(5) => ("unusable", 5),
-        MemoryRegionKind::UnknownBios(t) => ("reserved", t),
-        MemoryRegionKind::UnknownUefi(t) => ("reserved (UEFI)", t),
-        _ => ("reserved (unknown)", 0),
-    }
-}
-
-/// Usable RAM as the bootloader reports it: free frames plus those the
-/// bootloader itself occupies (kernel image, page tables, boot info).
-fn usable_bytes(regions: &MemoryRegions) -> u64 {
-    regions
-        .iter()
-        .filter(|r| {
-            matches!(
-                r.kind,
-                MemoryRegionKind::Usable | MemoryRegionKind::Bootloader
-            )
-        })
-        .map(|r| r.end - r.start)
-        .sum()
-}
-
 fn print_memory_map(regions: &MemoryRegions) {
     kprintln!(
         "BIOS-provided physical RAM map (via bootloader, {} regions):",
         regions.len()
     );
     for r in regions.iter() {
-        let (name, _) = kind_name(r.kind);
-        kprintln!("  [mem {:#018x}-{:#018x}] {name}", r.start, r.end - 1);
+        kprintln!("  {}", MapLine(r));
     }
 }
 
 /// Carve the heap out of the largest usable region (4–64 MiB, 2 MiB aligned).
-fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> (u64, u64) {
-    let Some(region) = regions
+fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservation, BootError> {
+    let region = regions
         .iter()
         .filter(|r| r.kind == MemoryRegionKind::Usable)
-        .max_by_key(|r| r.end - r.start)
-    else {
-        kprintln!("heap: no usable memory region in the bootloader's map");
-        fail("no_memory");
-    };
-    let start = (region.start + 0x1f_ffff) & !0x1f_ffff;
-    let bytes = region.end.saturating_sub(start).min(HEAP_MAX_BYTES);
+        .max_by_key(|r| r.end - r.start);
+    let start = region.map_or(0, |r| (r.start + 0x1f_ffff) & !0x1f_ffff);
+    let bytes = region.map_or(0, |r| r.end.saturating_sub(start).min(HEAP_MAX_BYTES));
     if bytes < HEAP_MIN_BYTES {
-        kprintln!(
-            "heap: largest usable region {:#x}-{:#x} is smaller than 4 MiB",
-            region.start,
-            region.end
-        );
-        fail("no_memory");
+        return Err(BootError::NoMemory {
+            largest_bytes: bytes,
+            needed_bytes: HEAP_MIN_BYTES,
+        });
     }
     // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
     // bootloader hands it over free) and the physical-memory mapping at
@@ -206,7 +158,11 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> (u64, u64) {
         HEAP.lock()
             .init((phys_offset + start) as *mut u8, bytes as usize)
     };
-    (start, bytes)
+    Ok(EarlyReservation {
+        base: start,
+        size: bytes,
+        what: "kernel heap",
+    })
 }
 
 fn trigger_test_fault(fault: TestFault) {
@@ -266,21 +222,18 @@ fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
     } else {
         1
     };
+    let ram = || {
+        regions
+            .iter()
+            .filter(|r| bootmap::region_kind(r.kind).is_ram())
+    };
     for node in 0..nr_nodes {
-        let usable = || {
-            regions.iter().filter(|r| {
-                matches!(
-                    r.kind,
-                    MemoryRegionKind::Usable | MemoryRegionKind::Bootloader
-                )
-            })
-        };
         let node_bytes: u64 = if info.has_srat {
             info.mem_affinity
                 .iter()
                 .filter(|m| m.node == node)
                 .map(|m| {
-                    usable()
+                    ram()
                         .map(|r| {
                             r.end
                                 .min(m.base + m.length)
@@ -290,9 +243,9 @@ fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
                 })
                 .sum()
         } else {
-            usable().map(|r| r.end - r.start).sum()
+            ram().map(|r| r.end - r.start).sum()
         };
-        let cpus: alloc::vec::Vec<u32> = info
+        let cpus: Vec<u32> = info
             .cpus
             .iter()
             .filter(|c| c.enabled && c.node == node)
@@ -318,19 +271,15 @@ fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
 }
 
 /// ACPI: CPUs (MADT) and NUMA nodes (SRAT).
-fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) -> acpi::AcpiInfo {
-    let Some(rsdp) = rsdp else {
-        kprintln!("ACPI: the bootloader found no RSDP");
-        fail("no_acpi");
-    };
+fn report_acpi(
+    rsdp: Option<u64>,
+    phys_offset: u64,
+    regions: &MemoryRegions,
+) -> Result<acpi::AcpiInfo, BootError> {
+    let rsdp = rsdp.ok_or(BootError::NoAcpi)?;
     let limit = regions.iter().map(|r| r.end).max().unwrap_or(0);
-    let info = match acpi::parse(rsdp, &OffsetMapped { phys_offset, limit }) {
-        Ok(info) => info,
-        Err(e) => {
-            kprintln!("ACPI: {e}");
-            fail("bad_acpi");
-        }
-    };
+    let info =
+        acpi::parse(rsdp, &OffsetMapped { phys_offset, limit }).map_err(BootError::BadAcpi)?;
     for line in info.report_lines() {
         kprintln!("{line}");
     }
@@ -341,16 +290,32 @@ fn report_acpi(rsdp: Option<u64>, phys_offset: u64, regions: &MemoryRegions) -> 
         kprintln!("ACPI: no valid MADT: only the boot CPU is known");
     }
     let cpus = info.cpus.iter().filter(|c| c.enabled).count().max(1) as u64;
-    FACTS.cpus.store(cpus, Ordering::Relaxed);
+    BOOT_FACTS.cpus.store(cpus, Ordering::Relaxed);
     let nodes = print_nodes(&info, regions);
-    FACTS.nodes.store(nodes, Ordering::Relaxed);
-    info
+    BOOT_FACTS.nodes.store(nodes, Ordering::Relaxed);
+    Ok(info)
 }
 
 fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     tsc::mark_entry();
     serial::init();
     interrupts::init();
+    match boot(boot_info) {
+        Ok(()) => {
+            kprintln!("boot complete");
+            finish("ok", ExitCode::Success)
+        }
+        Err(e) => {
+            for line in format!("{e}").lines() {
+                kprintln!("{line}");
+            }
+            fail(e.status())
+        }
+    }
+}
+
+/// The boot after the console and exception handlers are up.
+fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let (tsc_khz, clean) = tsc::calibrate();
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
     kprintln!(
@@ -361,69 +326,85 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     if !clean {
         kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
     }
-
-    let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
-        kprintln!("bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it)");
-        fail("no_phys_map");
-    };
+    let phys_offset = boot_info
+        .physical_memory_offset
+        .into_option()
+        .ok_or(BootError::NoPhysMap)?;
     boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
     let regions = &boot_info.memory_regions;
     print_memory_map(regions);
-    let mem_bytes = usable_bytes(regions);
-    FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
+    let mem_bytes = bootmap::ram_bytes(regions);
+    BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
     kprintln!(
         "Memory: {}K usable RAM ({} MiB)",
         mem_bytes >> 10,
         mem_bytes >> 20
     );
-    let (heap_start, heap_bytes) = init_heap(regions, phys_offset);
+    let heap = init_heap(regions, phys_offset)?;
     kprintln!(
         "heap: [mem {:#018x}-{:#018x}] {} MiB",
-        heap_start,
-        heap_start + heap_bytes - 1,
-        heap_bytes >> 20
+        heap.base,
+        heap.base + heap.size - 1,
+        heap.size >> 20
     );
-
-    let cmdline = match fw_cfg::cmdline() {
-        Ok(c) => c,
-        Err(e) => {
-            kprintln!("Kernel command line unreadable: {e}");
-            fail("bad_option");
-        }
-    };
+    let cmdline = fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}")))?;
     kprintln!("Kernel command line: {cmdline}");
-    let opts = match options::parse(&cmdline) {
-        Ok(o) => o,
-        Err(e) => {
-            kprintln!("Kernel command line rejected: {e}");
-            fail("bad_option");
-        }
-    };
+    let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);
 
-    let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions);
-    // --- SMP bring-up hook (kernel/src/smp.rs) ---
-    let smp = crate::smp::start_aps(&acpi_info, phys_offset, regions);
-    FACTS
+    let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions)?;
+    let smp = smp::start_aps(&acpi_info, phys_offset, regions)?;
+    BOOT_FACTS
         .ap_online
         .store(smp.ap_online as u64, Ordering::Relaxed);
-    crate::smp::self_test();
+    smp::self_test()?;
+    run_pipeline(&opts, &acpi_info, regions, phys_offset, heap)
+}
 
+/// The memory-init pipeline on this machine's hardware.
+fn run_pipeline(
+    opts: &Options,
+    acpi_info: &acpi::AcpiInfo,
+    regions: &MemoryRegions,
+    phys_offset: u64,
+    heap: EarlyReservation,
+) -> Result<(), BootError> {
+    let map = bootmap::firmware_entries(regions);
+    let affinity: Vec<NodeAffinity> = acpi_info
+        .mem_affinity
+        .iter()
+        .map(|m| NodeAffinity::new(m.base, m.length, m.node))
+        .collect();
     // Early reservations memblock cannot see in the firmware map: Linux x86
     // always reserves the first 1 MiB (BIOS data, the AP trampoline), and
     // the heap came out of usable RAM before memblock existed.
     let reserve = [
-        (0, 1 << 20, "low 1 MiB"),
-        (heap_start, heap_bytes, "kernel heap"),
+        EarlyReservation {
+            base: 0,
+            size: 1 << 20,
+            what: "low 1 MiB",
+        },
+        heap,
     ];
-    if let Err(f) = crate::pipeline::run(&opts, &acpi_info, regions, phys_offset, &reserve) {
-        kprintln!("memory init failed ({}):", f.status);
-        for line in f.message.lines() {
-            kprintln!("{line}");
-        }
-        fail(f.status);
-    }
-
-    kprintln!("boot complete");
-    finish("ok", ExitCode::Success)
+    let input = Input {
+        opts,
+        map: &map,
+        affinity: acpi_info.has_srat.then_some(&affinity[..]),
+        phys_addr_bits: crate::mm::phys_addr_bits(),
+        reserve: &reserve,
+    };
+    // SAFETY: the bootloader's physical-memory offset; from here on the
+    // boot CPU alone edits the page tables (APs only run jobs, which do not
+    // map memory).
+    let mut mapper = unsafe { KernelMapper::new(phys_offset) };
+    let cpu_nodes: Vec<NodeId> = smp::online_cpus().iter().map(|c| c.node).collect();
+    let machine = Machine {
+        mapper: &mut mapper,
+        executor: &SmpCpus,
+        clock: &TscClock,
+        log: &SerialLog,
+        cpu_nodes: &cpu_nodes,
+    };
+    pipeline::run(&input, machine, &MM_FACTS)?;
+    Ok(())
 }

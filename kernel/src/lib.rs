@@ -1,10 +1,14 @@
-//! The hardware-independent parts of the memboot kernel: ACPI table parsing,
-//! kernel-option parsing and report formatting. They run on the host in
-//! `cargo test`; the binary (`main.rs`) supplies the hardware.
-#![cfg_attr(not(test), no_std)]
+//! The hardware-independent parts of the memboot kernel, host-tested by
+//! `cargo test`: ACPI table parsing, the bootloader's memory map, kernel
+//! options, the memory-init pipeline, the boot's error model and the report
+//! formatting. The binary (`main.rs`, `hw/`) supplies the hardware.
+#![cfg_attr(not(any(test, feature = "host")), no_std)]
 
 extern crate alloc;
 
 pub mod acpi;
+pub mod boot_error;
+pub mod bootmap;
 pub mod options;
+pub mod pipeline;
 pub mod report;

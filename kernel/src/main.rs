@@ -34,8 +34,6 @@ mod interrupts;
 #[cfg(target_os = "none")]
 mod mm;
 #[cfg(target_os = "none")]
-mod pipeline;
-#[cfg(target_os = "none")]
 mod smp;
 #[cfg(target_os = "none")]
 mod tsc;

@@ -65,10 +65,11 @@ use core::arch::global_asm;
 use core::cell::{RefCell, UnsafeCell};
 use core::marker::PhantomData;
 use core::mem::{offset_of, size_of};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
-use memboot_kernel::acpi::AcpiInfo;
+use memboot_kernel::acpi::{AcpiCpu, AcpiInfo};
+use memboot_kernel::boot_error::SmpError;
 use x86_64::registers::control::{Cr0, Cr3, Cr4};
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size4KiB,
@@ -612,8 +613,14 @@ impl Trampoline {
     }
 }
 
-/// Start every enabled AP in the MADT and publish the online CPUs.
-pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> SmpSummary {
+/// Start every enabled AP in the MADT and publish the online CPUs. An AP
+/// that does not come up is reported and left out; the boot goes on with
+/// the others.
+pub fn start_aps(
+    acpi: &AcpiInfo,
+    phys_offset: u64,
+    regions: &MemoryRegions,
+) -> Result<SmpSummary, SmpError> {
     let t0 = tsc::rdtsc();
     // SAFETY: CR3's frame is the active PML4, reachable through the
     // physical-memory mapping; this is the only live reference to it while
@@ -624,13 +631,8 @@ pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> 
         OffsetPageTable::new(pml4, VirtAddr::new(phys_offset))
     };
     let mut frames = HeapFrames { phys_offset };
-    match apic::init_bsp(acpi.lapic_addr, &mut mapper, &mut frames) {
-        Ok(mode) => kprintln!("APIC: {mode}"),
-        Err(e) => {
-            kprintln!("APIC: {e}");
-            crate::fail("smp");
-        }
-    }
+    let mode = apic::init_bsp(acpi.lapic_addr, &mut mapper, &mut frames).map_err(SmpError::Apic)?;
+    kprintln!("APIC: {mode}");
     let bsp_apic_id = apic::id();
     let node_of = |apic_id: u32| {
         acpi.cpus
@@ -645,7 +647,7 @@ pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> 
         is_bsp: true,
     })));
     let mut percpu: Vec<&'static PerCpu> = alloc::vec![&*bsp];
-    let aps: Vec<_> = acpi
+    let aps: Vec<&AcpiCpu> = acpi
         .cpus
         .iter()
         .filter(|c| c.enabled && c.apic_id != bsp_apic_id)
@@ -653,134 +655,166 @@ pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> 
     if !acpi.cpus.is_empty() && !acpi.cpus.iter().any(|c| c.apic_id == bsp_apic_id) {
         kprintln!("smpboot: Warning: boot CPU APIC {bsp_apic_id:#x} is not in the MADT");
     }
-
     if !aps.is_empty() {
-        let mut low = low_pages(regions);
-        let tramp_phys = low.find(|&p| mapper.translate_addr(VirtAddr::new(p)).is_none());
-        let pml4_phys = low.next();
-        let (Some(tramp_phys), Some(pml4_phys)) = (tramp_phys, pml4_phys) else {
-            kprintln!("smpboot: no two free pages below 1 MiB for the AP trampoline");
-            crate::fail("smp");
-        };
-        let tramp =
-            match Trampoline::install(tramp_phys, pml4_phys, phys_offset, &mut mapper, &mut frames)
-            {
-                Ok(t) => t,
-                Err(e) => {
-                    kprintln!("smpboot: {e}");
-                    crate::fail("smp");
-                }
-            };
-        kprintln!(
-            "smpboot: trampoline at {:#x} (vector {:#04x}), temporary PML4 at {:#x}",
-            tramp_phys,
-            tramp.vector(),
-            pml4_phys
-        );
+        let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
         for c in aps {
-            let index = percpu.len();
-            if c.apic_id > 0xfe && !apic::x2apic_mode() {
-                kprintln!(
-                    "smpboot: CPU {index} (APIC {:#x}) needs x2APIC, which this CPU lacks: skipped",
-                    c.apic_id
-                );
-                continue;
+            if let Some(pc) = start_ap(&tramp, c, percpu.len())? {
+                percpu.push(pc);
             }
-            kprintln!(
-                "smpboot: Booting Node {} Processor {index} APIC {:#x}",
-                c.node,
-                c.apic_id
-            );
-            let pc: &'static PerCpu = Box::leak(Box::new(PerCpu::new(CpuInfo {
-                index,
-                apic_id: c.apic_id,
-                node: c.node,
-                is_bsp: false,
-            })));
-            let stack_layout = Layout::from_size_align(AP_STACK_BYTES, 16).unwrap();
-            // SAFETY: non-zero-sized layout; the stack is never freed if the
-            // AP took it (it runs on it forever).
-            let stack = unsafe { alloc::alloc::alloc(stack_layout) };
-            if stack.is_null() {
-                alloc::alloc::handle_alloc_error(stack_layout);
-            }
-            let stack_top = stack as u64 + AP_STACK_BYTES as u64;
-            tramp.prepare(stack_top, pc);
-            let init_tsc = tsc::rdtsc();
-            apic::send_init(c.apic_id);
-            delay_us(10_000);
-            apic::send_startup(c.apic_id, tramp.vector());
-            delay_us(200);
-            apic::send_startup(c.apic_id, tramp.vector());
-            let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, || {
-                pc.arrived_tsc.load(Ordering::Acquire) != 0
-            });
-            // Take the stack back unless the AP claimed it: a late AP then
-            // finds 0 in the trampoline and halts there.
-            let unclaimed = tramp.stack_slot().swap(0, Ordering::AcqRel) != 0;
-            let arrived = arrived
-                || (!unclaimed
-                    && wait_for(AP_READY_TIMEOUT_MS, || {
-                        pc.arrived_tsc.load(Ordering::Acquire) != 0
-                    }));
-            if !arrived {
-                kprintln!(
-                    "smpboot: CPU {index} (APIC {:#x}) did not come up",
-                    c.apic_id
-                );
-                if unclaimed {
-                    // SAFETY: allocated above with this layout; the AP never
-                    // took it (the slot still held it), so nothing uses it.
-                    unsafe { alloc::alloc::dealloc(stack, stack_layout) };
-                } else {
-                    kprintln!("smpboot: CPU {index} took its stack but never arrived");
-                    crate::fail("smp");
-                }
-                continue;
-            }
-            let seen_tsc = tsc::rdtsc();
-            if !wait_for(AP_READY_TIMEOUT_MS, || pc.ready.load(Ordering::Acquire)) {
-                kprintln!(
-                    "smpboot: CPU {index} (APIC {:#x}) hung in its setup",
-                    c.apic_id
-                );
-                crate::fail("smp");
-            }
-            let seen_id = pc.seen_apic_id.load(Ordering::Relaxed);
-            if seen_id != c.apic_id {
-                kprintln!(
-                    "smpboot: CPU {index}: started APIC {:#x} but it reads APIC id {seen_id:#x}",
-                    c.apic_id
-                );
-                crate::fail("smp");
-            }
-            // SAFETY: nobody else reads `timing` before the CPU is published.
-            unsafe {
-                *pc.timing.get() = BootTiming {
-                    init_tsc,
-                    seen_tsc,
-                    ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
-                }
-            };
-            kprintln!(
-                "smpboot: CPU {index} (APIC {:#x}) up {} us after INIT",
-                c.apic_id,
-                tsc::cycles_to_ns(seen_tsc - init_tsc) / 1000
-            );
-            percpu.push(pc);
         }
         // Every AP that came up runs on its own GDT and the kernel CR3 now.
-        match mapper.unmap(Page::<Size4KiB>::containing_address(VirtAddr::new(
-            tramp_phys,
-        ))) {
-            Ok((_, flush)) => flush.flush(),
-            Err(_) => {
-                kprintln!("smpboot: cannot unmap the trampoline page");
-                crate::fail("smp");
-            }
+        let page = Page::<Size4KiB>::containing_address(VirtAddr::new(tramp.phys));
+        let (_, flush) = mapper.unmap(page).map_err(|_| SmpError::TrampolineUnmap)?;
+        flush.flush();
+    }
+    Ok(publish(percpu, bsp_apic_id, t0))
+}
+
+/// Find two free low pages and install the trampoline in them.
+fn install_trampoline(
+    regions: &MemoryRegions,
+    phys_offset: u64,
+    mapper: &mut OffsetPageTable<'_>,
+    frames: &mut HeapFrames,
+) -> Result<Trampoline, SmpError> {
+    let mut low = low_pages(regions);
+    let tramp_phys = low.find(|&p| mapper.translate_addr(VirtAddr::new(p)).is_none());
+    let pml4_phys = low.next();
+    let (Some(tramp_phys), Some(pml4_phys)) = (tramp_phys, pml4_phys) else {
+        return Err(SmpError::NoTrampolinePages);
+    };
+    let tramp = Trampoline::install(tramp_phys, pml4_phys, phys_offset, mapper, frames)
+        .map_err(SmpError::Trampoline)?;
+    kprintln!(
+        "smpboot: trampoline at {:#x} (vector {:#04x}), temporary PML4 at {:#x}",
+        tramp_phys,
+        tramp.vector(),
+        pml4_phys
+    );
+    Ok(tramp)
+}
+
+/// An AP's stack, owned by the BSP until the AP takes it.
+struct ApStack {
+    ptr: *mut u8,
+}
+
+impl ApStack {
+    const LAYOUT: Layout = match Layout::from_size_align(AP_STACK_BYTES, 16) {
+        Ok(l) => l,
+        Err(_) => panic!("AP stack layout"),
+    };
+
+    fn new() -> Self {
+        // SAFETY: non-zero-sized layout; the stack is never freed once the
+        // AP took it (it runs on it forever).
+        let ptr = unsafe { alloc::alloc::alloc(Self::LAYOUT) };
+        if ptr.is_null() {
+            alloc::alloc::handle_alloc_error(Self::LAYOUT);
         }
+        Self { ptr }
     }
 
+    fn top(&self) -> u64 {
+        self.ptr as u64 + AP_STACK_BYTES as u64
+    }
+
+    /// Give the stack back: the AP never took it.
+    fn free_unused(self) {
+        // SAFETY: allocated in `new` with this layout, and the AP never
+        // claimed it (its trampoline slot still held it), so nothing uses it.
+        unsafe { alloc::alloc::dealloc(self.ptr, Self::LAYOUT) };
+    }
+}
+
+/// INIT, STARTUP, STARTUP; wait for the AP to reach `ap_entry`. Returns
+/// whether it arrived and whether it took its stack.
+fn send_init_sipi_sipi(tramp: &Trampoline, pc: &'static PerCpu, stack: &ApStack) -> (bool, bool) {
+    let apic_id = pc.info.apic_id;
+    tramp.prepare(stack.top(), pc);
+    apic::send_init(apic_id);
+    delay_us(10_000);
+    apic::send_startup(apic_id, tramp.vector());
+    delay_us(200);
+    apic::send_startup(apic_id, tramp.vector());
+    let has_arrived = || pc.arrived_tsc.load(Ordering::Acquire) != 0;
+    let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, has_arrived);
+    // Take the stack back unless the AP claimed it: a late AP then finds 0
+    // in the trampoline and halts there.
+    let unclaimed = tramp.stack_slot().swap(0, Ordering::AcqRel) != 0;
+    let arrived = arrived || (!unclaimed && wait_for(AP_READY_TIMEOUT_MS, has_arrived));
+    (arrived, !unclaimed)
+}
+
+/// Start one AP; `Ok(None)` if it did not come up (a warning, not an error).
+fn start_ap(
+    tramp: &Trampoline,
+    c: &AcpiCpu,
+    index: usize,
+) -> Result<Option<&'static PerCpu>, SmpError> {
+    let apic_id = c.apic_id;
+    if apic_id > 0xfe && !apic::x2apic_mode() {
+        kprintln!(
+            "smpboot: CPU {index} (APIC {apic_id:#x}) needs x2APIC, which this CPU lacks: skipped"
+        );
+        return Ok(None);
+    }
+    kprintln!(
+        "smpboot: Booting Node {} Processor {index} APIC {apic_id:#x}",
+        c.node
+    );
+    let pc: &'static PerCpu = Box::leak(Box::new(PerCpu::new(CpuInfo {
+        index,
+        apic_id,
+        node: c.node,
+        is_bsp: false,
+    })));
+    let stack = ApStack::new();
+    let init_tsc = tsc::rdtsc();
+    let (arrived, took_stack) = send_init_sipi_sipi(tramp, pc, &stack);
+    if !arrived {
+        kprintln!("smpboot: CPU {index} (APIC {apic_id:#x}) did not come up");
+        if took_stack {
+            return Err(SmpError::StackTakenNeverArrived {
+                cpu: index,
+                apic_id,
+            });
+        }
+        stack.free_unused();
+        return Ok(None);
+    }
+    let seen_tsc = tsc::rdtsc();
+    if !wait_for(AP_READY_TIMEOUT_MS, || pc.ready.load(Ordering::Acquire)) {
+        return Err(SmpError::SetupHung {
+            cpu: index,
+            apic_id,
+        });
+    }
+    let reads = pc.seen_apic_id.load(Ordering::Relaxed);
+    if reads != apic_id {
+        return Err(SmpError::WrongApicId {
+            cpu: index,
+            started: apic_id,
+            reads,
+        });
+    }
+    // SAFETY: nobody else reads `timing` before the CPU is published.
+    unsafe {
+        *pc.timing.get() = BootTiming {
+            init_tsc,
+            seen_tsc,
+            ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
+        }
+    };
+    kprintln!(
+        "smpboot: CPU {index} (APIC {apic_id:#x}) up {} us after INIT",
+        tsc::cycles_to_ns(seen_tsc - init_tsc) / 1000
+    );
+    Ok(Some(pc))
+}
+
+/// Publish the online CPUs and print the bring-up summary.
+fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) -> SmpSummary {
     let cpus: Vec<CpuInfo> = percpu.iter().map(|p| p.info).collect();
     let mut nodes: Vec<u32> = cpus.iter().map(|c| c.node).collect();
     nodes.sort_unstable();
@@ -805,17 +839,15 @@ pub fn start_aps(acpi: &AcpiInfo, phys_offset: u64, regions: &MemoryRegions) -> 
 }
 
 /// Run one job on every online CPU; each must run exactly once and read its
-/// own APIC id. Fails the boot ("smp") otherwise.
-pub fn self_test() {
+/// own APIC id.
+pub fn self_test() -> Result<(), SmpError> {
     let cpus = online_cpus();
     let n = cpus.len();
     let runs: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
     let ids: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(u32::MAX)).collect();
-    let total = AtomicUsize::new(0);
     let job = |c: CpuInfo| {
         ids[c.index].store(apic::id(), Ordering::Relaxed);
         runs[c.index].fetch_add(1, Ordering::Relaxed);
-        total.fetch_add(1, Ordering::Relaxed);
     };
     let t = tsc::rdtsc();
     scope(|s| {
@@ -824,33 +856,23 @@ pub fn self_test() {
         }
     });
     let us = tsc::cycles_to_ns(tsc::rdtsc() - t) / 1000;
-    let mut ok = total.load(Ordering::Relaxed) == n;
-    if !ok {
-        kprintln!(
-            "smp: self-test: {} job runs for {n} CPUs",
-            total.load(Ordering::Relaxed)
-        );
-    }
     for c in cpus {
-        let (r, id) = (
+        let (runs, apic_id) = (
             runs[c.index].load(Ordering::Relaxed),
             ids[c.index].load(Ordering::Relaxed),
         );
-        if r != 1 || id != c.apic_id {
-            kprintln!(
-                "smp: self-test: CPU {} (APIC {:#x}) ran {r} times, read APIC id {id:#x}",
-                c.index,
-                c.apic_id
-            );
-            ok = false;
+        if runs != 1 || apic_id != c.apic_id {
+            return Err(SmpError::SelfTest {
+                cpu: c.index,
+                runs,
+                apic_id,
+            });
         }
-    }
-    if !ok {
-        crate::fail("smp");
     }
     let timed = (1..n).filter(|&i| boot_timing(i).is_some()).count();
     kprintln!(
         "smp: self-test passed: {n} of {} CPUs ran one job each on their own APIC id ({us} us; {timed} AP timings)",
         cpu_count()
     );
+    Ok(())
 }

@@ -33,7 +33,6 @@
 
 use alloc::vec::Vec;
 use core::fmt;
-use core::str::FromStr;
 
 use crate::memblock::Memblock;
 use crate::page::StructPage;
@@ -56,7 +55,7 @@ pub enum Strategy {
 
 impl Strategy {
     pub const ALL: [Strategy; 3] = [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred];
-    /// The name [`FromStr`] accepts.
+    /// The strategy's name, as the `memmap=` kernel option spells it.
     pub const fn name(self) -> &'static str {
         match self {
             Strategy::PerPfn => "perpfn",
@@ -72,44 +71,24 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// A strategy name that is none of "perpfn", "regions", "deferred".
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ParseStrategyError;
-
-impl fmt::Display for ParseStrategyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("unknown memmap init strategy; expected one of: perpfn, regions, deferred")
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = ParseStrategyError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Strategy::ALL
-            .into_iter()
-            .find(|st| st.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or(ParseStrategyError)
-    }
-}
-
 /// Why memmap init could not run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InitError {
+pub enum MemmapInitError {
     /// A PFN to initialise has no struct-page backing.
     Unbacked { pfn: Pfn, section_nr: u64 },
     /// The pageblock maps were not built from this layout.
     NoPageblockMap { nid: NodeId, zone: ZoneType },
 }
 
-impl fmt::Display for InitError {
+impl fmt::Display for MemmapInitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            InitError::Unbacked { pfn, section_nr } => write!(
+            MemmapInitError::Unbacked { pfn, section_nr } => write!(
                 f,
                 "memmap init: struct pages of section {section_nr} (pfn {pfn:#x}) have no backing; \
                  populate every range of vmemmap_backing_ranges() before running memmap init"
             ),
-            InitError::NoPageblockMap { nid, zone } => write!(
+            MemmapInitError::NoPageblockMap { nid, zone } => write!(
                 f,
                 "memmap init: no pageblock bitmap for node {nid} zone {}; build PageblockMaps from the same ZoneLayout",
                 zone.name()
@@ -132,26 +111,25 @@ pub struct InitStats {
     pub hole_pages: u64,
 }
 
-/// Statistics plus the work left over.
+/// Statistics plus what was initialised and what is left over.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct InitOutcome {
     pub stats: InitStats,
+    /// Present memory the boot CPU initialised, split at zone boundaries and
+    /// ascending: what it hands to the buddy allocator.
+    pub eager: Vec<EagerRange>,
     /// Per-node ranges for `deferred-init` (empty unless `Deferred`).
     pub deferred: Vec<DeferredRange>,
 }
 
 /// A piece of present memory the eager part of a strategy initialises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EagerRange {
-    pub nid: NodeId,
-    pub zone: ZoneType,
-    pub pfns: PfnRange,
-}
+pub type EagerRange = crate::ZoneRange;
 
-/// Eager and deferred work of the `Deferred` strategy, computed without
-/// touching struct pages (so it can be checked on maps too big to back).
+/// How the `Deferred` strategy splits present memory into what the boot CPU
+/// initialises now and what it leaves, computed without touching struct
+/// pages (so it can be checked on maps too big to back).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct DeferredPlan {
+pub struct DeferralSplit {
     pub eager: Vec<EagerRange>,
     pub deferred: Vec<DeferredRange>,
 }
@@ -199,7 +177,7 @@ fn region_pieces<'a>(
 }
 
 /// Split the region walk at each node's deferral boundary.
-pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
+pub fn split_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferralSplit {
     let boundaries: Vec<(NodeId, Option<Pfn>, Option<ZoneType>)> = layout
         .nodes()
         .iter()
@@ -211,7 +189,7 @@ pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
             )
         })
         .collect();
-    let mut plan = DeferredPlan::default();
+    let mut plan = DeferralSplit::default();
     for piece in region_pieces(mb, layout) {
         let boundary = boundaries
             .iter()
@@ -237,8 +215,8 @@ pub fn plan_deferred(mb: &Memblock, layout: &ZoneLayout) -> DeferredPlan {
     plan
 }
 
-fn unbacked(pfn: Pfn) -> InitError {
-    InitError::Unbacked {
+fn unbacked(pfn: Pfn) -> MemmapInitError {
+    MemmapInitError::Unbacked {
         pfn,
         section_nr: pfn_to_section_nr(pfn),
     }
@@ -253,11 +231,11 @@ pub fn init_pfn_range<B: MemmapBacking>(
     range: PfnRange,
     zone: ZoneType,
     nid: NodeId,
-) -> Result<u64, InitError> {
+) -> Result<u64, MemmapInitError> {
     let pb = pageblocks
         .get(nid, zone)
-        .ok_or(InitError::NoPageblockMap { nid, zone })?;
-    for piece in Memmap::<B>::section_pieces(range) {
+        .ok_or(MemmapInitError::NoPageblockMap { nid, zone })?;
+    for piece in range.section_pieces() {
         let pages = memmap
             .pages_mut(piece)
             .ok_or_else(|| unbacked(piece.start))?;
@@ -279,11 +257,11 @@ pub fn init_pages(pages: &mut [StructPage], start_pfn: Pfn, zone: ZoneType, nid:
 fn init_holes<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     layout: &ZoneLayout,
-) -> Result<u64, InitError> {
+) -> Result<u64, MemmapInitError> {
     let mut n = 0;
     for u in layout.unavailable_ranges() {
         for present in layout.present_section_pieces(u.pfns) {
-            for piece in Memmap::<B>::section_pieces(present) {
+            for piece in present.section_pieces() {
                 let pages = memmap
                     .pages_mut(piece)
                     .ok_or_else(|| unbacked(piece.start))?;
@@ -306,10 +284,10 @@ pub fn mark_reserved_pages<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     mb: &Memblock,
     range: PfnRange,
-) -> Result<u64, InitError> {
+) -> Result<u64, MemmapInitError> {
     let mut n = 0;
     for rsv in mb.reserved_mem_ranges(range) {
-        for piece in Memmap::<B>::section_pieces(rsv) {
+        for piece in rsv.section_pieces() {
             let pages = memmap
                 .pages_mut(piece)
                 .ok_or_else(|| unbacked(piece.start))?;
@@ -326,12 +304,12 @@ fn init_per_pfn<B: MemmapBacking>(
     mb: &Memblock,
     layout: &ZoneLayout,
     pageblocks: &PageblockMaps,
-) -> Result<u64, InitError> {
+) -> Result<u64, MemmapInitError> {
     let mut n = 0;
     for z in layout.zones().iter().filter(|z| z.is_populated()) {
         let pb = pageblocks
             .get(z.nid, z.zone)
-            .ok_or(InitError::NoPageblockMap {
+            .ok_or(MemmapInitError::NoPageblockMap {
                 nid: z.nid,
                 zone: z.zone,
             })?;
@@ -363,26 +341,28 @@ pub fn init_memmap<B: MemmapBacking>(
     mb: &Memblock,
     layout: &ZoneLayout,
     pageblocks: &PageblockMaps,
-) -> Result<InitOutcome, InitError> {
+) -> Result<InitOutcome, MemmapInitError> {
     let mut out = InitOutcome::default();
     match strategy {
         Strategy::PerPfn => {
             out.stats.eager_pages = init_per_pfn(memmap, mb, layout, pageblocks)?;
+            // The per-PFN walk initialises exactly the region walk's pages.
+            out.eager = region_pieces(mb, layout).collect();
         }
         Strategy::Regions => {
-            for piece in region_pieces(mb, layout) {
-                out.stats.eager_pages +=
-                    init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
-            }
+            out.eager = region_pieces(mb, layout).collect();
         }
         Strategy::Deferred => {
-            let plan = plan_deferred(mb, layout);
-            for piece in &plan.eager {
-                out.stats.eager_pages +=
-                    init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
-            }
-            out.stats.deferred_pages = plan.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
-            out.deferred = plan.deferred;
+            let split = split_deferred(mb, layout);
+            out.stats.deferred_pages = split.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
+            out.eager = split.eager;
+            out.deferred = split.deferred;
+        }
+    }
+    if strategy != Strategy::PerPfn {
+        for piece in &out.eager {
+            out.stats.eager_pages +=
+                init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
         }
     }
     out.stats.hole_pages = init_holes(memmap, layout)?;
@@ -397,27 +377,41 @@ pub fn init_memmap<B: MemmapBacking>(
     Ok(out)
 }
 
-/// The floor: one 64-byte store per present page, nothing else. Returns the
+/// The store floor (`memmap=touch`) over a slice whose first page is
+/// `start_pfn`: one 64-byte store per page ([`StructPage::touched`]) and
+/// nothing else. Every touch path (eager, workers, bench) goes through here.
+#[inline]
+pub fn touch_pages(pages: &mut [StructPage], start_pfn: Pfn) {
+    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
+        *page = StructPage::touched(pfn);
+    }
+}
+
+/// The floor over `ranges`: [`touch_pages`] on every page. Returns the
 /// number of pages written.
-pub fn touch_present_pages<B: MemmapBacking>(
+pub fn touch_ranges<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
-    mb: &Memblock,
-) -> Result<u64, InitError> {
+    ranges: impl IntoIterator<Item = PfnRange>,
+) -> Result<u64, MemmapInitError> {
     let mut n = 0;
-    for (range, nid) in mb.mem_pfn_ranges(None) {
-        for piece in Memmap::<B>::section_pieces(range) {
+    for range in ranges {
+        for piece in range.section_pieces() {
             let pages = memmap
                 .pages_mut(piece)
                 .ok_or_else(|| unbacked(piece.start))?;
-            let template = StructPage {
-                flags: u64::from(nid) ^ piece.start,
-                ..StructPage::ZERO
-            };
-            pages.fill(template);
+            touch_pages(pages, piece.start);
             n += piece.nr_pages();
         }
     }
     Ok(n)
+}
+
+/// The floor over every present page (what the benches compare against).
+pub fn touch_present_pages<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+) -> Result<u64, MemmapInitError> {
+    touch_ranges(memmap, mb.mem_pfn_ranges(None).map(|(range, _)| range))
 }
 
 /// Sections a host test or bench must back to run a strategy over `mb`.
@@ -470,18 +464,6 @@ mod tests {
         let pb = PageblockMaps::new(&layout);
         let out = init_memmap(strategy, &mut mm, mb, &layout, &pb).unwrap();
         (mm, out, pb)
-    }
-
-    #[test]
-    fn strategy_parses() {
-        assert_eq!("perpfn".parse(), Ok(Strategy::PerPfn));
-        assert_eq!(" Regions ".parse(), Ok(Strategy::Regions));
-        assert_eq!(
-            "deferred".parse::<Strategy>().unwrap().to_string(),
-            "deferred"
-        );
-        let err = "fast".parse::<Strategy>().unwrap_err();
-        assert!(err.to_string().contains("perpfn, regions, deferred"));
     }
 
     #[test]
@@ -599,7 +581,10 @@ mod tests {
         let mut mm = Memmap::new(VecBacking::new([0u64]));
         let pb = PageblockMaps::new(&layout);
         let err = init_memmap(Strategy::Regions, &mut mm, &mb, &layout, &pb).unwrap_err();
-        assert!(matches!(err, InitError::Unbacked { section_nr: 1, .. }));
+        assert!(matches!(
+            err,
+            MemmapInitError::Unbacked { section_nr: 1, .. }
+        ));
         assert!(err.to_string().contains("vmemmap_backing_ranges"));
     }
 

@@ -81,6 +81,22 @@ impl PfnRange {
         let r = PfnRange::new(self.start.max(other.start), self.end.min(other.end));
         (!r.is_empty()).then_some(r)
     }
+
+    /// The range cut at 128 MiB section boundaries, ascending: each piece
+    /// lies in one section, so its struct pages are one contiguous slice of
+    /// that section's memmap (see [`store::Memmap::pages`]).
+    pub fn section_pieces(self) -> impl Iterator<Item = PfnRange> {
+        let mut start = self.start;
+        core::iter::from_fn(move || {
+            if start >= self.end {
+                return None;
+            }
+            let end = section_nr_to_pfn(pfn_to_section_nr(start) + 1).min(self.end);
+            let piece = PfnRange::new(start, end);
+            start = end;
+            Some(piece)
+        })
+    }
 }
 
 /// Zone types, numbered as Linux x86_64 numbers them (`enum zone_type` with
@@ -135,12 +151,17 @@ impl ZoneType {
     }
 }
 
-/// One node's PFN range whose struct pages the `Deferred` strategy left
-/// uninitialised, for `deferred-init` to do on that node's CPUs. Ranges never
-/// cross a zone boundary and contain only present (memblock memory) PFNs.
+/// A PFN range of one node and one zone: the unit memory init, deferred init
+/// and the buddy allocator pass around. Ranges of this type never cross a
+/// zone boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeferredRange {
+pub struct ZoneRange {
     pub nid: NodeId,
     pub zone: ZoneType,
     pub pfns: PfnRange,
 }
+
+/// One node's PFN range whose struct pages the `Deferred` strategy left
+/// uninitialised, for `deferred-init` to do on that node's CPUs; it contains
+/// only present (memblock memory) PFNs.
+pub type DeferredRange = ZoneRange;

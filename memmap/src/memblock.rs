@@ -701,12 +701,16 @@ impl Memblock {
             .rewrite_inside(page_round_down(base), page_round_up(end), |_| None)
     }
 
-    /// `memblock_phys_free(base, size)`: drop a reservation, rounded inward
-    /// (a page partly still reserved stays reserved).
+    /// `memblock_phys_free(base, size)`: drop a reservation. The tables are
+    /// page granular, so this rounds outward exactly as [`reserve`](Self::reserve)
+    /// and [`alloc`](Self::alloc) do: `free(p, n)` undoes `p = alloc(n, ..)`
+    /// or `reserve(p, n)` for any `n`, as Linux's byte-granular tables do.
+    /// (Two sub-page reservations sharing a page are one page here; freeing
+    /// either releases it.)
     pub fn free(&mut self, base: u64, size: u64) -> Result<(), MemblockError> {
         let end = self.checked_end(base, size)?;
         self.reserved
-            .rewrite_inside(page_round_up(base), page_round_down(end), |_| None)
+            .rewrite_inside(page_round_down(base), page_round_up(end), |_| None)
     }
 
     /// `memblock_alloc_try_nid(size, align, 0, limit, nid)`: the highest free
@@ -749,7 +753,9 @@ impl Memblock {
     }
 
     /// `memblock_find_in_range_node()` top-down: free ranges ascend, so the
-    /// last fitting candidate is the highest.
+    /// last fitting candidate is the highest. Like Linux it never hands out
+    /// the first page (`start = max(start, PAGE_SIZE)`): address 0 reads as
+    /// NULL to every caller.
     fn find_top_down(
         &self,
         size: u64,
@@ -758,6 +764,7 @@ impl Memblock {
         max_addr: u64,
         nid: Option<NodeId>,
     ) -> Option<u64> {
+        let min_addr = min_addr.max(PAGE_SIZE);
         let mut best = None;
         for (pfns, _) in self.free_ranges(nid) {
             let lo = (pfns.start << PAGE_SHIFT).max(min_addr);
@@ -939,7 +946,7 @@ mod tests {
         mb.reserve(0x5001, 1).unwrap();
         mb.reserve(0x6000, 0x1000).unwrap();
         assert_eq!(spans(mb.reserved()), [(0x5000, 0x7000)]);
-        mb.free(0x5000, 0x1800).unwrap(); // inward: only page 5 freed
+        mb.free(0x5000, 0x800).unwrap(); // outward, as reserve: page 5
         assert_eq!(spans(mb.reserved()), [(0x6000, 0x7000)]);
         assert!(mb.is_region_reserved(0x6fff, 1));
         assert!(matches!(
@@ -1037,5 +1044,36 @@ mod tests {
             mb.alloc(1, 3, None),
             Err(MemblockError::BadAlign { align: 3 })
         ));
+    }
+
+    #[test]
+    fn alloc_never_returns_the_first_page() {
+        // Only [0, 8K) is free: the top-down fit for 4 KiB is page 1; after
+        // that nothing is left, because page 0 is never handed out.
+        let (mut mb, _) = build(&[FirmwareEntry::new(0, 0x2000, Usable)]);
+        assert_eq!(mb.alloc(0x1000, 0, None), Ok(0x1000));
+        assert!(matches!(
+            mb.alloc(0x1000, 0, None),
+            Err(MemblockError::AllocFailed { .. })
+        ));
+        assert!(!mb.is_region_reserved(0, 0x1000), "page 0 stays free");
+        // alloc_range with min_addr 0 is clamped the same way.
+        let (mut mb, _) = build(&[FirmwareEntry::new(0, 0x1000, Usable)]);
+        assert!(mb.alloc_range(0x100, 0, 0, 0x1000, None).is_err());
+    }
+
+    #[test]
+    fn free_with_the_allocated_size_releases_the_pages() {
+        let (mut mb, _) = build(&[FirmwareEntry::new(0, 16 * MIB, Usable)]);
+        for size in [1, 100, 0x1000, 0x1001, 3 * 0x1000 + 7] {
+            let p = mb.alloc(size, 0, None).unwrap();
+            assert!(mb.is_region_reserved(p, size));
+            mb.free(p, size).unwrap();
+            assert!(
+                mb.reserved().regions().is_empty(),
+                "free({p:#x}, {size}) after alloc({size}) left {:?}",
+                spans(mb.reserved())
+            );
+        }
     }
 }

@@ -10,6 +10,7 @@ use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 use crate::page::StructPage;
+use crate::sections::Vmemmap;
 use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
 
 /// Storage for the struct pages of present sections.
@@ -102,20 +103,88 @@ impl<B: MemmapBacking> Memmap<B> {
         // SAFETY: the caller guarantees exclusivity; validity per the backing contract.
         Some(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), range.nr_pages() as usize) })
     }
+}
 
-    /// Split `range` at section boundaries (each piece lies in one section).
-    pub fn section_pieces(range: PfnRange) -> impl Iterator<Item = PfnRange> {
-        let mut start = range.start;
-        core::iter::from_fn(move || {
-            if start >= range.end {
-                return None;
-            }
-            let section_end = section_nr_to_pfn(pfn_to_section_nr(start) + 1);
-            let end = section_end.min(range.end);
-            let piece = PfnRange::new(start, end);
-            start = end;
-            Some(piece)
-        })
+/// Struct pages in a virtual window laid out like Linux's vmemmap (the page
+/// of PFN `p` at `window.base() + p * 64`), of which only the sections in a
+/// [`SectionSet`] are mapped. The kernel maps them with 2 MiB pages; the host
+/// reserves the whole window lazily (`MAP_NORESERVE`), so in both cases only
+/// the struct pages actually written cost memory.
+pub struct WindowBacking {
+    window: Vmemmap,
+    mapped: SectionSet,
+}
+
+impl WindowBacking {
+    /// # Safety
+    /// For every section number in `mapped`, the 2 MiB of struct pages at
+    /// `window.page_addr(section_nr_to_pfn(nr))` must be valid for reads and
+    /// writes and used for nothing else for as long as the backing lives.
+    pub unsafe fn new(window: Vmemmap, mapped: SectionSet) -> Self {
+        Self { window, mapped }
+    }
+
+    pub fn window(&self) -> Vmemmap {
+        self.window
+    }
+
+    pub fn mapped(&self) -> &SectionSet {
+        &self.mapped
+    }
+}
+
+// SAFETY: pointers are returned only for sections in `mapped`, which `new`'s
+// caller promised are valid, exclusive 2 MiB blocks; sections are 2 MiB
+// apart in the window, so they never overlap, and the address of a section
+// never changes.
+unsafe impl MemmapBacking for WindowBacking {
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
+        if !self.mapped.contains(section_nr) {
+            return None;
+        }
+        NonNull::new(self.window.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
+    }
+}
+
+// SAFETY: the backing holds addresses only; access discipline is the
+// `Memmap` API's, and the window is not tied to a thread.
+unsafe impl Send for WindowBacking {}
+// SAFETY: as above.
+unsafe impl Sync for WindowBacking {}
+
+/// A set of section numbers, one bit each (32 KiB for 32 TiB of RAM).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SectionSet {
+    words: Vec<u64>,
+    len: u64,
+}
+
+impl SectionSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn insert(&mut self, section_nr: u64) {
+        let word = (section_nr / 64) as usize;
+        if word >= self.words.len() {
+            self.words.resize(word + 1, 0);
+        }
+        let bit = 1 << (section_nr % 64);
+        if self.words[word] & bit == 0 {
+            self.words[word] |= bit;
+            self.len += 1;
+        }
+    }
+    pub fn contains(&self, section_nr: u64) -> bool {
+        self.words
+            .get((section_nr / 64) as usize)
+            .is_some_and(|w| w & (1 << (section_nr % 64)) != 0)
+    }
+    /// Number of sections in the set.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -197,6 +266,30 @@ mod tests {
     use crate::ZoneType;
 
     #[test]
+    fn section_set_counts_each_section_once() {
+        let mut s = SectionSet::new();
+        assert!(s.is_empty() && !s.contains(0));
+        for nr in [5, 64, 5, 262_143] {
+            s.insert(nr);
+        }
+        assert_eq!(s.len(), 3);
+        assert!(s.contains(5) && s.contains(64) && s.contains(262_143));
+        assert!(!s.contains(63) && !s.contains(262_144) && !s.contains(6));
+    }
+
+    #[test]
+    fn window_backing_addresses_follow_the_vmemmap_layout() {
+        let window = Vmemmap::new(0x4000_0000).unwrap();
+        let mut mapped = SectionSet::new();
+        mapped.insert(3);
+        // SAFETY: the pointers are only compared, never dereferenced.
+        let b = unsafe { WindowBacking::new(window, mapped) };
+        assert!(b.section_ptr(2).is_none());
+        let p = b.section_ptr(3).unwrap().as_ptr() as u64;
+        assert_eq!(p, 0x4000_0000 + 3 * PAGES_PER_SECTION * 64);
+    }
+
+    #[test]
     fn vec_backing_maps_present_sections_only() {
         let mut mm = Memmap::new(VecBacking::new([0, 2]));
         assert!(mm.has_pfn(5));
@@ -211,9 +304,9 @@ mod tests {
         assert!(mm
             .pages(PfnRange::new(PAGES_PER_SECTION - 1, PAGES_PER_SECTION + 1))
             .is_none());
-        let pieces: Vec<_> =
-            Memmap::<VecBacking>::section_pieces(PfnRange::new(10, 2 * PAGES_PER_SECTION + 3))
-                .collect();
+        let pieces: Vec<_> = PfnRange::new(10, 2 * PAGES_PER_SECTION + 3)
+            .section_pieces()
+            .collect();
         assert_eq!(pieces.len(), 3);
         assert_eq!(pieces[0], PfnRange::new(10, PAGES_PER_SECTION));
         assert_eq!(

@@ -229,6 +229,20 @@ impl ZoneLayout {
     pub fn present_pages(&self) -> u64 {
         self.nodes.iter().map(|n| n.present_pages).sum()
     }
+    /// Present pages of every zone below its node's highest zone: what
+    /// deferral always initialises eagerly, whatever the RAM size.
+    pub fn low_zone_pages(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let highest = self.highest_zone(n.nid).map(|z| z.zone);
+                self.node_zones(n.nid)
+                    .filter(|z| Some(z.zone) != highest)
+                    .map(|z| z.present_pages)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
 
     /// Write the dmesg lines Linux prints for this layout, one per line.
     pub fn write_report<W: fmt::Write>(&self, mb: &Memblock, w: &mut W) -> fmt::Result {
@@ -362,6 +376,11 @@ mod tests {
         );
         assert!(l.zone(1, ZoneType::Dma32).is_none());
         assert_eq!(l.highest_zone(0).unwrap().zone, ZoneType::Normal);
+        // Node 0's low zones are DMA and DMA32; node 1 has only Normal.
+        assert_eq!(
+            l.low_zone_pages(),
+            (0x9f + (4096 - 0x100)) + ((3 * GIB) >> 12) - 4096
+        );
         // Gap [0x9f, 0x100) lies in present section 0 (a DMA zone hole); gap
         // [3 GiB, 4 GiB) lies in absent sections: no struct pages.
         let u = l.unavailable_ranges();

@@ -5,7 +5,7 @@
 
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::init::{
-    init_memmap, init_pfn_range, mark_reserved_pages, plan_deferred, sections_to_back,
+    init_memmap, init_pfn_range, mark_reserved_pages, sections_to_back, split_deferred,
     Strategy as InitStrategy,
 };
 use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
@@ -380,7 +380,7 @@ proptest! {
         prop_assert_eq!(present_sections(&mb).count() as u64 * PAGES_PER_SECTION, section_pages);
 
         // Deferral: eager ∪ deferred = present, disjoint, in order.
-        let plan = plan_deferred(&mb, &layout);
+        let plan = split_deferred(&mb, &layout);
         let mut all: Vec<(PfnRange, bool)> = plan.eager.iter().map(|e| (e.pfns, true)).chain(plan.deferred.iter().map(|d| (d.pfns, false))).collect();
         all.sort_by_key(|(r, _)| r.start);
         for w in all.windows(2) { prop_assert!(w[0].0.end <= w[1].0.start, "overlap {:?}", w); }

@@ -169,6 +169,38 @@ impl Boot {
     pub fn has_message(&self, needle: &str) -> bool {
         self.messages_with(needle).next().is_some()
     }
+    /// RAM pages of the bootloader's memory map as the kernel printed it
+    /// (`[mem start-end] usable` / `usable (bootloader)` lines after the
+    /// map header), computed here as memblock defines present memory:
+    /// overlapping or adjacent RAM ranges merge, then round inward to whole
+    /// 4 KiB pages. Independent of the kernel's own page counts.
+    pub fn firmware_ram_pages(&self) -> u64 {
+        let header = self
+            .lines
+            .iter()
+            .position(|(_, m)| m.contains("physical RAM map"))
+            .unwrap_or_else(|| panic!("no memory-map header:\n{}", self.describe()));
+        let mut ram: Vec<(u64, u64)> = self.lines[header + 1..]
+            .iter()
+            .map_while(|(_, m)| parse_mem_line(m))
+            .filter(|(_, _, kind)| kind == "usable" || kind == "usable (bootloader)")
+            .map(|(start, end, _)| (start, end))
+            .collect();
+        assert!(!ram.is_empty(), "no RAM lines in:\n{}", self.describe());
+        ram.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (start, end) in ram {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+            .iter()
+            .map(|&(start, end)| (end / 4096).saturating_sub(start.div_ceil(4096)))
+            .sum()
+    }
+
     /// The whole run for assertion messages.
     pub fn describe(&self) -> String {
         format!(
@@ -188,6 +220,22 @@ pub fn parse_stamped(line: &str) -> Option<(u64, String)> {
     }
     let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000;
     Some((ns, msg.to_string()))
+}
+
+/// `... [mem 0xSTART-0xEND] kind` → (start, end + 1, kind), the kind
+/// without a trailing firmware type note such as ` (e820 type 2)`.
+pub fn parse_mem_line(msg: &str) -> Option<(u64, u64, String)> {
+    let rest = &msg[msg.find("[mem ")? + 5..];
+    let (start, rest) = rest.split_once('-')?;
+    let (end, kind) = rest.split_once(']')?;
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let kind = kind.trim();
+    let kind = kind
+        .split(" (e820 type")
+        .next()?
+        .split(" (EFI type")
+        .next()?;
+    Some((hex(start)?, hex(end)? + 1, kind.to_string()))
 }
 
 pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>) {
@@ -246,6 +294,44 @@ mod tests {
         );
         assert_eq!(parse_stamped("no stamp"), None);
         assert_eq!(parse_stamped("[ 1.5] short"), None);
+    }
+
+    #[test]
+    fn parses_memory_map_lines() {
+        assert_eq!(
+            parse_mem_line("  [mem 0x0000000000000000-0x000000000009fbff] usable"),
+            Some((0, 0x9fc00, "usable".into()))
+        );
+        assert_eq!(
+            parse_mem_line("[mem 0x00000000000f0000-0x00000000000fffff] reserved (e820 type 2)"),
+            Some((0xf0000, 0x100000, "reserved".into()))
+        );
+        assert_eq!(parse_mem_line("memblock: 3 memory regions"), None);
+    }
+
+    #[test]
+    fn ram_pages_merge_adjacent_ranges_then_round_inward() {
+        let log = "[    0.1] BIOS-provided physical RAM map (via bootloader, 4 regions):\n\
+                   [    0.1]   [mem 0x0000000000000000-0x000000000009fbff] usable\n\
+                   [    0.1]   [mem 0x0000000000100000-0x0000000000100fff] usable (bootloader)\n\
+                   [    0.1]   [mem 0x0000000000101000-0x00000000001027ff] usable\n\
+                   [    0.1]   [mem 0x00000000000f0000-0x00000000000fffff] reserved\n\
+                   [    0.2] Memory: ...\n";
+        let (lines, summary) = parse_log(
+            &log.replace("0.1]", "0.100000]")
+                .replace("0.2]", "0.200000]"),
+        );
+        let boot = Boot {
+            run: Run {
+                exit_code: 0,
+                stdout: String::new(),
+                stderr: String::new(),
+            },
+            lines,
+            summary,
+        };
+        // 0x9f whole pages below 0x9fc00; 0x100000..0x102800 merged: 2 pages.
+        assert_eq!(boot.firmware_ram_pages(), 0x9f + 2);
     }
 
     #[test]

@@ -29,14 +29,14 @@ fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
         present,
         "eager + deferred must be exactly the present pages"
     );
-    // memblock's own count: the zone report's per-node totals.
-    let totalpages: u64 = b
-        .messages_with("totalpages: ")
-        .map(|m| m.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum();
+    // Present pages, computed here from the logged firmware map (memblock's
+    // rules: RAM merges, then rounds inward to pages), not from any count
+    // the kernel printed.
     assert_eq!(
-        totalpages, present,
-        "present_pages must equal memblock's 'totalpages' lines"
+        present,
+        b.firmware_ram_pages(),
+        "present_pages must be the RAM pages of the logged memory map\n{}",
+        describe(b)
     );
     let free = b.summary_u64("free_pages");
     assert!(free > 0 && free < present, "free pages {free} of {present}");
@@ -47,28 +47,41 @@ fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
         "{}",
         describe(b)
     );
-    // One `verify: node N zone Z` line per populated zone, each balanced.
-    for line in b
+    // One `verify: node N zone Z: P present, I initialised, R reserved, F
+    // free (…)` line per populated zone: every present page initialised,
+    // F = P - R computed here, and the zones add up to the whole machine.
+    let zones: Vec<[u64; 4]> = b
         .messages_with("verify: node ")
         .filter(|m| m.contains(" present, "))
-    {
-        let expected = line
-            .rsplit("(expected ")
-            .next()
-            .unwrap()
-            .trim_end_matches(')');
-        let free_part = line
-            .split(" reserved, ")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap();
+        .map(|line| {
+            let count = |word: &str| -> u64 {
+                let before = line.split(&format!(" {word}")).next().unwrap();
+                before.rsplit(' ').next().unwrap().parse().unwrap()
+            };
+            [
+                count("present,"),
+                count("initialised,"),
+                count("reserved,"),
+                count("free"),
+            ]
+        })
+        .collect();
+    assert!(
+        !zones.is_empty(),
+        "no per-zone verify lines\n{}",
+        describe(b)
+    );
+    for [p, i, r, f] in &zones {
+        assert_eq!(i, p, "every present page initialised\n{}", describe(b));
         assert_eq!(
-            free_part, expected,
-            "buddy free pages differ from present - reserved: {line}"
+            *f,
+            p - r,
+            "free = present - reserved per zone\n{}",
+            describe(b)
         );
     }
+    assert_eq!(zones.iter().map(|z| z[0]).sum::<u64>(), present);
+    assert_eq!(zones.iter().map(|z| z[3]).sum::<u64>(), free);
     assert_eq!(b.summary_u64("nodes"), nodes);
     assert!(b.summary_u64("nr_memory_blocks") > 0);
     assert!(

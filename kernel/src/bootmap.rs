@@ -1,0 +1,169 @@
+//! The bootloader's memory map, classified once.
+//!
+//! `bootloader_api` reports each region as `Usable`, `Bootloader` (the
+//! kernel image, page tables, boot info: RAM in use) or the firmware's own
+//! type number (`UnknownBios(e820 type)`, `UnknownUefi(EFI memory type)`).
+//! [`region_kind`] is the only place that turns those into memmap's
+//! [`RegionKind`]; the memory-map printout, the usable-RAM count and
+//! memblock all follow it.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
+use memmap::firmware::{FirmwareEntry, RegionKind};
+
+/// e820 types (ACPI 6.5 §15.1 / Linux `enum e820_type`).
+const E820_RAM: u32 = 1;
+const E820_ACPI: u32 = 3;
+const E820_NVS: u32 = 4;
+const E820_UNUSABLE: u32 = 5;
+/// EFI memory types (UEFI 2.10 §7.2, `EFI_MEMORY_TYPE`).
+const EFI_CONVENTIONAL_MEMORY: u32 = 7;
+const EFI_UNUSABLE_MEMORY: u32 = 8;
+const EFI_ACPI_RECLAIM_MEMORY: u32 = 9;
+const EFI_ACPI_MEMORY_NVS: u32 = 10;
+
+/// What a bootloader region is, for memblock. Firmware types that describe
+/// free RAM (e820 type 1, EFI conventional memory) are usable whichever way
+/// the bootloader passed them; every type not named here is reserved.
+pub const fn region_kind(kind: MemoryRegionKind) -> RegionKind {
+    match kind {
+        MemoryRegionKind::Usable => RegionKind::Usable,
+        MemoryRegionKind::Bootloader => RegionKind::Bootloader,
+        MemoryRegionKind::UnknownBios(t) => match t {
+            E820_RAM => RegionKind::Usable,
+            E820_ACPI => RegionKind::AcpiReclaimable,
+            E820_NVS => RegionKind::AcpiNvs,
+            E820_UNUSABLE => RegionKind::Unusable,
+            _ => RegionKind::Reserved,
+        },
+        MemoryRegionKind::UnknownUefi(t) => match t {
+            EFI_CONVENTIONAL_MEMORY => RegionKind::Usable,
+            EFI_ACPI_RECLAIM_MEMORY => RegionKind::AcpiReclaimable,
+            EFI_ACPI_MEMORY_NVS => RegionKind::AcpiNvs,
+            EFI_UNUSABLE_MEMORY => RegionKind::Unusable,
+            _ => RegionKind::Reserved,
+        },
+        // `MemoryRegionKind` is non-exhaustive: a kind a newer bootloader
+        // adds is not known to be RAM, so it must not be handed out.
+        _ => RegionKind::Reserved,
+    }
+}
+
+/// The name memboot prints for a kind (Linux e820 names where they exist).
+pub const fn kind_name(kind: RegionKind) -> &'static str {
+    match kind {
+        RegionKind::Usable => "usable",
+        RegionKind::Bootloader => "usable (bootloader)",
+        RegionKind::AcpiReclaimable => "ACPI data",
+        RegionKind::AcpiNvs => "ACPI NVS",
+        RegionKind::Reserved => "reserved",
+        RegionKind::Unusable => "unusable",
+    }
+}
+
+/// The kind a printed name stands for (the inverse of [`kind_name`]), for
+/// tools and tests that read memboot's log.
+pub fn kind_of_name(name: &str) -> Option<RegionKind> {
+    RegionKind::ALL.into_iter().find(|&k| kind_name(k) == name)
+}
+
+/// One region as printed in the memory-map lines: `[mem start-end] name`,
+/// plus the firmware's type number where the kind came from one.
+pub struct MapLine<'a>(pub &'a MemoryRegion);
+
+impl fmt::Display for MapLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.0;
+        write!(
+            f,
+            "[mem {:#018x}-{:#018x}] {}",
+            r.start,
+            r.end.saturating_sub(1),
+            kind_name(region_kind(r.kind))
+        )?;
+        match r.kind {
+            MemoryRegionKind::UnknownBios(t) => write!(f, " (e820 type {t})"),
+            MemoryRegionKind::UnknownUefi(t) => write!(f, " (EFI type {t})"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The map as memblock input.
+pub fn firmware_entries(regions: &[MemoryRegion]) -> Vec<FirmwareEntry> {
+    regions
+        .iter()
+        .map(|r| FirmwareEntry::new(r.start, r.end.saturating_sub(r.start), region_kind(r.kind)))
+        .collect()
+}
+
+/// RAM in the map: free frames plus those the bootloader occupies.
+pub fn ram_bytes(regions: &[MemoryRegion]) -> u64 {
+    regions
+        .iter()
+        .filter(|r| region_kind(r.kind).is_ram())
+        .map(|r| r.end.saturating_sub(r.start))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(start: u64, end: u64, kind: MemoryRegionKind) -> MemoryRegion {
+        MemoryRegion { start, end, kind }
+    }
+
+    #[test]
+    fn firmware_types_map_to_the_same_kinds_bios_and_uefi() {
+        use MemoryRegionKind::*;
+        for (bios, uefi, kind) in [
+            (1, 7, RegionKind::Usable),
+            (3, 9, RegionKind::AcpiReclaimable),
+            (4, 10, RegionKind::AcpiNvs),
+            (5, 8, RegionKind::Unusable),
+            (2, 0, RegionKind::Reserved),
+            (7, 11, RegionKind::Reserved),
+        ] {
+            assert_eq!(region_kind(UnknownBios(bios)), kind, "e820 type {bios}");
+            assert_eq!(region_kind(UnknownUefi(uefi)), kind, "EFI type {uefi}");
+        }
+        assert_eq!(region_kind(Usable), RegionKind::Usable);
+        assert_eq!(region_kind(Bootloader), RegionKind::Bootloader);
+    }
+
+    #[test]
+    fn names_round_trip_and_lines_show_raw_types() {
+        for k in RegionKind::ALL {
+            assert_eq!(kind_of_name(kind_name(k)), Some(k));
+        }
+        let r = region(0xf0000, 0x100000, MemoryRegionKind::UnknownBios(2));
+        assert_eq!(
+            alloc::format!("{}", MapLine(&r)),
+            "[mem 0x00000000000f0000-0x00000000000fffff] reserved (e820 type 2)"
+        );
+        let r = region(0, 0x9fc00, MemoryRegionKind::Usable);
+        assert_eq!(
+            alloc::format!("{}", MapLine(&r)),
+            "[mem 0x0000000000000000-0x000000000009fbff] usable"
+        );
+    }
+
+    #[test]
+    fn ram_counts_usable_and_bootloader_only() {
+        let map = [
+            region(0, 0x1000, MemoryRegionKind::Usable),
+            region(0x1000, 0x3000, MemoryRegionKind::Bootloader),
+            region(0x3000, 0x4000, MemoryRegionKind::UnknownBios(1)),
+            region(0x4000, 0x8000, MemoryRegionKind::UnknownBios(3)),
+        ];
+        assert_eq!(ram_bytes(&map), 0x4000);
+        let e = firmware_entries(&map);
+        assert_eq!(
+            e[3],
+            FirmwareEntry::new(0x4000, 0x4000, RegionKind::AcpiReclaimable)
+        );
+    }
+}

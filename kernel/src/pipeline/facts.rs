@@ -1,0 +1,170 @@
+//! What the pipeline measured, recorded as it goes so that a boot that fails
+//! part-way still reports what was known in its summary line.
+
+use alloc::vec::Vec;
+
+use memmap::page::MAX_NUMNODES;
+use memmap::NodeId;
+
+/// A phase of the boot, for the summary's `phases` timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Memblock,
+    Zones,
+    Vmemmap,
+    EagerMemmap,
+    BuddyHandoff,
+    DeferredInit,
+    MemoryBlocks,
+    Verify,
+}
+
+impl Phase {
+    /// The name in the summary (`phases[].phase`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::Memblock => "memblock",
+            Phase::Zones => "zones",
+            Phase::Vmemmap => "vmemmap",
+            Phase::EagerMemmap => "eager_memmap",
+            Phase::BuddyHandoff => "buddy_handoff",
+            Phase::DeferredInit => "deferred_init",
+            Phase::MemoryBlocks => "memory_blocks",
+            Phase::Verify => "verify",
+        }
+    }
+}
+
+/// One phase on one CPU: `[start_ns, end_ns)` since kernel entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub cpu: u32,
+    /// The node whose memory the phase worked on, for per-node phases.
+    pub node: Option<NodeId>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// How verification ended (`verify` in the summary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyOutcome {
+    /// The boot failed before verification.
+    NotRun,
+    Ok,
+    Failed,
+    /// `verify=off`, or a mode without Linux state (`touch`).
+    Off,
+}
+
+impl VerifyOutcome {
+    pub const fn name(self) -> &'static str {
+        match self {
+            VerifyOutcome::NotRun => "none",
+            VerifyOutcome::Ok => "ok",
+            VerifyOutcome::Failed => "failed",
+            VerifyOutcome::Off => "off",
+        }
+    }
+}
+
+/// Everything the memory-init part of the summary line reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MmFacts {
+    /// The `memmap=` mode (`none` if the boot failed before memory init).
+    pub strategy: &'static str,
+    pub present_pages: u64,
+    pub eager_pages: u64,
+    /// Present pages of every zone below its node's highest zone.
+    pub low_zone_pages: u64,
+    pub deferred_pages: u64,
+    pub reserved_pages: u64,
+    pub hole_pages: u64,
+    pub memmap_boot_ns: u64,
+    pub buddy_eager_ns: u64,
+    pub deferred_ns: u64,
+    /// Nodes with memory; `node_deferred_ns[..nr_nodes]` is by node index.
+    pub nr_nodes: usize,
+    pub node_deferred_ns: [u64; MAX_NUMNODES as usize],
+    pub memblock_ns: u64,
+    pub vmemmap_ns: u64,
+    pub vmemmap_bytes: u64,
+    pub memory_block_ns: u64,
+    pub memory_block_size: u64,
+    pub nr_memory_blocks: u64,
+    pub free_pages: u64,
+    pub deferred_workers: u64,
+    pub grown_pages: u64,
+    pub verify: VerifyOutcome,
+    pub verify_ns: u64,
+    pub phases: Vec<PhaseSpan>,
+}
+
+impl MmFacts {
+    pub const EMPTY: MmFacts = MmFacts {
+        strategy: "none",
+        present_pages: 0,
+        eager_pages: 0,
+        low_zone_pages: 0,
+        deferred_pages: 0,
+        reserved_pages: 0,
+        hole_pages: 0,
+        memmap_boot_ns: 0,
+        buddy_eager_ns: 0,
+        deferred_ns: 0,
+        nr_nodes: 0,
+        node_deferred_ns: [0; MAX_NUMNODES as usize],
+        memblock_ns: 0,
+        vmemmap_ns: 0,
+        vmemmap_bytes: 0,
+        memory_block_ns: 0,
+        memory_block_size: 0,
+        nr_memory_blocks: 0,
+        free_pages: 0,
+        deferred_workers: 0,
+        grown_pages: 0,
+        verify: VerifyOutcome::NotRun,
+        verify_ns: 0,
+        phases: Vec::new(),
+    };
+}
+
+/// The facts behind a lock that is held only for the moment of a record,
+/// so the panic path can still read them (with `try_lock`).
+pub struct Facts(spin::Mutex<MmFacts>);
+
+impl Facts {
+    pub const fn new() -> Self {
+        Facts(spin::Mutex::new(MmFacts::EMPTY))
+    }
+
+    /// Update some facts.
+    pub fn record(&self, f: impl FnOnce(&mut MmFacts)) {
+        f(&mut self.0.lock());
+    }
+
+    /// Record that `phase` ran on `cpu` from `start_ns` to `end_ns`.
+    pub fn phase(&self, phase: Phase, cpu: u32, node: Option<NodeId>, start_ns: u64, end_ns: u64) {
+        self.record(|f| {
+            f.phases.push(PhaseSpan {
+                phase,
+                cpu,
+                node,
+                start_ns,
+                end_ns,
+            })
+        });
+    }
+
+    /// Read the facts, unless the lock is held (a fault during a record):
+    /// then `None`, and the caller reports [`MmFacts::EMPTY`].
+    pub fn with<R>(&self, f: impl FnOnce(&MmFacts) -> R) -> Option<R> {
+        self.0.try_lock().map(|g| f(&g))
+    }
+}
+
+impl Default for Facts {
+    fn default() -> Self {
+        Self::new()
+    }
+}

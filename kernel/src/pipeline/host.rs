@@ -1,0 +1,165 @@
+//! The pipeline's seams in a host process (feature `host`): the vmemmap
+//! window is one anonymous `mmap` with `MAP_NORESERVE`, so only the struct
+//! pages the pipeline writes cost memory, as in a guest whose untouched
+//! memory costs the host nothing; CPUs are `std` threads
+//! ([`deferred_init::host::ThreadExecutor`]); the log is a `Vec`.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::string::{String, ToString};
+use std::sync::Mutex;
+use std::vec::Vec;
+
+use memmap::sections::{Vmemmap, SECTION_MEMMAP_BYTES};
+
+use super::s3_vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
+use super::seams::{Log, MapError, VmemmapMapper};
+
+/// A lazily backed vmemmap window. It also checks the pipeline's page-table
+/// plan against its own model of a 4-level walk: each mapping must bring
+/// exactly the tables of the 1 GiB and 512 GiB regions not seen before.
+pub struct HostMapper {
+    base: *mut libc::c_void,
+    len: usize,
+    window: Option<Vmemmap>,
+    pd_regions: HashSet<u64>,
+    pdpt_regions: HashSet<u64>,
+    nr_mapped: u64,
+    nr_tables: u64,
+}
+
+// SAFETY: the window is plain anonymous memory owned by the mapper.
+unsafe impl Send for HostMapper {}
+
+impl HostMapper {
+    pub fn new() -> Self {
+        Self {
+            base: core::ptr::null_mut(),
+            len: 0,
+            window: None,
+            pd_regions: HashSet::new(),
+            pdpt_regions: HashSet::new(),
+            nr_mapped: 0,
+            nr_tables: 0,
+        }
+    }
+
+    /// 2 MiB pages mapped and page-table frames they were given.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.nr_mapped, self.nr_tables)
+    }
+
+    /// Bytes of the window the host actually backs (`mincore`): what
+    /// writing struct pages cost.
+    pub fn resident_bytes(&self) -> u64 {
+        if self.base.is_null() {
+            return 0;
+        }
+        const CHUNK_PAGES: usize = 1 << 20;
+        let page = 4096usize;
+        let nr_pages = self.len / page;
+        let mut vec = std::vec![0u8; CHUNK_PAGES];
+        let mut resident = 0u64;
+        let mut first = 0;
+        while first < nr_pages {
+            let n = CHUNK_PAGES.min(nr_pages - first);
+            // SAFETY: [base + first*page, + n*page) lies in our mapping and
+            // `vec` has room for one byte per page.
+            let rc = unsafe {
+                libc::mincore(
+                    (self.base as usize + first * page) as *mut libc::c_void,
+                    n * page,
+                    vec.as_mut_ptr(),
+                )
+            };
+            assert_eq!(rc, 0, "mincore on our own mapping");
+            resident += vec[..n].iter().filter(|&&b| b & 1 != 0).count() as u64;
+            first += n;
+        }
+        resident * page as u64
+    }
+}
+
+impl Default for HostMapper {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for HostMapper {
+    fn drop(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: unmapping exactly the region `choose_window` mapped;
+            // the backing built over it is gone (it cannot outlive `run`).
+            unsafe { libc::munmap(self.base, self.len) };
+        }
+    }
+}
+
+// SAFETY: the whole window is one private anonymous read-write mapping that
+// lives until the mapper drops, so every 2 MiB page in it is valid, exclusive
+// memory; distinct addresses never alias.
+unsafe impl VmemmapMapper for HostMapper {
+    fn choose_window(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
+        assert!(self.base.is_null(), "one window per mapper");
+        let len = (bytes + SECTION_MEMMAP_BYTES) as usize;
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let base = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(MapError::Reserve { bytes });
+        }
+        self.base = base;
+        self.len = len;
+        let aligned = (base as u64).next_multiple_of(SECTION_MEMMAP_BYTES);
+        let window = Vmemmap::new(aligned).expect("2 MiB aligned");
+        self.window = Some(window);
+        Ok(window)
+    }
+
+    fn map_2mib(&mut self, virt: u64, _phys: u64, new_tables: &[u64]) -> Result<(), MapError> {
+        let window = self.window.expect("choose_window first");
+        let offset = virt - window.base();
+        assert!(
+            virt.is_multiple_of(SECTION_MEMMAP_BYTES)
+                && virt + SECTION_MEMMAP_BYTES <= self.base as u64 + self.len as u64,
+            "{virt:#x} outside the window"
+        );
+        // Regions relative to a slot-aligned origin, as the kernel's window
+        // starts on a top-level slot.
+        let needed = usize::from(self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES))
+            + usize::from(self.pd_regions.insert(offset / PD_SPAN_BYTES));
+        if needed != new_tables.len() {
+            return Err(MapError::TablesExhausted { virt });
+        }
+        self.nr_mapped += 1;
+        self.nr_tables += new_tables.len() as u64;
+        Ok(())
+    }
+}
+
+/// A log that keeps its lines.
+#[derive(Default)]
+pub struct VecLog {
+    lines: Mutex<Vec<String>>,
+}
+
+impl VecLog {
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Log for VecLog {
+    fn line(&self, args: fmt::Arguments<'_>) {
+        self.lines.lock().unwrap().push(args.to_string());
+    }
+}

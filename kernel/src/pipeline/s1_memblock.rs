@@ -1,0 +1,87 @@
+//! Stage 1, memblock: the firmware map, node-tagged from SRAT, with the
+//! early reservations memblock cannot see in the map (Linux x86 reserves
+//! the first 1 MiB; memboot's heap came out of usable RAM before memblock
+//! existed). Linux: `e820__memblock_setup()`, `numa_register_memblks()`,
+//! `memblock_reserve()`.
+
+use core::fmt;
+
+use memmap::firmware::{FirmwareRegion, NodeAffinity};
+use memmap::memblock::{FirmwareReport, Memblock, MemblockConfig, MemblockError};
+
+use super::seams::Log;
+
+/// A range to reserve before anything is allocated from memblock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EarlyReservation {
+    pub base: u64,
+    pub size: u64,
+    /// What it is, for messages ("low 1 MiB", "kernel heap").
+    pub what: &'static str,
+}
+
+/// Why memblock could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemblockStageError {
+    /// The input that was refused ("firmware map", "SRAT affinity", or an
+    /// [`EarlyReservation::what`]).
+    pub what: &'static str,
+    pub err: MemblockError,
+}
+
+impl fmt::Display for MemblockStageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "memblock ({}): {}", self.what, self.err)
+    }
+}
+
+/// Build memblock. `affinity` is `None` without SRAT: then all memory is
+/// node 0 by definition and not reported as missing affinity.
+pub fn build<R: FirmwareRegion>(
+    regions: impl IntoIterator<Item = R>,
+    affinity: Option<&[NodeAffinity]>,
+    phys_addr_bits: u32,
+    reserve: &[EarlyReservation],
+) -> Result<(Memblock, FirmwareReport), MemblockStageError> {
+    let config = MemblockConfig {
+        phys_addr_bits: phys_addr_bits.clamp(32, 52),
+        ..MemblockConfig::default()
+    };
+    let fail = |what| move |err| MemblockStageError { what, err };
+    let (mut mb, mut report) =
+        Memblock::from_firmware(regions, config).map_err(fail("firmware map"))?;
+    if let Some(affinity) = affinity {
+        mb.apply_affinity(affinity.iter().copied(), &mut report)
+            .map_err(fail("SRAT affinity"))?;
+    }
+    for r in reserve {
+        mb.reserve(r.base, r.size).map_err(fail(r.what))?;
+    }
+    Ok((mb, report))
+}
+
+/// The stage's log lines.
+pub fn log(log: &dyn Log, mb: &Memblock, report: &FirmwareReport, memblock_ns: u64) {
+    log.line(format_args!(
+        "memblock: {} memory regions ({} MiB), {} reserved regions ({} MiB), phys bits {}, built in {} us",
+        mb.memory().len(),
+        mb.memory().total_bytes() >> 20,
+        mb.reserved().len(),
+        mb.reserved().total_bytes() >> 20,
+        mb.phys_addr_bits(),
+        memblock_ns / 1000
+    ));
+    let fixed = report.overlap_bytes
+        + report.beyond_phys_bytes
+        + report.unaligned_ram_bytes
+        + report.no_affinity_bytes;
+    if fixed > 0 {
+        log.line(format_args!(
+            "memblock: firmware map fix-ups: {} B overlapping, {} B beyond phys bits, {} B unaligned RAM, {} B without SRAT node",
+            report.overlap_bytes,
+            report.beyond_phys_bytes,
+            report.unaligned_ram_bytes,
+            report.no_affinity_bytes
+        ));
+    }
+}

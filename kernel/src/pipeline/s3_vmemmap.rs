@@ -1,0 +1,274 @@
+//! Stage 3, vmemmap: struct-page storage for every present section.
+//!
+//! Each present 128 MiB section's 32768 struct pages (2 MiB) come from its
+//! own node's memory (Linux `sparse_init_nid()` allocates per node), one
+//! contiguous memblock block per run of sections when the node has it, else
+//! one 2 MiB block per section, and are mapped at `window + section_nr *
+//! 2 MiB` with one 2 MiB page (`vmemmap_populate_hugepages()`). Sections
+//! without memory cost nothing.
+//!
+//! The page-table frames the mapping needs are planned here too, from the
+//! x86-64 4-level layout with 2 MiB leaves: the window starts in unused
+//! top-level slots, so every page-directory-pointer table (one per 512 GiB
+//! of window) and page directory (one per 1 GiB) is new, and each is
+//! allocated from memblock on the node of the first section it maps. The
+//! mapper only writes entries, so the host reserves exactly the memory the
+//! kernel does and the pipeline's figures agree on both.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use memmap::memblock::{Memblock, MemblockError};
+use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
+use memmap::store::{SectionSet, WindowBacking};
+use memmap::{NodeId, PAGE_SIZE};
+
+use super::seams::{MapError, VmemmapMapper};
+
+/// Window bytes one page directory maps with 2 MiB entries.
+pub const PD_SPAN_BYTES: u64 = 1 << 30;
+/// Window bytes one page-directory-pointer table maps (one top-level slot).
+pub const PDPT_SPAN_BYTES: u64 = 512 << 30;
+
+/// The page tables a 2 MiB mapping adds, given the previous one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TablesNeeded {
+    pub pdpt: bool,
+    pub pd: bool,
+}
+
+impl TablesNeeded {
+    pub fn count(self) -> usize {
+        self.pdpt as usize + self.pd as usize
+    }
+}
+
+/// Which new tables mapping the 2 MiB page at window offset `offset` needs
+/// when the previously mapped page (mappings ascend) was at `prev`: a page
+/// directory when it enters a new 1 GiB region, a PDPT when it enters a new
+/// 512 GiB slot. Offsets count from the window base, which the kernel
+/// places on a top-level slot boundary.
+pub fn tables_needed(prev: Option<u64>, offset: u64) -> TablesNeeded {
+    let new_region = |span: u64| prev.is_none_or(|p| p / span != offset / span);
+    TablesNeeded {
+        pdpt: new_region(PDPT_SPAN_BYTES),
+        pd: new_region(PD_SPAN_BYTES),
+    }
+}
+
+/// What populating the vmemmap did, for the log and the summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmemmapStats {
+    pub base: u64,
+    pub sections: u64,
+    pub bytes: u64,
+    pub table_frames: u64,
+    /// `(nid, bytes)` of struct pages placed for each node's sections.
+    pub node_bytes: Vec<(NodeId, u64)>,
+    /// Sections whose struct pages had to come from another node.
+    pub off_node_sections: u64,
+}
+
+/// Why the vmemmap could not be populated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmemmapError {
+    /// memblock could not provide backing or page-table memory.
+    OutOfMemory {
+        what: &'static str,
+        err: MemblockError,
+    },
+    Map(MapError),
+}
+
+impl fmt::Display for VmemmapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmemmapError::OutOfMemory { what, err } => write!(
+                f,
+                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node"
+            ),
+            VmemmapError::Map(e) => write!(f, "vmemmap: {e}"),
+        }
+    }
+}
+
+impl From<MapError> for VmemmapError {
+    fn from(e: MapError) -> Self {
+        VmemmapError::Map(e)
+    }
+}
+
+/// Map struct pages for every present section of `mb`, node-local.
+pub fn populate<M: VmemmapMapper>(
+    mb: &mut Memblock,
+    mapper: &mut M,
+) -> Result<(WindowBacking, VmemmapStats), VmemmapError> {
+    let probe = Vmemmap::linux_default();
+    let max_section_end = vmemmap_backing_ranges(mb, &probe)
+        .last()
+        .map_or(0, |r| r.section_nrs.end);
+    let window = mapper.choose_window(max_section_end * SECTION_MEMMAP_BYTES)?;
+    let ranges = vmemmap_backing_ranges(mb, &window);
+    let mut stats = VmemmapStats {
+        base: window.base(),
+        sections: 0,
+        bytes: 0,
+        table_frames: 0,
+        node_bytes: Vec::new(),
+        off_node_sections: 0,
+    };
+    let mut mapped = SectionSet::new();
+    let mut prev_offset = None;
+    for range in &ranges {
+        // One contiguous block per run when the node has it.
+        let block = mb
+            .alloc(range.bytes(), SECTION_MEMMAP_BYTES, Some(range.nid))
+            .ok();
+        for (i, section_nr) in range.section_nrs.clone().enumerate() {
+            let virt = range.virt_start + i as u64 * SECTION_MEMMAP_BYTES;
+            let phys = match block {
+                Some(base) => base + i as u64 * SECTION_MEMMAP_BYTES,
+                None => alloc_on(mb, SECTION_MEMMAP_BYTES, range.nid, "struct pages")?,
+            };
+            let offset = virt - window.base();
+            let needed = tables_needed(prev_offset, offset);
+            map_section(mb, mapper, range, virt, phys, needed, &mut stats)?;
+            prev_offset = Some(offset);
+            mapped.insert(section_nr);
+        }
+        match stats.node_bytes.iter_mut().find(|(n, _)| *n == range.nid) {
+            Some((_, b)) => *b += range.bytes(),
+            None => stats.node_bytes.push((range.nid, range.bytes())),
+        }
+    }
+    // SAFETY: every section in `mapped` was mapped by `mapper.map_2mib` at
+    // `window.page_addr(first pfn of the section)` (= range.virt_start + i *
+    // 2 MiB), which the mapper's contract makes valid, exclusive memory for
+    // as long as the mapper lives; the caller keeps the backing no longer.
+    let backing = unsafe { WindowBacking::new(window, mapped) };
+    Ok((backing, stats))
+}
+
+fn alloc_on(
+    mb: &mut Memblock,
+    bytes: u64,
+    nid: NodeId,
+    what: &'static str,
+) -> Result<u64, VmemmapError> {
+    mb.alloc(bytes, bytes, Some(nid))
+        .map_err(|err| VmemmapError::OutOfMemory { what, err })
+}
+
+/// Allocate the page tables mapping `virt` needs and map it to `phys`.
+fn map_section<M: VmemmapMapper>(
+    mb: &mut Memblock,
+    mapper: &mut M,
+    range: &VmemmapRange,
+    virt: u64,
+    phys: u64,
+    needed: TablesNeeded,
+    stats: &mut VmemmapStats,
+) -> Result<(), VmemmapError> {
+    let mut tables = [0u64; 2];
+    for slot in tables.iter_mut().take(needed.count()) {
+        *slot = alloc_on(mb, PAGE_SIZE, range.nid, "page tables")?;
+    }
+    mapper.map_2mib(virt, phys, &tables[..needed.count()])?;
+    stats.table_frames += needed.count() as u64;
+    if mb
+        .memory()
+        .regions()
+        .iter()
+        .any(|r| r.base <= phys && phys < r.end() && r.nid != range.nid)
+    {
+        stats.off_node_sections += 1;
+    }
+    stats.sections += 1;
+    stats.bytes += SECTION_MEMMAP_BYTES;
+    Ok(())
+}
+
+/// The stage's log lines (after `populate` and its timing).
+pub fn log(log: &dyn super::seams::Log, stats: &VmemmapStats, vmemmap_ns: u64) {
+    log.line(format_args!(
+        "vmemmap: {} sections, {} MiB of struct pages at {:#x}, {} page-table pages, mapped in {} us",
+        stats.sections,
+        stats.bytes >> 20,
+        stats.base,
+        stats.table_frames,
+        vmemmap_ns / 1000
+    ));
+    for (nid, bytes) in &stats.node_bytes {
+        log.line(format_args!(
+            "vmemmap: node {nid}: {} MiB of struct pages",
+            bytes >> 20
+        ));
+    }
+    if stats.off_node_sections > 0 {
+        log.line(format_args!(
+            "vmemmap: {} sections' struct pages could not be placed on their own node",
+            stats.off_node_sections
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB2: u64 = 2 << 20;
+
+    #[test]
+    fn first_mapping_needs_both_tables() {
+        assert_eq!(
+            tables_needed(None, 5 * GIB),
+            TablesNeeded {
+                pdpt: true,
+                pd: true
+            }
+        );
+    }
+
+    #[test]
+    fn tables_follow_1g_and_512g_boundaries() {
+        let base = 0u64;
+        // Next 2 MiB page in the same GiB: nothing new.
+        assert_eq!(tables_needed(Some(base), base + MIB2).count(), 0);
+        // Crossing into the next GiB: a page directory.
+        assert_eq!(
+            tables_needed(Some(base + GIB - MIB2), base + GIB),
+            TablesNeeded {
+                pdpt: false,
+                pd: true
+            }
+        );
+        // A hole skipping GiBs still needs one directory only.
+        assert_eq!(tables_needed(Some(base), base + 7 * GIB).count(), 1);
+        // Crossing a 512 GiB slot: both.
+        assert_eq!(
+            tables_needed(Some(base + 511 * GIB), base + 512 * GIB),
+            TablesNeeded {
+                pdpt: true,
+                pd: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_1tib_guest_needs_18_table_frames() {
+        // QEMU's 1 TiB layout: 3 GiB below 4 GiB (sections 0..24), RAM moved
+        // to [1 TiB, 2 TiB - 3 GiB) (sections 8192..16360). 2 MiB of window
+        // per section: the low part is 48 MiB in one GiB; the high part
+        // starts at 16 GiB of window and spans 16 GiB - 48 MiB, i.e. 16 GiB
+        // regions: 1 PDPT + 1 + 16 PDs = 18, as the kernel logged it.
+        let mut prev = None;
+        let mut frames = 0;
+        for nr in (0..24).chain(8192..16360) {
+            let offset = nr * MIB2;
+            frames += tables_needed(prev, offset).count();
+            prev = Some(offset);
+        }
+        assert_eq!(frames, 18);
+    }
+}

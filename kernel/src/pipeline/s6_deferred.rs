@@ -1,0 +1,61 @@
+//! Stage 6, deferred init: every node's remaining struct pages, initialised
+//! and freed into the buddy lists by workers on that node's CPUs, while the
+//! boot CPU first does `boot_cpu_first` (memory-block creation) and then
+//! its own share, as Linux's boot CPU goes on booting while the pgdatinit
+//! threads run and then waits for them in `page_alloc_init_late()`.
+
+use deferred_init::{Clock, DeferredInit, DeferredReport, Executor};
+use memmap::store::MemmapBacking;
+
+use super::error::PipelineError;
+use super::facts::{Facts, Phase};
+use super::seams::{log_lines, Log};
+
+/// The boot CPU's index for [`Executor::on_each_cpu`].
+pub const BOOT_CPU: u32 = 0;
+
+/// Run every worker; returns their report once all are done.
+pub fn run<B: MemmapBacking>(
+    di: &DeferredInit<'_, B>,
+    executor: &dyn Executor,
+    clock: &dyn Clock,
+    boot_cpu_first: &(dyn Fn() + Sync),
+) -> Result<DeferredReport, PipelineError> {
+    di.check_cpus(executor.nr_cpus())
+        .map_err(PipelineError::DeferredInit)?;
+    executor.on_each_cpu(&|cpu| {
+        if cpu == BOOT_CPU {
+            boot_cpu_first();
+        }
+        di.run_cpu_workers(cpu, clock);
+    });
+    Ok(di.report())
+}
+
+/// Record the report in the facts (per node and per worker).
+pub fn record(facts: &Facts, report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
+    facts.record(|f| {
+        f.deferred_ns = report.total_wall_ns;
+        f.deferred_workers = report.workers.len() as u64;
+        f.grown_pages = report.nodes.iter().map(|n| n.nr_grown_pages).sum();
+        for n in &report.nodes {
+            if let Some(slot) = node_index(n.nid).and_then(|i| f.node_deferred_ns.get_mut(i)) {
+                *slot = n.wall_ns;
+            }
+        }
+    });
+    for w in report.workers.iter().filter(|w| w.finished) {
+        facts.phase(
+            Phase::DeferredInit,
+            w.cpu,
+            Some(w.nid),
+            w.start_ns,
+            w.end_ns,
+        );
+    }
+}
+
+/// The stage's log lines: one per node, then the total.
+pub fn log(log: &dyn Log, report: &DeferredReport) {
+    log_lines(log, report);
+}

@@ -1,0 +1,95 @@
+//! The hardware seams the pipeline runs on, each a small trait:
+//!
+//! * [`VmemmapMapper`]: maps the vmemmap window (x86-64 page tables on the
+//!   kernel; a lazily backed `mmap` on the host);
+//! * [`Executor`]: runs one job on every CPU at once (APs on the kernel,
+//!   `std` threads on the host), from `deferred-init`;
+//! * [`Clock`]: nanoseconds since kernel entry (TSC; `Instant`), from
+//!   `deferred-init`;
+//! * [`Log`]: one dmesg line per call (the serial console; a `Vec`).
+//!
+//! Struct-page storage is [`memmap::store::WindowBacking`] over what the
+//! mapper mapped, so the pipeline is the same code on both sides.
+
+use alloc::string::String;
+use core::fmt;
+
+pub use deferred_init::{Clock, CpuId, Executor};
+use memmap::sections::Vmemmap;
+
+/// A console that prints one line per call (the kernel adds the
+/// `[seconds.micros]` stamp).
+pub trait Log: Sync {
+    fn line(&self, args: fmt::Arguments<'_>);
+}
+
+/// Print a multi-line `Display` value line by line.
+pub fn log_lines(log: &dyn Log, text: &dyn fmt::Display) {
+    let mut s = String::new();
+    let _ = fmt::write(&mut s, format_args!("{text}"));
+    for line in s.lines() {
+        log.line(format_args!("{line}"));
+    }
+}
+
+/// Why the vmemmap window could not be set up or a section not mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// No free range of top-level page-table slots for a window this large.
+    NoWindow { bytes: u64 },
+    /// The page tables need a frame the plan did not provide.
+    TablesExhausted { virt: u64 },
+    /// Something is mapped there already.
+    AlreadyMapped { virt: u64 },
+    /// The host could not reserve the window's address space.
+    Reserve { bytes: u64 },
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            MapError::NoWindow { bytes } => write!(
+                f,
+                "no free top-level page-table slots for a {} GiB vmemmap window (the bootloader's mappings use them); boot with less RAM or a bootloader that leaves the higher half free",
+                bytes >> 30
+            ),
+            MapError::TablesExhausted { virt } => write!(
+                f,
+                "mapping {virt:#x} needed a page-table frame the vmemmap plan did not provide: the window overlaps existing page tables; this is a memboot bug, report it with the log"
+            ),
+            MapError::AlreadyMapped { virt } => write!(
+                f,
+                "vmemmap address {virt:#x} is already mapped; the chosen window is not free, a memboot bug"
+            ),
+            MapError::Reserve { bytes } => write!(
+                f,
+                "could not reserve {} GiB of address space for the vmemmap window (mmap with MAP_NORESERVE failed); raise the address-space limit (ulimit -v)",
+                bytes >> 30
+            ),
+        }
+    }
+}
+
+/// Maps the vmemmap window with 2 MiB pages, one per present section.
+///
+/// The pipeline plans everything a mapping needs (the backing memory and
+/// the page-table frames, both from memblock, node-local) so that the same
+/// memory is reserved on the host as on hardware; the mapper only writes
+/// the translation.
+///
+/// # Safety
+/// An implementor promises that after [`map_2mib`](Self::map_2mib)`(virt, ..)`
+/// returns `Ok`, the 2 MiB at `virt` are valid for reads and writes, used
+/// for nothing else, for as long as the mapper lives, and that distinct
+/// `virt`s never alias.
+pub unsafe trait VmemmapMapper {
+    /// Pick a window of at least `bytes` (2 MiB aligned) whose page-table
+    /// structure is entirely unused, so every table the mapping needs is new.
+    fn choose_window(&mut self, bytes: u64) -> Result<Vmemmap, MapError>;
+
+    /// Map the 2 MiB page at `virt` (inside the window) to physical `phys`.
+    /// `new_tables` are fresh frames, in the order the walk needs them
+    /// (page-directory-pointer table first, then page directory), exactly
+    /// as [`crate::pipeline::s3_vmemmap::tables_needed`] planned.
+    fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError>;
+}

@@ -139,7 +139,7 @@ pub enum AllocError {
         nid: NodeId,
         zone: ZoneType,
         order: u32,
-        chunks_in_flight: usize,
+        windows_in_flight: u64,
     },
 }
 
@@ -163,10 +163,10 @@ impl fmt::Display for AllocError {
                 nid,
                 zone,
                 order,
-                chunks_in_flight,
+                windows_in_flight,
             } => write!(
                 f,
-                "node {nid} zone {} has no free block of order {order} yet; {chunks_in_flight} chunk(s) are still being initialised, retry once they are done",
+                "node {nid} zone {} has no free block of order {order} yet; {windows_in_flight} claimed block window(s) are still being initialised, retry once they are done",
                 zone.name()
             ),
         }

@@ -40,6 +40,8 @@ pub mod verify;
 pub mod host;
 
 #[cfg(test)]
+mod pool_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod verify_tests;
@@ -48,12 +50,17 @@ pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE,
 };
 pub use plan::{
-    CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions, WorkerAssignment,
+    ChunkWindows, CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions,
+    WorkerAssignment, WINDOW_NR_PAGES,
 };
-pub use run::{Clock, DeferredInit, DeferredInitError, Executor, InitMode};
+pub use run::{
+    Allocation, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode, PoolPiece,
+    GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
+};
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{
-    alloc_free_selftest, verify_buddy, verify_pages, BuddyFailure, BuddyMismatch, BuddySummary,
-    Expected, HeadProblem, PageCheck, PageMismatch, PageWords, Problem, SelftestError,
-    SelftestReport, ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
+    alloc_free_selftest, verify_buddy, verify_buddy_with_pool, verify_pages, verify_scan_range,
+    BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem, PageCheck, PageMismatch,
+    PageWords, PoolCheck, Problem, ScanRange, SelftestError, SelftestReport, ZoneCheck,
+    ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
 };

@@ -31,7 +31,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use memmap::page::MAX_NUMNODES;
-use memmap::{pfn_to_section_nr, DeferredRange, NodeId, PfnRange, ZoneType};
+use memmap::{pfn_to_section_nr, DeferredRange, NodeId, Pfn, PfnRange, ZoneType};
 
 /// A CPU number as the executor understands it (the kernel uses its logical
 /// CPU index; the host executor ignores it).
@@ -71,6 +71,30 @@ pub struct Piece {
     pub reserved: bool,
 }
 
+/// Pages per block window: the largest buddy block (order `MAX_ORDER`,
+/// 4 MiB). No buddy of a block in a window lies outside it.
+pub const WINDOW_NR_PAGES: u64 = 1 << memmap::MAX_ORDER;
+
+/// The block windows of one chunk: window `w` is
+/// `[base + w * WINDOW_NR_PAGES, base + (w + 1) * WINDOW_NR_PAGES)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkWindows {
+    pub base: Pfn,
+    pub nr: u32,
+}
+
+impl ChunkWindows {
+    pub fn window(&self, w: u32) -> PfnRange {
+        let start = self.base + w as u64 * WINDOW_NR_PAGES;
+        PfnRange::new(start, start + WINDOW_NR_PAGES)
+    }
+    /// Windows `from..nr` as one PFN range (empty when `from >= nr`).
+    pub fn from(&self, from: u32) -> PfnRange {
+        let from = from.min(self.nr);
+        PfnRange::new(self.window(from).start, self.window(self.nr).start)
+    }
+}
+
 /// One worker: which node's chunks it claims and which CPU runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkerAssignment {
@@ -106,6 +130,29 @@ impl NodePlan {
     pub fn chunk_pieces(&self, chunk: usize) -> &[Piece] {
         let (a, b) = (self.chunk_bounds[chunk], self.chunk_bounds[chunk + 1]);
         &self.pieces[a as usize..b as usize]
+    }
+    /// The block windows of chunk `chunk`: `MAX_ORDER`-aligned runs of 1024
+    /// pages from the one holding its first piece to the one holding its
+    /// last, the unit growers and workers claim (see [`crate::run`]).
+    pub fn chunk_windows(&self, chunk: usize) -> ChunkWindows {
+        let pieces = self.chunk_pieces(chunk);
+        let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {
+            return ChunkWindows { base: 0, nr: 0 };
+        };
+        let base = first.pfns.start & !(WINDOW_NR_PAGES - 1);
+        let end = last.pfns.end.next_multiple_of(WINDOW_NR_PAGES);
+        ChunkWindows {
+            base,
+            nr: ((end - base) / WINDOW_NR_PAGES) as u32,
+        }
+    }
+    /// Window `w` of chunk `chunk` and the pieces that intersect it.
+    pub fn window_pieces(&self, chunk: usize, w: u32) -> (PfnRange, &[Piece]) {
+        let window = self.chunk_windows(chunk).window(w);
+        let pieces = self.chunk_pieces(chunk);
+        let first = pieces.partition_point(|p| p.pfns.end <= window.start);
+        let last = first + pieces[first..].partition_point(|p| p.pfns.start < window.end);
+        (window, &pieces[first..last])
     }
     /// All pieces, sorted by PFN.
     pub fn pieces(&self) -> &[Piece] {

@@ -1,60 +1,73 @@
-//! The runtime: chunk claiming, workers, grow-on-demand, the executor seam.
+//! The runtime: claiming block windows, workers, grow-on-demand, the pool
+//! of untouched memory, the executor seam.
 //!
-//! # Chunk claiming
-//! Each node has one atomic cursor over its chunk list. Claiming is
-//! `cursor.fetch_add(1)`: the returned index is the claimed chunk if it is in
-//! range. The read-modify-write hands every index to exactly one claimant, so
-//! no chunk is initialised twice and, since every claimant processes what it
-//! claims and workers claim until the cursor runs past the end, none is
-//! missed. Nothing else is shared while initialising: a chunk's struct pages
-//! belong to its claimant. Finishing a chunk bumps the node's `done` counter
-//! with `Release`; observing `done == nr_chunks` with `Acquire` therefore
-//! means every page of the node is initialised and freed.
+//! # Claims
+//! Each node's deferred memory is a list of chunks (a section each by
+//! default, see [`crate::plan`]), and each chunk a run of block windows:
+//! `MAX_ORDER`-aligned 1024-page ranges, the largest buddy block. A window
+//! is the unit of claiming. Every chunk has an atomic `next` counter of its
+//! windows and every node a `cursor`, the first chunk that may still have
+//! unclaimed windows. Claiming `k` windows is `next[cursor].fetch_add(k)`:
+//! the returned index `w` hands windows `w..w+k` (clipped to the chunk) to
+//! the claimant alone; if `w` is past the chunk's end the claimant moves
+//! `cursor` on with a compare-exchange and tries again. The read-modify-write
+//! gives every window to exactly one claimant, so none is initialised twice,
+//! and since the cursor passes a chunk only after all of its windows were
+//! handed out and workers claim until the cursor runs off the end, none is
+//! missed. Unclaimed windows are always a suffix of each chunk: that suffix
+//! *is* the pool of untouched memory ([`DeferredInit::pool_pages`]), O(one
+//! counter per chunk), and nothing reads its struct pages.
 //!
-//! # Work per chunk ([`InitMode::InitAndFree`])
-//! The chunk is walked in `MAX_ORDER`-aligned windows of 1024 pages (64 KiB
-//! of struct pages, cache resident), like Linux's `deferred_init_maxorder`:
-//! first every page of the window is initialised (`__init_single_page`, then
-//! `PG_reserved` on reserved pieces or `_refcount = 0` on free ones, the
-//! latter being `__free_pages_core`'s per-page step fused into the same
-//! pass), then the free pieces are freed in the largest aligned blocks. A
-//! block's buddies all lie in its window, so merging only ever reads pages
-//! this worker has just initialised.
+//! Workers claim [`WORKER_CLAIM_WINDOWS`] windows (a section) at a time,
+//! allocations one. Finishing a window bumps the node's `windows_done` with
+//! `Release`; `windows_done == nr_windows` read with `Acquire` means every
+//! page of the node is initialised and freed.
+//!
+//! # Work per window ([`InitMode::InitAndFree`])
+//! As Linux's `deferred_init_maxorder`: first every page of the window is
+//! initialised (`__init_single_page`, then `PG_reserved` on reserved pieces
+//! or `_refcount = 0` on free ones, the latter being `__free_pages_core`'s
+//! per-page step fused into the same pass), then the free pieces are freed
+//! in the largest aligned blocks. A block's buddies all lie in its window,
+//! so merging only ever reads pages the claimant has just initialised.
 //!
 //! # Grow on demand
 //! [`DeferredInit::alloc_pages`] first tries the buddy lists. If they are
-//! empty for the request it claims the node's next chunk through the same
-//! cursor (Linux `deferred_grow_zone`), initialises and frees it on the
-//! calling CPU, and retries, until the allocation succeeds or the cursor is
-//! exhausted. The race with the workers is settled by the cursor: whoever
-//! gets an index owns that chunk. When nothing is left to claim the caller
-//! gets [`AllocError::InitInProgress`] if some claimed chunks are not done
-//! (their pages will appear), else [`AllocError::OutOfMemory`]; `done` is
-//! read *before* the last allocation attempt so "out of memory" is never
-//! reported while a worker's frees could still have been missed.
+//! empty for the request it claims one window of the node (Linux
+//! `deferred_grow_zone`, but at most 4 MiB per step instead of a section),
+//! initialises and frees it on the calling CPU, and retries, until the
+//! allocation succeeds or nothing is left to claim. Growers and workers race
+//! on the same claims. When nothing is left the caller gets
+//! [`AllocError::InitInProgress`] if some claimed windows are not done
+//! (their pages will appear), else [`AllocError::OutOfMemory`];
+//! `windows_done` is read *before* the last allocation attempt so "out of
+//! memory" is never reported while a worker's frees could have been missed.
 //!
 //! # Executor and clock
-//! Workers are plain calls of [`DeferredInit::run_worker`] on shared state
-//! (no allocation, no lock per page). [`Executor`] runs them on the CPUs the
-//! plan chose; the kernel can also call `run_worker` from its APs directly and
-//! go on booting. Time comes from a [`Clock`]: the logic never reads one.
+//! Workers are plain calls of [`DeferredInit::run_worker`] (or, one claim at
+//! a time, [`DeferredInit::worker_step`]) on shared state: no allocation, no
+//! lock per page. [`Executor`] runs them on the CPUs the plan chose. Time
+//! comes from a [`Clock`]: the logic never reads one.
 
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use memmap::page::StructPage;
 use memmap::store::{Memmap, MemmapBacking};
-use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
+use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::buddy::{
     for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange,
 };
-use crate::plan::{CpuId, DeferredPlan, Piece};
+use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
 
-/// Pages in the largest buddy block: the init/free window.
-const MAX_BLOCK_NR_PAGES: u64 = 1 << MAX_ORDER;
+/// Windows a worker claims at once: one section, as Linux's padata jobs.
+pub const WORKER_CLAIM_WINDOWS: u32 = (memmap::PAGES_PER_SECTION / WINDOW_NR_PAGES) as u32;
+/// Windows an allocation claims per growth step: one 4 MiB window, so no
+/// allocation pays for more than one max-order block of init per step.
+pub const GROW_CLAIM_WINDOWS: u32 = 1;
 
 /// A monotonic nanosecond clock (the kernel: TSC; tests: `Instant`).
 pub trait Clock: Sync {
@@ -136,18 +149,48 @@ impl From<BuddyError> for DeferredInitError {
 }
 
 struct NodeRuntime {
+    /// First chunk that may still have unclaimed windows.
     cursor: AtomicUsize,
-    done: AtomicUsize,
-    nr_grown_chunks: AtomicU64,
+    /// Per chunk: the next window index to hand out (may run past the end).
+    next: Vec<AtomicU32>,
+    nr_windows: u64,
+    windows_done: AtomicU64,
+    nr_grown_windows: AtomicU64,
     nr_grown_pages: AtomicU64,
 }
 
 struct WorkerRuntime {
+    /// Set by the first call of the worker, which stamps `start_ns`.
+    started: AtomicBool,
     start_ns: AtomicU64,
     end_ns: AtomicU64,
     nr_pages: AtomicU64,
-    nr_chunks: AtomicU64,
+    nr_claims: AtomicU64,
+    /// Found nothing left to claim.
     finished: AtomicBool,
+}
+
+/// Windows `windows` of chunk `chunk`, handed to one claimant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub chunk: usize,
+    pub windows: core::ops::Range<u32>,
+}
+
+/// An allocation and how many growth steps it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub pfn: Pfn,
+    /// Windows this allocation initialised (0: served from the free lists).
+    pub growth_steps: u32,
+}
+
+/// A piece of deferred memory still in the pool: nobody has claimed it, its
+/// struct pages are untouched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolPiece {
+    pub nid: NodeId,
+    pub piece: Piece,
 }
 
 #[cfg(test)]
@@ -168,10 +211,11 @@ pub struct DeferredInit<'m, B> {
 }
 
 impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
-    /// Set up deferred init of `plan` over `memmap`. `eager` lists pages the
-    /// boot CPU initialised that the buddy allocator should also manage (hand
-    /// them over with [`BuddyAllocator::free_initialised_range`] before
-    /// starting workers, or pass `&[]`).
+    /// Set up deferred init of `plan` over `memmap`: O(chunks), no struct
+    /// page touched. `eager` lists pages the boot CPU initialised that the
+    /// buddy allocator should also manage (hand them over with
+    /// [`BuddyAllocator::free_initialised_range`] before starting workers,
+    /// or pass `&[]`).
     pub fn new(
         memmap: &'m Memmap<B>,
         plan: DeferredPlan,
@@ -193,10 +237,14 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         let nodes = plan
             .nodes()
             .iter()
-            .map(|_| NodeRuntime {
+            .map(|n| NodeRuntime {
                 cursor: AtomicUsize::new(0),
-                done: AtomicUsize::new(0),
-                nr_grown_chunks: AtomicU64::new(0),
+                next: (0..n.nr_chunks()).map(|_| AtomicU32::new(0)).collect(),
+                nr_windows: (0..n.nr_chunks())
+                    .map(|c| n.chunk_windows(c).nr as u64)
+                    .sum(),
+                windows_done: AtomicU64::new(0),
+                nr_grown_windows: AtomicU64::new(0),
                 nr_grown_pages: AtomicU64::new(0),
             })
             .collect();
@@ -204,10 +252,11 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             .workers()
             .iter()
             .map(|_| WorkerRuntime {
+                started: AtomicBool::new(false),
                 start_ns: AtomicU64::new(0),
                 end_ns: AtomicU64::new(0),
                 nr_pages: AtomicU64::new(0),
-                nr_chunks: AtomicU64::new(0),
+                nr_claims: AtomicU64::new(0),
                 finished: AtomicBool::new(false),
             })
             .collect();
@@ -266,129 +315,154 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         }
     }
 
-    /// Run, one after the other, the workers the plan put on `cpu`: the body
-    /// of an [`Executor::on_each_cpu`] job.
-    pub fn run_cpu_workers(&self, cpu: CpuId, clock: &dyn Clock) {
-        for (i, _) in self
-            .plan
+    /// Indices of the workers the plan put on `cpu`.
+    pub fn cpu_workers(&self, cpu: CpuId) -> impl Iterator<Item = usize> + '_ {
+        self.plan
             .workers()
             .iter()
             .enumerate()
-            .filter(|(_, w)| w.cpu == cpu)
-        {
+            .filter(move |(_, w)| w.cpu == cpu)
+            .map(|(i, _)| i)
+    }
+
+    /// Run, one after the other, the workers the plan put on `cpu`: the body
+    /// of an [`Executor::on_each_cpu`] job.
+    pub fn run_cpu_workers(&self, cpu: CpuId, clock: &dyn Clock) {
+        for i in self.cpu_workers(cpu).collect::<Vec<_>>() {
             // Indices come from the plan's own worker list, so this cannot fail.
             let _ = self.run_worker(i, clock);
         }
     }
 
     /// Body of worker `worker` (index into [`DeferredPlan::workers`]): claim
-    /// and process chunks of its node until none is left. Callable from any
-    /// CPU; running a worker twice is harmless (it finds nothing to claim)
-    /// but overwrites its statistics.
+    /// and process windows of its node until none is left. Callable from any
+    /// CPU; running a worker twice is harmless (it finds nothing to claim).
     pub fn run_worker(&self, worker: usize, clock: &dyn Clock) -> Result<(), DeferredInitError> {
-        let nr_workers = self.plan.workers().len();
-        let a = self
-            .plan
-            .workers()
+        let rt = self.worker_start(worker, clock)?;
+        while self.claim_for(worker)? {}
+        rt.end_ns.fetch_max(clock.now_ns(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One claim of worker `worker` ([`WORKER_CLAIM_WINDOWS`] windows),
+    /// processed; false once nothing is left to claim. Interleaving steps
+    /// with other work is how a CPU drains the pool in the background.
+    pub fn worker_step(&self, worker: usize, clock: &dyn Clock) -> Result<bool, DeferredInitError> {
+        let rt = self.worker_start(worker, clock)?;
+        let more = self.claim_for(worker)?;
+        rt.end_ns.fetch_max(clock.now_ns(), Ordering::Relaxed);
+        Ok(more)
+    }
+
+    /// The worker's runtime, its start time stamped on first use.
+    fn worker_start(
+        &self,
+        worker: usize,
+        clock: &dyn Clock,
+    ) -> Result<&WorkerRuntime, DeferredInitError> {
+        let rt = self
+            .workers
             .get(worker)
-            .ok_or(DeferredInitError::NoSuchWorker { worker, nr_workers })?;
+            .ok_or(DeferredInitError::NoSuchWorker {
+                worker,
+                nr_workers: self.workers.len(),
+            })?;
+        if !rt.started.swap(true, Ordering::Relaxed) {
+            rt.start_ns.store(clock.now_ns(), Ordering::Relaxed);
+        }
+        Ok(rt)
+    }
+
+    /// Claim and process one batch for `worker`; false when nothing is left.
+    fn claim_for(&self, worker: usize) -> Result<bool, DeferredInitError> {
+        let a = self.plan.workers()[worker];
         let pos = self
             .plan
             .node_pos(a.nid)
             .expect("plan assigns workers only to planned nodes");
         let rt = &self.workers[worker];
-        let start_ns = clock.now_ns();
-        rt.start_ns.store(start_ns, Ordering::Relaxed);
-        let (mut nr_pages, mut nr_chunks) = (0u64, 0u64);
-        while let Some(chunk) = self.claim(pos) {
-            nr_pages += self.process_chunk(pos, chunk);
-            nr_chunks += 1;
-        }
-        let end_ns = clock.now_ns();
-        rt.end_ns.store(end_ns, Ordering::Relaxed);
-        rt.nr_pages.store(nr_pages, Ordering::Relaxed);
-        rt.nr_chunks.store(nr_chunks, Ordering::Relaxed);
-        rt.finished.store(true, Ordering::Release);
-        Ok(())
+        let Some(claim) = self.claim(pos, WORKER_CLAIM_WINDOWS) else {
+            rt.finished.store(true, Ordering::Release);
+            return Ok(false);
+        };
+        rt.nr_pages
+            .fetch_add(self.process_claim(pos, &claim), Ordering::Relaxed);
+        rt.nr_claims.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
     }
 
-    /// Claim the next chunk of node position `pos`.
+    /// Claim up to `k` windows of node position `pos` (see the module docs).
     #[inline]
-    pub(crate) fn claim(&self, pos: usize) -> Option<usize> {
-        let nr_chunks = self.plan.nodes()[pos].nr_chunks();
-        let cursor = &self.nodes[pos].cursor;
-        // Cheap check first so finished nodes do not keep bumping the cursor.
-        if cursor.load(Ordering::Relaxed) >= nr_chunks {
-            return None;
+    pub(crate) fn claim(&self, pos: usize, k: u32) -> Option<Claim> {
+        let plan = &self.plan.nodes()[pos];
+        let rt = &self.nodes[pos];
+        loop {
+            let chunk = rt.cursor.load(Ordering::Acquire);
+            if chunk >= plan.nr_chunks() {
+                return None;
+            }
+            let nr = plan.chunk_windows(chunk).nr;
+            let next = &rt.next[chunk];
+            // Cheap check first so exhausted chunks are not bumped further.
+            if next.load(Ordering::Relaxed) < nr {
+                let w = next.fetch_add(k, Ordering::AcqRel);
+                if w < nr {
+                    return Some(Claim {
+                        chunk,
+                        windows: w..(w + k).min(nr),
+                    });
+                }
+            }
+            let _ =
+                rt.cursor
+                    .compare_exchange(chunk, chunk + 1, Ordering::AcqRel, Ordering::Acquire);
         }
-        let c = cursor.fetch_add(1, Ordering::Relaxed);
-        (c < nr_chunks).then_some(c)
     }
 
-    /// Initialise (and free) one claimed chunk; returns its page count.
-    pub(crate) fn process_chunk(&self, pos: usize, chunk: usize) -> u64 {
+    /// Initialise (and free) the windows of a claim; returns its present
+    /// pages.
+    pub(crate) fn process_claim(&self, pos: usize, claim: &Claim) -> u64 {
         let node = &self.plan.nodes()[pos];
-        let nid = node.nid();
-        let pieces = node.chunk_pieces(chunk);
-        let nr_pages: u64 = pieces.iter().map(|p| p.pfns.nr_pages()).sum();
-        match self.mode {
-            InitMode::Touch => {
-                for p in pieces {
-                    self.touch_range(p.pfns);
-                }
-            }
-            InitMode::InitOnly => {
-                for p in pieces {
-                    self.init_range(p, p.pfns, nid, false);
-                }
-            }
-            InitMode::InitAndFree => self.init_and_free(pieces, nid),
+        let mut nr_pages = 0;
+        for w in claim.windows.clone() {
+            let (window, pieces) = node.window_pieces(claim.chunk, w);
+            nr_pages += self.process_window(window, pieces, node.nid());
+            self.nodes[pos].windows_done.fetch_add(1, Ordering::Release);
         }
-        self.nodes[pos].done.fetch_add(1, Ordering::Release);
         nr_pages
     }
 
     /// The windowed init-then-free walk described in the module docs.
-    fn init_and_free(&self, pieces: &[Piece], nid: NodeId) {
-        let Some(first_piece) = pieces.first() else {
-            return;
-        };
-        let mut first = 0;
-        let mut w_start = first_piece.pfns.start & !(MAX_BLOCK_NR_PAGES - 1);
-        while first < pieces.len() {
-            let window = PfnRange::new(w_start, w_start + MAX_BLOCK_NR_PAGES);
-            for p in &pieces[first..] {
-                if p.pfns.start >= window.end {
-                    break;
-                }
-                if let Some(r) = p.pfns.intersect(&window) {
-                    self.init_range(p, r, nid, true);
-                }
+    fn process_window(&self, window: PfnRange, pieces: &[Piece], nid: NodeId) -> u64 {
+        let mut nr_pages = 0;
+        for p in pieces {
+            let Some(r) = p.pfns.intersect(&window) else {
+                continue;
+            };
+            nr_pages += r.nr_pages();
+            match self.mode {
+                InitMode::Touch => self.touch_range(r),
+                InitMode::InitOnly => self.init_range(p, r, nid, false),
+                InitMode::InitAndFree => self.init_range(p, r, nid, true),
             }
-            for p in &pieces[first..] {
-                if p.pfns.start >= window.end {
-                    break;
-                }
-                if let (false, Some(r)) = (p.reserved, p.pfns.intersect(&window)) {
+        }
+        if self.mode == InitMode::InitAndFree {
+            for p in pieces.iter().filter(|p| !p.reserved) {
+                if let Some(r) = p.pfns.intersect(&window) {
                     for_each_max_block(r, |pfn, order| self.buddy.free_prepared_block(pfn, order));
                 }
             }
-            while first < pieces.len() && pieces[first].pfns.end <= window.end {
-                first += 1;
-            }
-            if let Some(next) = pieces.get(first) {
-                w_start = window.end.max(next.pfns.start & !(MAX_BLOCK_NR_PAGES - 1));
-            }
         }
+        nr_pages
     }
 
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`
     /// for reserved pieces or, with `will_free`, `_refcount = 0`.
     #[inline]
     fn init_range(&self, p: &Piece, r: PfnRange, nid: NodeId, will_free: bool) {
-        // SAFETY: `r` is part of a chunk claimed by this thread through the
-        // node cursor (or of the eager ranges, never passed here); no other
-        // reference to these struct pages exists until the chunk is done.
+        // SAFETY: `r` is part of a window claimed by this thread (or of the
+        // eager ranges, never passed here); no other reference to these
+        // struct pages exists until the window is done.
         let Some(pages) = (unsafe { self.memmap.pages_mut_unchecked(r) }) else {
             debug_assert!(false, "piece {r:?} without backing (checked in new)");
             return;
@@ -414,7 +488,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     /// Touch mode: one 64-byte store per page.
     #[inline]
     fn touch_range(&self, r: PfnRange) {
-        // SAFETY: as in `init_range`: the chunk is ours alone.
+        // SAFETY: as in `init_range`: the window is ours alone.
         let Some(pages) = (unsafe { self.memmap.pages_mut_unchecked(r) }) else {
             return;
         };
@@ -425,25 +499,42 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         }
     }
 
-    /// Allocate `1 << order` pages of (nid, zone), initialising further
-    /// chunks of the node on this CPU if the free lists cannot serve it yet.
+    /// Allocate `1 << order` pages of (nid, zone), initialising windows of
+    /// the node on this CPU, one per growth step, while the free lists
+    /// cannot serve the request.
     pub fn alloc_pages(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc_pages_counted(nid, zone, order).map(|a| a.pfn)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages), also saying how many growth
+    /// steps the allocation took.
+    pub fn alloc_pages_counted(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+    ) -> Result<Allocation, AllocError> {
         let Some(pos) = self.plan.node_pos(nid) else {
-            return self.buddy.alloc(nid, zone, order);
+            return self.buddy.alloc(nid, zone, order).map(|pfn| Allocation {
+                pfn,
+                growth_steps: 0,
+            });
         };
-        let nr_chunks = self.plan.nodes()[pos].nr_chunks();
         let rt = &self.nodes[pos];
+        let mut growth_steps = 0;
         loop {
-            let all_done = rt.done.load(Ordering::Acquire) == nr_chunks;
+            let all_done = rt.windows_done.load(Ordering::Acquire) == rt.nr_windows;
             match self.buddy.alloc(nid, zone, order) {
                 Err(AllocError::OutOfMemory { .. }) => {}
-                other => return other,
+                other => return other.map(|pfn| Allocation { pfn, growth_steps }),
             }
             if self.mode == InitMode::InitAndFree {
-                if let Some(chunk) = self.claim(pos) {
-                    let nr_pages = self.process_chunk(pos, chunk);
-                    rt.nr_grown_chunks.fetch_add(1, Ordering::Relaxed);
+                if let Some(claim) = self.claim(pos, GROW_CLAIM_WINDOWS) {
+                    let nr_pages = self.process_claim(pos, &claim);
+                    rt.nr_grown_windows
+                        .fetch_add(claim.windows.len() as u64, Ordering::Relaxed);
                     rt.nr_grown_pages.fetch_add(nr_pages, Ordering::Relaxed);
+                    growth_steps += 1;
                     continue;
                 }
             }
@@ -454,7 +545,8 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     nid,
                     zone,
                     order,
-                    chunks_in_flight: nr_chunks - rt.done.load(Ordering::Acquire).min(nr_chunks),
+                    windows_in_flight: rt.nr_windows
+                        - rt.windows_done.load(Ordering::Acquire).min(rt.nr_windows),
                 }
             });
         }
@@ -465,17 +557,75 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         self.buddy.free(pfn, order)
     }
 
-    /// Has every chunk of `nid` been processed? (True for nodes without
+    /// Has every window of `nid` been processed? (True for nodes without
     /// deferred memory.)
     pub fn is_node_done(&self, nid: NodeId) -> bool {
         self.plan.node_pos(nid).is_none_or(|pos| {
-            self.nodes[pos].done.load(Ordering::Acquire) == self.plan.nodes()[pos].nr_chunks()
+            let rt = &self.nodes[pos];
+            rt.windows_done.load(Ordering::Acquire) == rt.nr_windows
         })
     }
 
     /// Has every node been processed?
     pub fn is_done(&self) -> bool {
         self.plan.nodes().iter().all(|n| self.is_node_done(n.nid()))
+    }
+
+    /// Windows of node position `pos` handed out so far (O(chunks)).
+    fn claimed_windows(&self, pos: usize) -> u64 {
+        let plan = &self.plan.nodes()[pos];
+        let rt = &self.nodes[pos];
+        (0..plan.nr_chunks())
+            .map(|c| {
+                rt.next[c]
+                    .load(Ordering::Acquire)
+                    .min(plan.chunk_windows(c).nr) as u64
+            })
+            .sum()
+    }
+
+    /// Is every claimed window of `nid` processed, i.e. is nobody working
+    /// on the node right now? (Verification and the self-test need that.)
+    pub fn is_node_quiescent(&self, nid: NodeId) -> bool {
+        self.plan.node_pos(nid).is_none_or(|pos| {
+            self.nodes[pos].windows_done.load(Ordering::Acquire) == self.claimed_windows(pos)
+        })
+    }
+
+    /// The pool: every deferred piece nobody has claimed, ascending per node
+    /// (O(chunks); reads no struct page). Only stable while nothing claims.
+    pub fn pool_pieces(&self) -> impl Iterator<Item = PoolPiece> + '_ {
+        self.plan
+            .nodes()
+            .iter()
+            .zip(&self.nodes)
+            .flat_map(move |(plan, rt)| {
+                let first = rt.cursor.load(Ordering::Acquire);
+                (first..plan.nr_chunks()).flat_map(move |c| {
+                    let windows = plan.chunk_windows(c);
+                    let claimed = rt.next[c].load(Ordering::Acquire).min(windows.nr);
+                    let untouched = windows.from(claimed);
+                    plan.chunk_pieces(c).iter().filter_map(move |p| {
+                        p.pfns.intersect(&untouched).map(|pfns| PoolPiece {
+                            nid: plan.nid(),
+                            piece: Piece { pfns, ..*p },
+                        })
+                    })
+                })
+            })
+    }
+
+    /// Present pages still in the pool (uninitialised).
+    pub fn pool_pages(&self) -> u64 {
+        self.pool_pieces().map(|p| p.piece.pfns.nr_pages()).sum()
+    }
+
+    /// Pool pages of (nid, zone) that will be free once initialised.
+    pub fn pool_free_pages(&self, nid: NodeId, zone: ZoneType) -> u64 {
+        self.pool_pieces()
+            .filter(|p| p.nid == nid && p.piece.zone == zone && !p.piece.reserved)
+            .map(|p| p.piece.pfns.nr_pages())
+            .sum()
     }
 
     /// Statistics so far (complete once every worker has returned).
@@ -498,7 +648,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     cpu: a.cpu,
                     cpu_nid: a.cpu_nid,
                     nr_pages: rt.nr_pages.load(Ordering::Relaxed),
-                    nr_chunks: rt.nr_chunks.load(Ordering::Relaxed),
+                    nr_claims: rt.nr_claims.load(Ordering::Relaxed),
                     start_ns: s,
                     end_ns: e,
                     wall_ns: if finished { e.saturating_sub(s) } else { 0 },
@@ -511,25 +661,29 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             .nodes()
             .iter()
             .zip(&self.nodes)
-            .map(|(n, rt)| {
-                let mine = || workers.iter().filter(|w| w.nid == n.nid() && w.finished);
-                let start = mine().map(|w| w.start_ns).min();
-                let end = mine().map(|w| w.end_ns).max();
+            .enumerate()
+            .map(|(pos, (n, rt))| {
+                let mine = || workers.iter().filter(|w| w.nid == n.nid());
+                let ran = || mine().filter(|w| w.nr_claims > 0);
+                let start = ran().map(|w| w.start_ns).min();
+                let end = ran().map(|w| w.end_ns).max();
                 NodeStats {
                     nid: n.nid(),
                     nr_pages: n.nr_pages(),
                     nr_reserved_pages: n.nr_reserved_pages(),
                     nr_chunks: n.nr_chunks() as u64,
+                    nr_windows: rt.nr_windows,
+                    nr_claimed_windows: self.claimed_windows(pos),
                     nr_workers: n.nr_workers(),
                     has_local_cpus: n.has_local_cpus(),
                     nr_worker_pages: mine().map(|w| w.nr_pages).sum(),
-                    nr_grown_chunks: rt.nr_grown_chunks.load(Ordering::Relaxed),
+                    nr_grown_windows: rt.nr_grown_windows.load(Ordering::Relaxed),
                     nr_grown_pages: rt.nr_grown_pages.load(Ordering::Relaxed),
                     wall_ns: match (start, end) {
                         (Some(s), Some(e)) => e.saturating_sub(s),
                         _ => 0,
                     },
-                    done: rt.done.load(Ordering::Acquire) == n.nr_chunks(),
+                    done: rt.windows_done.load(Ordering::Acquire) == rt.nr_windows,
                 }
             })
             .collect();

@@ -22,7 +22,8 @@ pub struct WorkerStats {
     pub cpu_nid: NodeId,
     /// Pages this worker initialised.
     pub nr_pages: u64,
-    pub nr_chunks: u64,
+    /// Claims it made (each up to a section of windows).
+    pub nr_claims: u64,
     pub start_ns: u64,
     pub end_ns: u64,
     /// `end_ns - start_ns`, 0 if not finished.
@@ -38,15 +39,19 @@ pub struct NodeStats {
     pub nr_pages: u64,
     pub nr_reserved_pages: u64,
     pub nr_chunks: u64,
+    /// Block windows of the node, and those claimed so far (by workers or
+    /// allocations); the rest is the untouched pool.
+    pub nr_windows: u64,
+    pub nr_claimed_windows: u64,
     pub nr_workers: usize,
     /// False: a memory-only node served by other nodes' CPUs.
     pub has_local_cpus: bool,
     /// Pages initialised by the node's (finished) workers.
     pub nr_worker_pages: u64,
-    /// Chunks / pages initialised by allocating callers (grow on demand).
-    pub nr_grown_chunks: u64,
+    /// Windows / pages initialised by allocating callers (grow on demand).
+    pub nr_grown_windows: u64,
     pub nr_grown_pages: u64,
-    /// First worker start to last worker end.
+    /// First worker start to last worker end (workers that claimed work).
     pub wall_ns: u64,
     /// Every chunk processed.
     pub done: bool,

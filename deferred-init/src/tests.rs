@@ -20,7 +20,7 @@ const S: u64 = PAGES_PER_SECTION;
 /// CPUs of the host executor: more than any scenario's highest CPU number.
 pub(crate) const TEST_CPUS: usize = 16;
 
-fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
+pub(crate) fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
     DeferredRange {
         nid,
         zone: ZoneType::of_pfn(start),
@@ -28,7 +28,7 @@ fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
     }
 }
 
-fn cpus(nid: NodeId, c: &[CpuId]) -> NodeCpus {
+pub(crate) fn cpus(nid: NodeId, c: &[CpuId]) -> NodeCpus {
     NodeCpus {
         nid,
         cpus: c.to_vec(),
@@ -36,7 +36,7 @@ fn cpus(nid: NodeId, c: &[CpuId]) -> NodeCpus {
 }
 
 /// Per-PFN count of how often a worker or grower initialised the page.
-struct InitCounter {
+pub(crate) struct InitCounter {
     base: Pfn,
     counts: Vec<AtomicU32>,
 }
@@ -53,30 +53,33 @@ impl InitCounter {
             self.counts[(pfn - self.base) as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
-    fn get(&self, pfn: Pfn) -> u32 {
+    pub(crate) fn get(&self, pfn: Pfn) -> u32 {
         self.counts[(pfn - self.base) as usize].load(Ordering::Relaxed)
     }
 }
 
-fn span_of(ranges: &[DeferredRange]) -> PfnRange {
+pub(crate) fn span_of(ranges: &[DeferredRange]) -> PfnRange {
     let start = ranges.iter().map(|r| r.pfns.start).min().unwrap();
     let end = ranges.iter().map(|r| r.pfns.end).max().unwrap();
     PfnRange::new(start, end)
 }
 
-fn memmap_for(ranges: &[DeferredRange]) -> Memmap<VecBacking> {
+pub(crate) fn memmap_for(ranges: &[DeferredRange]) -> Memmap<VecBacking> {
     let pfns: Vec<PfnRange> = ranges.iter().map(|r| r.pfns).collect();
     Memmap::new(VecBacking::for_ranges(&pfns))
 }
 
-fn with_counter<'m>(di: &mut DeferredInit<'m, VecBacking>, span: PfnRange) -> Arc<InitCounter> {
+pub(crate) fn with_counter<'m>(
+    di: &mut DeferredInit<'m, VecBacking>,
+    span: PfnRange,
+) -> Arc<InitCounter> {
     let counter = Arc::new(InitCounter::new(span));
     let c = counter.clone();
     di.init_hook = Some(Arc::new(move |r| c.record(r)));
     counter
 }
 
-fn is_reserved_pfn(reserved: &[PfnRange], pfn: Pfn) -> bool {
+pub(crate) fn is_reserved_pfn(reserved: &[PfnRange], pfn: Pfn) -> bool {
     reserved.iter().any(|r| r.contains(pfn))
 }
 
@@ -207,13 +210,12 @@ fn verify_complete(
             "node {} pages accounted",
             n.nid
         );
-        let chunks: u64 = rep
-            .workers
-            .iter()
-            .filter(|w| w.nid == n.nid)
-            .map(|w| w.nr_chunks)
-            .sum();
-        assert_eq!(chunks + n.nr_grown_chunks, n.nr_chunks);
+        assert_eq!(
+            n.nr_claimed_windows, n.nr_windows,
+            "node {}: pool empty",
+            n.nid
+        );
+        assert!(n.nr_grown_windows <= n.nr_windows);
     }
 }
 
@@ -427,7 +429,7 @@ fn grow_on_demand_races_with_workers() {
             .report()
             .nodes
             .iter()
-            .map(|n| n.nr_grown_chunks)
+            .map(|n| n.nr_grown_windows)
             .sum::<u64>();
         verify_complete(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
@@ -435,12 +437,14 @@ fn grow_on_demand_races_with_workers() {
         }
         assert_fully_merged(&di, &ranges, &reserved);
     }
-    std::println!("grow-on-demand race: {nr_grown_total} chunks grown by allocators over 200 runs");
+    std::println!(
+        "grow-on-demand race: {nr_grown_total} windows grown by allocators over 200 runs"
+    );
 }
 
 /// With every page free, the lists hold exactly the largest aligned blocks
 /// of each maximal free run (everything merged back).
-fn assert_fully_merged(
+pub(crate) fn assert_fully_merged(
     di: &DeferredInit<'_, VecBacking>,
     ranges: &[DeferredRange],
     reserved: &[PfnRange],
@@ -650,16 +654,26 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
     let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
-    // Nothing initialised yet: the allocation initialises chunks itself.
-    // Node 1's first chunk is section 40, which serves it.
-    let a = di.alloc_pages(1, ZoneType::Normal, 3).unwrap();
+    // Nothing initialised yet: the allocation initialises windows itself.
+    // Node 1's first window, [40 S, 40 S + 1024), has free pages 40 S + 3…:
+    // one step serves an order-3 request.
+    let a = di.alloc_pages_counted(1, ZoneType::Normal, 3).unwrap();
+    assert_eq!(a.growth_steps, 1);
+    let a = a.pfn;
     let rep = di.report();
-    assert_eq!(rep.nodes[1].nr_grown_chunks, 1);
-    assert_eq!(rep.nodes[0].nr_grown_chunks, 0);
-    // Node 0's Normal memory is in its 4th and 5th chunks: DMA/DMA32 chunks
-    // are claimed (and freed) on the way.
-    let b = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER).unwrap();
-    assert_eq!(di.report().nodes[0].nr_grown_chunks, 4);
+    assert_eq!(rep.nodes[1].nr_grown_windows, 1);
+    assert_eq!(rep.nodes[1].nr_grown_pages, 1024 - 3);
+    assert_eq!(rep.nodes[0].nr_grown_windows, 0);
+    // Node 0's Normal memory starts at section 32, its 4th chunk: the 3
+    // DMA/DMA32 chunks' 96 windows are claimed (and freed) on the way, then
+    // one window of section 32 holds a free 4 MiB block.
+    let b = di
+        .alloc_pages_counted(0, ZoneType::Normal, MAX_ORDER)
+        .unwrap();
+    assert_eq!(b.growth_steps, 3 * 32 + 1);
+    let b = b.pfn;
+    assert_eq!(b, 32 * S, "the first window of Normal memory");
+    assert_eq!(di.report().nodes[0].nr_grown_windows, 97);
     assert!(di.buddy().nr_free_pages(0, ZoneType::Dma32) > 0);
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
@@ -683,7 +697,15 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
     let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     // Simulate a worker that claimed chunk 0 and has not finished it.
-    assert_eq!(di.claim(0), Some(0));
+    let claim = di.claim(0, WORKER_CLAIM_WINDOWS).unwrap();
+    assert_eq!(
+        claim,
+        Claim {
+            chunk: 0,
+            windows: 0..32
+        }
+    );
+    assert_eq!(di.pool_pages(), S, "chunk 1 is still untouched");
     let mut held = Vec::new();
     let e = loop {
         match di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
@@ -702,12 +724,15 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
             nid: 0,
             zone: ZoneType::Normal,
             order: MAX_ORDER,
-            chunks_in_flight: 1
+            windows_in_flight: 32
         }
     );
     assert!(e.to_string().contains("retry"));
+    assert_eq!(di.pool_pages(), 0, "the allocations grew all of chunk 1");
+    assert!(!di.is_node_quiescent(0), "the claimed chunk is not done");
     // The "worker" finishes its chunk.
-    di.process_chunk(0, 0);
+    di.process_claim(0, &claim);
+    assert!(di.is_node_quiescent(0));
     assert!(di.is_done());
     while let Ok(p) = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
         held.push(p);
@@ -882,7 +907,7 @@ fn report_lines_and_statistics() {
         assert_eq!(w.wall_ns, 1_500_000);
         assert_eq!(w.start_ns, 3_000_000 * i as u64);
         assert_eq!(w.nr_pages, rep.nodes[i].nr_pages);
-        assert_eq!(w.nr_chunks, rep.nodes[i].nr_chunks);
+        assert_eq!(w.nr_claims, rep.nodes[i].nr_chunks, "one claim per section");
     }
     let text = rep.to_string();
     let lines: Vec<&str> = text.lines().collect();

@@ -625,12 +625,52 @@ pub fn verify_pages<B: MemmapBacking>(
     layout: &ZoneLayout,
     range: PfnRange,
 ) -> PageCheck {
+    // Blocks never cross a MAX_ORDER boundary: start tracking at one.
+    scan_pages(
+        memmap,
+        mb,
+        layout,
+        range,
+        range.start & !(MAX_BLOCK_NR_PAGES - 1),
+    )
+}
+
+/// A range for [`verify_scan_range`]: initialised memory between pool pieces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanRange {
+    pub pfns: PfnRange,
+    /// The PFN before `pfns.start` is in the pool, so no free block is open
+    /// at the start and nothing before it needs reading.
+    pub after_pool: bool,
+}
+
+/// [`verify_pages`] over a range of [`PoolCheck::scan_ranges`]: never reads
+/// a pool page's struct page.
+pub fn verify_scan_range<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    range: ScanRange,
+) -> PageCheck {
+    if range.after_pool {
+        scan_pages(memmap, mb, layout, range.pfns, range.pfns.start)
+    } else {
+        verify_pages(memmap, mb, layout, range.pfns)
+    }
+}
+
+/// The scan of `range`, tracking open blocks from `scan_start`.
+fn scan_pages<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    range: PfnRange,
+    scan_start: Pfn,
+) -> PageCheck {
     let mut out = PageCheck::new(layout);
     if range.is_empty() {
         return out;
     }
-    // Blocks never cross a MAX_ORDER boundary: start tracking at one.
-    let scan_start = range.start & !(MAX_BLOCK_NR_PAGES - 1);
     let mut cls = Classifier::new(mb, layout, scan_start);
     let mut open: Option<OpenBlock> = None;
     for present in layout.present_section_pieces(PfnRange::new(scan_start, range.end)) {
@@ -700,7 +740,8 @@ pub struct ZoneSummary {
     pub expected_reserved: u64,
     /// Correctly reserved pages (page scan).
     pub reserved: u64,
-    /// `present - expected_reserved`.
+    /// Free pages of initialised memory: `present - expected_reserved`
+    /// minus the pool's unreserved pages.
     pub expected_free: u64,
     /// Free pages in valid blocks (page scan).
     pub free: u64,
@@ -708,6 +749,10 @@ pub struct ZoneSummary {
     pub buddy_free: u64,
     /// Blocks on the free lists, per order.
     pub listed_blocks: [u64; NR_ORDERS],
+    /// Memory pages still in the pool (struct pages untouched), and the
+    /// memblock-reserved pages among them.
+    pub untouched: u64,
+    pub untouched_reserved: u64,
 }
 
 impl fmt::Display for ZoneSummary {
@@ -722,7 +767,15 @@ impl fmt::Display for ZoneSummary {
             self.reserved,
             self.free,
             self.expected_free
-        )
+        )?;
+        if self.untouched > 0 {
+            write!(
+                f,
+                ", {} untouched ({} of them reserved)",
+                self.untouched, self.untouched_reserved
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -820,6 +873,22 @@ pub enum BuddyMismatch {
         expected: u64,
         found: u64,
     },
+    /// A block on a free list lies in the untouched pool.
+    PoolOverlap {
+        nid: NodeId,
+        zone: ZoneType,
+        pfn: Pfn,
+        order: u32,
+    },
+    /// Claimed windows vs what the claimants reported initialising: a
+    /// difference means a window was initialised twice, or not at all.
+    ClaimedPages {
+        nid: NodeId,
+        claimed: u64,
+        initialised: u64,
+    },
+    /// Verification ran while windows of the node were still in flight.
+    InFlight { nid: NodeId },
     /// Pages counted for a (node, zone) the layout does not have.
     UnknownZone {
         nid: NodeId,
@@ -917,6 +986,28 @@ impl fmt::Display for BuddyMismatch {
                 "verify: node {nid} zone {}: {found} free pages, expected {expected} (present - reserved)",
                 zone.name()
             ),
+            BuddyMismatch::PoolOverlap {
+                nid,
+                zone,
+                pfn,
+                order,
+            } => write!(
+                f,
+                "verify: node {nid} zone {}: free order-{order} block {pfn:#x} lies in untouched pool memory",
+                zone.name()
+            ),
+            BuddyMismatch::ClaimedPages {
+                nid,
+                claimed,
+                initialised,
+            } => write!(
+                f,
+                "verify: node {nid}: {claimed} pages in claimed windows, but claimants initialised {initialised}: a window was initialised twice or not at all"
+            ),
+            BuddyMismatch::InFlight { nid } => write!(
+                f,
+                "verify: node {nid}: claimed windows are still being initialised; verify once every worker and allocation returned"
+            ),
             BuddyMismatch::UnknownZone { nid, zone, pages } => write!(
                 f,
                 "verify: node {nid} zone {} is not in the zone layout but has {pages} pages",
@@ -958,15 +1049,150 @@ impl fmt::Display for BuddyFailure {
     }
 }
 
+// ------------------------------------------------------------------- pool
+
+/// The untouched pool as verification sees it, built in O(chunks) from the
+/// claim counters without reading a struct page: which PFNs must not be
+/// scanned, how many pages of each zone are in it, and whether the claims
+/// add up.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PoolCheck {
+    /// Pool PFN ranges, ascending, merged.
+    ranges: Vec<PfnRange>,
+    /// Per (node, zone) slot: (memory pages, memblock-reserved among them).
+    zones: Vec<(u64, u64)>,
+    /// Claims that do not add up (see [`BuddyMismatch::ClaimedPages`]).
+    problems: Vec<BuddyMismatch>,
+}
+
+impl PoolCheck {
+    /// No pool: every present page must be initialised.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The pool of `di`, and its claims accounting. Nothing may claim
+    /// meanwhile.
+    pub fn new<B: MemmapBacking>(di: &DeferredInit<'_, B>) -> Self {
+        let mut pool = Self::default();
+        let mut node_pool_pages: Vec<(NodeId, u64)> = Vec::new();
+        for p in di.pool_pieces() {
+            let s = slot(p.nid, p.piece.zone);
+            if pool.zones.len() <= s {
+                pool.zones.resize(s + 1, (0, 0));
+            }
+            let n = p.piece.pfns.nr_pages();
+            pool.zones[s].0 += n;
+            if p.piece.reserved {
+                pool.zones[s].1 += n;
+            }
+            match node_pool_pages.last_mut() {
+                Some((nid, pages)) if *nid == p.nid => *pages += n,
+                _ => node_pool_pages.push((p.nid, n)),
+            }
+            match pool.ranges.last_mut() {
+                Some(last) if last.end == p.piece.pfns.start => last.end = p.piece.pfns.end,
+                _ => pool.ranges.push(p.piece.pfns),
+            }
+        }
+        pool.ranges.sort_unstable();
+        for n in di.report().nodes {
+            if !di.is_node_quiescent(n.nid) {
+                pool.problems.push(BuddyMismatch::InFlight { nid: n.nid });
+            }
+            let in_pool = node_pool_pages
+                .iter()
+                .find(|(nid, _)| *nid == n.nid)
+                .map_or(0, |(_, p)| *p);
+            let claimed = n.nr_pages - in_pool;
+            let initialised = n.nr_worker_pages + n.nr_grown_pages;
+            if claimed != initialised {
+                pool.problems.push(BuddyMismatch::ClaimedPages {
+                    nid: n.nid,
+                    claimed,
+                    initialised,
+                });
+            }
+        }
+        pool
+    }
+
+    /// Pages in the pool.
+    pub fn pages(&self) -> u64 {
+        self.ranges.iter().map(|r| r.nr_pages()).sum()
+    }
+
+    /// (memory pages, reserved among them) of (nid, zone) in the pool.
+    pub fn zone_pages(&self, nid: NodeId, zone: ZoneType) -> (u64, u64) {
+        self.zones.get(slot(nid, zone)).copied().unwrap_or((0, 0))
+    }
+
+    /// Is `pfn` in the pool?
+    pub fn contains(&self, pfn: Pfn) -> bool {
+        let i = self.ranges.partition_point(|r| r.end <= pfn);
+        self.ranges.get(i).is_some_and(|r| r.contains(pfn))
+    }
+
+    /// Everything the page scan must cover: the present sections minus the
+    /// pool, cut at section boundaries (for parallel claiming).
+    pub fn scan_ranges(&self, layout: &ZoneLayout) -> Vec<ScanRange> {
+        let mut out = Vec::new();
+        let mut pool = self.ranges.iter().peekable();
+        for present in layout.present_section_ranges() {
+            let mut at = present.start;
+            let mut after_pool = false;
+            while at < present.end {
+                while pool.next_if(|r| r.end <= at).is_some() {}
+                let (end, next_at) = match pool.peek() {
+                    Some(r) if r.start <= at => {
+                        // In the pool: skip it.
+                        after_pool = true;
+                        at = r.end.min(present.end);
+                        continue;
+                    }
+                    Some(r) if r.start < present.end => (r.start, r.start),
+                    _ => (present.end, present.end),
+                };
+                for (i, pfns) in PfnRange::new(at, end).section_pieces().enumerate() {
+                    out.push(ScanRange {
+                        pfns,
+                        after_pool: after_pool && i == 0,
+                    });
+                }
+                at = next_at;
+                after_pool = false;
+            }
+        }
+        out
+    }
+}
+
 /// Check the free lists against the struct pages and `pages` (the merged
 /// [`verify_pages`] result over all of `layout.present_section_ranges()`),
 /// and the zones' totals against memblock. `memmap` must be the allocator's.
+/// Equivalent to [`verify_buddy_with_pool`] with an empty pool.
 pub fn verify_buddy<B: MemmapBacking>(
     buddy: &BuddyAllocator<'_, B>,
     memmap: &Memmap<B>,
     layout: &ZoneLayout,
     mb: &Memblock,
     pages: &PageCheck,
+) -> Result<BuddySummary, BuddyFailure> {
+    verify_buddy_with_pool(buddy, memmap, layout, mb, pages, &PoolCheck::empty())
+}
+
+/// [`verify_buddy`] when part of the memory is still in an untouched pool:
+/// `pages` covers [`PoolCheck::scan_ranges`] and the pool makes up the rest.
+/// Per zone: initialised + untouched = present, scanned reserved + pool
+/// reserved = memblock's, free = initialised − scanned reserved; no listed
+/// block lies in the pool, and the claims add up.
+pub fn verify_buddy_with_pool<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    memmap: &Memmap<B>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+    pages: &PageCheck,
+    pool: &PoolCheck,
 ) -> Result<BuddySummary, BuddyFailure> {
     let mut fail = BuddyFailure {
         summary: BuddySummary {
@@ -987,11 +1213,14 @@ pub fn verify_buddy<B: MemmapBacking>(
         .iter()
         .map(|r| r.nr_pages())
         .sum();
-    if pages.pages_checked != present_section_pages {
+    if pages.pages_checked + pool.pages() != present_section_pages {
         fail.record(BuddyMismatch::ScanIncomplete {
             checked: pages.pages_checked,
-            expected: present_section_pages,
+            expected: present_section_pages - pool.pages(),
         });
+    }
+    for m in &pool.problems {
+        fail.record(*m);
     }
 
     // Walk the lists: per-slot block counts and head checks.
@@ -1010,6 +1239,19 @@ pub fn verify_buddy<B: MemmapBacking>(
             _ => PFN_NONE,
         };
         prev = Some((nid, zone, order, pfn));
+        if pool.contains(pfn) {
+            // Its struct page is untouched: do not read it.
+            nr_head_problems += 1;
+            if head_problems.len() < MAX_RECORDED_MISMATCHES {
+                head_problems.push(BuddyMismatch::PoolOverlap {
+                    nid,
+                    zone,
+                    pfn,
+                    order,
+                });
+            }
+            return;
+        }
         let (problem, found) = match memmap.page(pfn) {
             None => (Some(HeadProblem::Unbacked), PageWords::default()),
             Some(p) => {
@@ -1081,7 +1323,9 @@ pub fn verify_buddy<B: MemmapBacking>(
         let expected_reserved: u64 = intersect_sorted(mb.reserved_mem_ranges(info.span), node_mem)
             .map(|r| r.nr_pages())
             .sum();
-        let expected_free = info.present_pages.saturating_sub(expected_reserved);
+        let (untouched, untouched_reserved) = pool.zone_pages(nid, zone);
+        let expected_free =
+            (info.present_pages + untouched_reserved).saturating_sub(expected_reserved + untouched);
         let zs = ZoneSummary {
             nid,
             zone,
@@ -1093,6 +1337,8 @@ pub fn verify_buddy<B: MemmapBacking>(
             free: scan.free,
             buddy_free: counter,
             listed_blocks: lists,
+            untouched,
+            untouched_reserved,
         };
         if info.present_pages > 0 || !scan.is_empty() || counter > 0 {
             fail.summary.zones.push(zs);
@@ -1120,7 +1366,7 @@ pub fn verify_buddy<B: MemmapBacking>(
                 scanned: scan.free,
             });
         }
-        if scan.initialised != info.present_pages {
+        if scan.initialised + untouched != info.present_pages {
             fail.record(BuddyMismatch::Initialised {
                 nid,
                 zone,
@@ -1128,7 +1374,7 @@ pub fn verify_buddy<B: MemmapBacking>(
                 initialised: scan.initialised,
             });
         }
-        if scan.reserved != expected_reserved {
+        if scan.reserved + untouched_reserved != expected_reserved {
             fail.record(BuddyMismatch::Reserved {
                 nid,
                 zone,
@@ -1185,8 +1431,8 @@ impl fmt::Display for SelftestReport {
 /// Why the self-test failed (blocks it had allocated are freed first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SelftestError {
-    /// Deferred init of the node has not finished.
-    InitNotDone {
+    /// Claimed windows of the node are still being initialised.
+    InFlight {
         nid: NodeId,
     },
     /// The node has no free page in any zone.
@@ -1234,9 +1480,9 @@ pub enum SelftestError {
 impl fmt::Display for SelftestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SelftestError::InitNotDone { nid } => write!(
+            SelftestError::InFlight { nid } => write!(
                 f,
-                "verify: selftest: deferred init of node {nid} is not finished; run it after all workers returned"
+                "verify: selftest: windows of node {nid} are still being initialised; run it after all workers and allocations returned"
             ),
             SelftestError::NoFreeMemory { nid } => {
                 write!(f, "verify: selftest: node {nid} has no free pages")
@@ -1327,8 +1573,9 @@ fn check_allocated<B: MemmapBacking>(
     Ok(())
 }
 
-/// Once deferred init of `nid` is done, on the node's highest zone with free
-/// pages, allocate blocks of orders [`SELFTEST_ORDERS`] through `di`, check them
+/// When nothing is in flight on `nid`, on the node's highest zone with free
+/// pages, allocate blocks of orders [`SELFTEST_ORDERS`] from the free lists
+/// (no growth from the pool, so the counts below are exact), check them
 /// (distinct, aligned, pages of this node and zone, not PageBuddy, head
 /// refcount 1), free them, and check that the free-page count and the
 /// per-order block counts are back where they were. `memmap` must be the
@@ -1338,8 +1585,8 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
     memmap: &Memmap<B>,
     nid: NodeId,
 ) -> Result<SelftestReport, SelftestError> {
-    if !di.is_node_done(nid) {
-        return Err(SelftestError::InitNotDone { nid });
+    if !di.is_node_quiescent(nid) {
+        return Err(SelftestError::InFlight { nid });
     }
     let buddy = di.buddy();
     let zone = ZoneType::ALL
@@ -1355,7 +1602,7 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
     let mut result = Ok(());
     let mut expected_free = free_before;
     for order in SELFTEST_ORDERS {
-        let pfn = match di.alloc_pages(nid, zone, order) {
+        let pfn = match buddy.alloc(nid, zone, order) {
             Ok(pfn) => pfn,
             Err(err) => {
                 result = Err(SelftestError::Alloc { order, err });
@@ -1380,7 +1627,7 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
         }
     }
     for &(pfn, order) in blocks.iter().rev() {
-        if let Err(err) = di.free_pages(pfn, order) {
+        if let Err(err) = buddy.free(pfn, order) {
             if result.is_ok() {
                 result = Err(SelftestError::Free { err });
             }

@@ -40,18 +40,48 @@ pub enum MemmapMode {
     /// The floor: one 64-byte store per present page on the same CPUs as
     /// `deferred`, nothing else (no zones, no buddy, no verification).
     Touch,
+    /// The eager part of `deferred`, then every other present section
+    /// handed to the allocator untouched: allocations initialise what they
+    /// take, a block window at a time; `ondemand_drain=on` also drains the
+    /// rest in the background.
+    OnDemand,
 }
 
 impl MemmapMode {
+    pub const ALL: [MemmapMode; 5] = [
+        MemmapMode::Deferred,
+        MemmapMode::Regions,
+        MemmapMode::PerPfn,
+        MemmapMode::Touch,
+        MemmapMode::OnDemand,
+    ];
+    /// The option value, and the summary's `strategy`.
     pub const fn name(self) -> &'static str {
         match self {
             MemmapMode::Deferred => "deferred",
             MemmapMode::Regions => "regions",
             MemmapMode::PerPfn => "perpfn",
             MemmapMode::Touch => "touch",
+            MemmapMode::OnDemand => "ondemand",
         }
     }
 }
+
+/// Whether `memmap=ondemand` drains the pool with workers after boot
+/// (`ondemand_drain=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Drain {
+    /// Untouched memory stays untouched until an allocation wants it.
+    #[default]
+    Off,
+    /// Per-node workers drain the pool while the allocation test runs.
+    On,
+}
+
+/// Bytes per node the boot-time allocation test allocates by default.
+pub const ALLOC_TEST_DEFAULT_BYTES: u64 = 1 << 30;
+/// The test's unit: 4 MiB of each of its four orders.
+pub const ALLOC_TEST_ROUND_BYTES: u64 = 16 << 20;
 
 /// Memory-block device size (`memory_block_size=`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -73,7 +103,7 @@ pub enum Verify {
 }
 
 /// Parsed kernel options; `Default` is what an empty command line gives.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     pub test_fault: TestFault,
     pub memmap: MemmapMode,
@@ -81,6 +111,23 @@ pub struct Options {
     pub threads_per_node: Option<u32>,
     pub memory_block_size: BlockSizeOption,
     pub verify: Verify,
+    pub ondemand_drain: Drain,
+    /// Bytes per node for the allocation test (`alloc_test=`; 0: skip).
+    pub alloc_test_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            test_fault: TestFault::default(),
+            memmap: MemmapMode::default(),
+            threads_per_node: None,
+            memory_block_size: BlockSizeOption::default(),
+            verify: Verify::default(),
+            ondemand_drain: Drain::default(),
+            alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
+        }
+    }
 }
 
 /// Parse `128M`, `2G`, `1024K` … into bytes.
@@ -94,6 +141,8 @@ fn parse_size(value: &str) -> Option<u64> {
         "K" | "k" => 10,
         "M" | "m" => 20,
         "G" | "g" => 30,
+        "T" | "t" => 40,
+        "" => 0,
         _ => return None,
     };
     n.checked_mul(1 << shift)
@@ -141,7 +190,8 @@ impl fmt::Display for OptionError<'_> {
 }
 
 /// Keys accepted on the command line, for error messages and the README.
-pub const KNOWN_KEYS: &str = "memmap, threads_per_node, memory_block_size, verify, test_fault";
+pub const KNOWN_KEYS: &str =
+    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test";
 
 /// Parse a kernel command line.
 pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
@@ -169,13 +219,10 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
                 };
             }
             "memmap" => {
-                options.memmap = match value {
-                    "deferred" => MemmapMode::Deferred,
-                    "regions" => MemmapMode::Regions,
-                    "perpfn" => MemmapMode::PerPfn,
-                    "touch" => MemmapMode::Touch,
-                    _ => return Err(bad("deferred|regions|perpfn|touch")),
-                };
+                options.memmap = MemmapMode::ALL
+                    .into_iter()
+                    .find(|m| m.name() == value)
+                    .ok_or(bad("deferred|regions|perpfn|touch|ondemand"))?;
             }
             "threads_per_node" => {
                 let n: u32 = value
@@ -198,6 +245,21 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
                         BlockSizeOption::Bytes(bytes)
                     }
                 };
+            }
+            "ondemand_drain" => {
+                options.ondemand_drain = match value {
+                    "off" => Drain::Off,
+                    "on" => Drain::On,
+                    _ => return Err(bad("on|off")),
+                };
+            }
+            "alloc_test" => {
+                const EXPECTED: &str = "0, or a size per node that is a multiple of 16M (e.g. 1G)";
+                let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
+                if !bytes.is_multiple_of(ALLOC_TEST_ROUND_BYTES) {
+                    return Err(bad(EXPECTED));
+                }
+                options.alloc_test_bytes = bytes;
             }
             "verify" => {
                 options.verify = match value {
@@ -281,6 +343,41 @@ mod tests {
             BlockSizeOption::Bytes(128 << 20)
         );
         assert_eq!(parse("").unwrap().memmap, MemmapMode::Deferred);
+    }
+
+    #[test]
+    fn parses_ondemand_options() {
+        let o = parse("memmap=ondemand ondemand_drain=on alloc_test=64M").unwrap();
+        assert_eq!(o.memmap, MemmapMode::OnDemand);
+        assert_eq!(o.ondemand_drain, Drain::On);
+        assert_eq!(o.alloc_test_bytes, 64 << 20);
+        let d = parse("").unwrap();
+        assert_eq!(
+            (d.ondemand_drain, d.alloc_test_bytes),
+            (Drain::Off, 1 << 30)
+        );
+        assert_eq!(parse("alloc_test=0").unwrap().alloc_test_bytes, 0);
+        assert_eq!(parse("alloc_test=1T").unwrap().alloc_test_bytes, 1 << 40);
+        for bad in [
+            "alloc_test=1000K",
+            "alloc_test=8M",
+            "alloc_test=x",
+            "ondemand_drain=yes",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(OptionError::BadValue { .. })),
+                "{bad}"
+            );
+        }
+        // Every mode's name parses back to it.
+        for m in MemmapMode::ALL {
+            assert_eq!(
+                parse(&alloc::format!("memmap={}", m.name()))
+                    .unwrap()
+                    .memmap,
+                m
+            );
+        }
     }
 
     #[test]

@@ -169,6 +169,20 @@ pub fn write_summary<W: Write>(
         p.u64("start_ns", span.start_ns)?;
         p.u64("end_ns", span.end_ns)
     })?;
+    o.u64("allocatable_ns", mm.allocatable_ns)?;
+    o.u64("pool_pages", mm.pool_pages)?;
+    o.u64("drained_pages", mm.drained_pages)?;
+    let a = &mm.alloc_test;
+    o.u64("alloc_test_bytes", a.bytes_per_node)?;
+    o.u64("alloc_test_pages", a.allocated_pages)?;
+    o.u64("alloc_test_ns", a.wall_ns)?;
+    o.u64("alloc_test_failed", a.failed)?;
+    o.u64_array("alloc_orders", a.orders.iter().map(|f| f.order.into()))?;
+    o.u64_array("alloc_count", a.orders.iter().map(|f| f.count))?;
+    o.u64_array("alloc_p50_ns", a.orders.iter().map(|f| f.p50_ns))?;
+    o.u64_array("alloc_p99_ns", a.orders.iter().map(|f| f.p99_ns))?;
+    o.u64_array("alloc_max_ns", a.orders.iter().map(|f| f.max_ns))?;
+    o.u64_array("alloc_grow_steps", a.orders.iter().map(|f| f.growth_steps))?;
     o.end()
 }
 
@@ -194,7 +208,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 30] = [
+    const CONTRACT_KEYS: [&str; 43] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -225,6 +239,19 @@ mod tests {
         "verify",
         "verify_ns",
         "phases",
+        "allocatable_ns",
+        "pool_pages",
+        "drained_pages",
+        "alloc_test_bytes",
+        "alloc_test_pages",
+        "alloc_test_ns",
+        "alloc_test_failed",
+        "alloc_orders",
+        "alloc_count",
+        "alloc_p50_ns",
+        "alloc_p99_ns",
+        "alloc_max_ns",
+        "alloc_grow_steps",
     ];
 
     #[test]

@@ -6,6 +6,8 @@ use alloc::vec::Vec;
 use memmap::page::MAX_NUMNODES;
 use memmap::NodeId;
 
+use super::s9_alloc_test::AllocTestReport;
+
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -17,6 +19,11 @@ pub enum Phase {
     DeferredInit,
     MemoryBlocks,
     Verify,
+    /// Handing the untouched sections to the allocator (`ondemand`).
+    Pool,
+    AllocTest,
+    /// A drain worker (`ondemand_drain=on`), on its CPU, for its node.
+    Drain,
 }
 
 impl Phase {
@@ -31,6 +38,9 @@ impl Phase {
             Phase::DeferredInit => "deferred_init",
             Phase::MemoryBlocks => "memory_blocks",
             Phase::Verify => "verify",
+            Phase::Pool => "pool",
+            Phase::AllocTest => "alloc_test",
+            Phase::Drain => "drain",
         }
     }
 }
@@ -98,6 +108,14 @@ pub struct MmFacts {
     pub verify: VerifyOutcome,
     pub verify_ns: u64,
     pub phases: Vec<PhaseSpan>,
+    /// Kernel entry → every present, non-reserved page reachable by the
+    /// allocator (0 for `touch`, which has no allocator, or a failed boot).
+    pub allocatable_ns: u64,
+    /// Present pages still uninitialised at the end (`ondemand`).
+    pub pool_pages: u64,
+    /// Pages initialised by drain workers after boot (`ondemand_drain=on`).
+    pub drained_pages: u64,
+    pub alloc_test: AllocTestReport,
 }
 
 impl MmFacts {
@@ -126,6 +144,10 @@ impl MmFacts {
         verify: VerifyOutcome::NotRun,
         verify_ns: 0,
         phases: Vec::new(),
+        allocatable_ns: 0,
+        pool_pages: 0,
+        drained_pages: 0,
+        alloc_test: AllocTestReport::NOT_RUN,
     };
 }
 

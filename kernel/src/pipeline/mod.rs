@@ -30,6 +30,7 @@ pub mod s5_handoff;
 pub mod s6_deferred;
 pub mod s7_memory_blocks;
 pub mod s8_verify;
+pub mod s9_alloc_test;
 pub mod seams;
 
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
@@ -41,12 +42,12 @@ use memmap::store::{Memmap, WindowBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
-use crate::options::{Options, TestFault, Verify};
-use deferred_init::{DeferredInit, PlanOptions};
+use crate::options::{BlockSizeOption, Drain, Options, TestFault, Verify};
+use deferred_init::{DeferredInit, InitMode, PlanOptions};
 use error::PipelineError;
 use facts::{Facts, Phase, VerifyOutcome};
 use s1_memblock::EarlyReservation;
-use s4_eager::ModePlan;
+use s4_eager::{Deferral, ModePlan};
 use s6_deferred::BOOT_CPU;
 use seams::{Clock, Executor, Log, VmemmapMapper};
 
@@ -88,50 +89,93 @@ impl Timer<'_> {
     }
 }
 
+/// What every stage after the eager init uses.
+struct Ctx<'a> {
+    opts: &'a Options,
+    executor: &'a dyn Executor,
+    clock: &'a dyn Clock,
+    log: &'a dyn Log,
+    facts: &'a Facts,
+    mode: ModePlan,
+}
+
 /// Run the whole pipeline; `facts` holds what it measured, also on failure.
 pub fn run<M: VmemmapMapper>(
     input: &Input<'_>,
     machine: Machine<'_, M>,
     facts: &Facts,
 ) -> Result<(), PipelineError> {
-    let mode = ModePlan::of(input.opts.memmap);
+    let cx = Ctx {
+        opts: input.opts,
+        executor: machine.executor,
+        clock: machine.clock,
+        log: machine.log,
+        facts,
+        mode: ModePlan::of(input.opts.memmap),
+    };
     facts.record(|f| f.strategy = input.opts.memmap.name());
     let timer = Timer {
-        clock: machine.clock,
+        clock: cx.clock,
         facts,
     };
-    let log = machine.log;
-    let (mut mb, layout) = memory_model(input, log, &timer)?;
-    let (memmap, outcome) = eager_init(&mut mb, &layout, machine.mapper, input.opts, log, &timer)?;
+    let (mut mb, layout) = memory_model(input, cx.log, &timer)?;
+    let (memmap, outcome) = eager_init(&mut mb, &layout, machine.mapper, cx.opts, cx.log, &timer)?;
     let node_cpus = s5_handoff::node_cpus(&layout, machine.cpu_nodes);
     let plan_opts = PlanOptions {
-        max_threads_per_node: input.opts.threads_per_node.map(|n| n as usize),
+        max_threads_per_node: cx.opts.threads_per_node.map(|n| n as usize),
         ..PlanOptions::default()
     };
-    let di = s5_handoff::plan(&memmap, &mb, &outcome, &node_cpus, plan_opts, mode.workers)?;
+    let di = s5_handoff::plan(
+        &memmap,
+        &mb,
+        &outcome,
+        &node_cpus,
+        plan_opts,
+        cx.mode.workers,
+    )?;
     let (freed, buddy_eager_ns) = timer.phase(Phase::BuddyHandoff, || {
         s5_handoff::hand_off(&di, &mb, &outcome)
     });
     freed?;
     facts.record(|f| f.buddy_eager_ns = buddy_eager_ns);
-    deferred_and_blocks(&di, &mb, &layout, &machine, input.opts, facts)?;
-    if !mode.verifiable || input.opts.verify == Verify::Off {
-        let why = if mode.verifiable {
+    match cx.mode.deferral {
+        Deferral::Workers => deferred_and_blocks(&di, &mb, &layout, &cx)?,
+        Deferral::Pool => pool_and_blocks(&di, &mb, &layout, &cx)?,
+    }
+    after_boot(&di, &layout, &cx)?;
+    verify_stage(&memmap, &mb, &layout, &di, &outcome, &cx)
+}
+
+/// Stage 8, if the mode and the options ask for it.
+fn verify_stage(
+    memmap: &Memmap<WindowBacking>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    di: &DeferredInit<'_, WindowBacking>,
+    outcome: &InitOutcome,
+    cx: &Ctx<'_>,
+) -> Result<(), PipelineError> {
+    if !cx.mode.verifiable || cx.opts.verify == Verify::Off {
+        let why = if cx.mode.verifiable {
             "verify=off"
         } else {
             "memmap=touch writes no Linux state"
         };
-        log.line(format_args!("verify: off ({why})"));
-        facts.record(|f| f.verify = VerifyOutcome::Off);
+        cx.log.line(format_args!("verify: off ({why})"));
+        cx.facts.record(|f| f.verify = VerifyOutcome::Off);
         return Ok(());
     }
-    if input.opts.test_fault == TestFault::CorruptPage {
-        s8_verify::corrupt_one_free_page(&memmap, &mb, log);
+    if cx.opts.test_fault == TestFault::CorruptPage {
+        s8_verify::corrupt_one_free_page(memmap, mb, &outcome.eager, cx.log);
     }
+    let timer = Timer {
+        clock: cx.clock,
+        facts: cx.facts,
+    };
     let (verdict, verify_ns) = timer.phase(Phase::Verify, || {
-        s8_verify::verify(machine.executor, &memmap, &mb, &layout, &di, log)
+        s8_verify::verify(cx.executor, memmap, mb, layout, di, cx.log)
     });
-    facts.record(|f| {
+    cx.facts.record(|f| {
         f.verify = if verdict.is_ok() {
             VerifyOutcome::Ok
         } else {
@@ -139,11 +183,8 @@ pub fn run<M: VmemmapMapper>(
         };
         f.verify_ns = verify_ns;
     });
-    verdict.map_err(PipelineError::Verify)?;
-    log.line(format_args!(
-        "verify: ok: every present page, the counts and the buddy lists checked in {} ms",
-        verify_ns / 1_000_000
-    ));
+    let checked = verdict.map_err(PipelineError::Verify)?;
+    s8_verify::log_ok(cx.log, &checked, verify_ns);
     Ok(())
 }
 
@@ -216,53 +257,153 @@ fn eager_init<M: VmemmapMapper>(
 /// Memory blocks as created on the boot CPU, with their timing.
 type CreatedBlocks = Result<(MemoryBlocks, u64, u64), PipelineError>;
 
+/// Create the memory blocks now; returns them with start and end times.
+fn create_blocks(mb: &Memblock, size: BlockSizeOption, clock: &dyn Clock) -> CreatedBlocks {
+    let start = clock.now_ns();
+    let blocks = s7_memory_blocks::create(mb, size).map_err(PipelineError::MemoryBlock)?;
+    Ok((blocks, start, clock.now_ns()))
+}
+
 /// Stages 6 and 7: deferred init on every node's CPUs while the boot CPU
 /// creates the memory blocks.
-fn deferred_and_blocks<M>(
+fn deferred_and_blocks(
     di: &DeferredInit<'_, WindowBacking>,
     mb: &Memblock,
     layout: &ZoneLayout,
-    machine: &Machine<'_, M>,
-    opts: &Options,
-    facts: &Facts,
+    cx: &Ctx<'_>,
 ) -> Result<(), PipelineError> {
-    let (clock, log) = (machine.clock, machine.log);
-    log.line(format_args!(
+    cx.log.line(format_args!(
         "deferred: {} pages on {} nodes, {} workers on {} CPUs",
         di.plan().nr_pages(),
         di.plan().nodes().len(),
         di.plan().workers().len(),
-        machine.executor.nr_cpus()
+        cx.executor.nr_cpus()
     ));
     let created: spin::Mutex<Option<CreatedBlocks>> = spin::Mutex::new(None);
-    let make_blocks = || {
-        let start = clock.now_ns();
-        let blocks = s7_memory_blocks::create(mb, opts.memory_block_size)
-            .map_err(PipelineError::MemoryBlock);
-        *created.lock() = Some(blocks.map(|b| (b, start, clock.now_ns())));
-    };
-    let report = s6_deferred::run(di, machine.executor, clock, &make_blocks)?;
-    s6_deferred::log(log, &report);
+    let (size, clock) = (cx.opts.memory_block_size, cx.clock);
+    let make_blocks = || *created.lock() = Some(create_blocks(mb, size, clock));
+    let report = s6_deferred::run(di, cx.executor, cx.clock, &make_blocks)?;
+    s6_deferred::log(cx.log, &report);
     let node_index = |nid| layout.nodes().iter().position(|n| n.nid == nid);
-    s6_deferred::record(facts, &report, node_index);
-    let (blocks, start, end) = created
+    s6_deferred::record(cx.facts, &report, Phase::DeferredInit, node_index);
+    if cx.mode.workers == InitMode::InitAndFree {
+        let done = report.workers.iter().map(|w| w.end_ns).max();
+        cx.facts
+            .record(|f| f.allocatable_ns = done.unwrap_or_else(|| cx.clock.now_ns()));
+    }
+    let blocks = created
         .into_inner()
         .expect("the boot CPU's job created the memory blocks")?;
-    facts.phase(Phase::MemoryBlocks, BOOT_CPU, None, start, end);
-    s7_memory_blocks::log(log, &blocks, end - start);
-    let free_pages = di.buddy().nr_free_pages_total();
-    let present_pages = layout.present_pages();
-    log.line(format_args!(
-        "Memory: {}K/{}K available ({}K reserved)",
-        free_pages * 4,
-        present_pages * 4,
-        (present_pages - free_pages.min(present_pages)) * 4
+    finish_blocks(blocks, di, layout, cx);
+    Ok(())
+}
+
+/// Stages 6 and 7 for `ondemand`: the deferred memory stays in the pool,
+/// all of it reachable by the allocator already; the boot CPU creates the
+/// memory blocks.
+fn pool_and_blocks(
+    di: &DeferredInit<'_, WindowBacking>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    cx: &Ctx<'_>,
+) -> Result<(), PipelineError> {
+    let now = cx.clock.now_ns();
+    cx.facts.record(|f| f.allocatable_ns = now);
+    let windows: u64 = di.report().nodes.iter().map(|n| n.nr_windows).sum();
+    cx.log.line(format_args!(
+        "ondemand: {} pages in {} block windows of {} nodes handed to the allocator untouched; every page allocatable at {} us",
+        di.pool_pages(),
+        windows,
+        di.plan().nodes().len(),
+        now / 1000
     ));
-    facts.record(|f| {
+    let blocks = create_blocks(mb, cx.opts.memory_block_size, cx.clock)?;
+    finish_blocks(blocks, di, layout, cx);
+    Ok(())
+}
+
+/// Log and record the memory blocks and what the allocator holds.
+fn finish_blocks(
+    (blocks, start, end): (MemoryBlocks, u64, u64),
+    di: &DeferredInit<'_, WindowBacking>,
+    layout: &ZoneLayout,
+    cx: &Ctx<'_>,
+) {
+    cx.facts
+        .phase(Phase::MemoryBlocks, BOOT_CPU, None, start, end);
+    s7_memory_blocks::log(cx.log, &blocks, end - start);
+    let free_pages = di.buddy().nr_free_pages_total();
+    let pool_free: u64 = di
+        .pool_pieces()
+        .filter(|p| !p.piece.reserved)
+        .map(|p| p.piece.pfns.nr_pages())
+        .sum();
+    let present_pages = layout.present_pages();
+    let available = free_pages + pool_free;
+    cx.log.line(format_args!(
+        "Memory: {}K/{}K available ({}K reserved)",
+        available * 4,
+        present_pages * 4,
+        (present_pages - available.min(present_pages)) * 4
+    ));
+    cx.facts.record(|f| {
         f.memory_block_ns = end - start;
         f.memory_block_size = blocks.block_size().bytes();
         f.nr_memory_blocks = blocks.len() as u64;
         f.free_pages = free_pages;
     });
+}
+
+/// After every page is allocatable: the allocation test and, with
+/// `ondemand_drain=on`, draining the rest of the pool; then the final
+/// pool and growth figures.
+fn after_boot(
+    di: &DeferredInit<'_, WindowBacking>,
+    layout: &ZoneLayout,
+    cx: &Ctx<'_>,
+) -> Result<(), PipelineError> {
+    let drain = cx.mode.deferral == Deferral::Pool && cx.opts.ondemand_drain == Drain::On;
+    if cx.opts.alloc_test_bytes > 0 && cx.mode.workers == InitMode::InitAndFree {
+        let report = s9_alloc_test::run(
+            di,
+            layout,
+            cx.executor,
+            cx.clock,
+            cx.opts.alloc_test_bytes,
+            drain,
+            cx.facts,
+        );
+        s9_alloc_test::log(cx.log, &report, cx.executor.nr_cpus(), drain);
+        cx.facts.record(|f| f.alloc_test = report);
+    }
+    if drain {
+        let report = s6_deferred::run(di, cx.executor, cx.clock, &|| {})?;
+        let node_index = |nid| layout.nodes().iter().position(|n| n.nid == nid);
+        s6_deferred::record(cx.facts, &report, Phase::Drain, node_index);
+        cx.log.line(format_args!(
+            "ondemand: drain workers initialised {} pages in {} ms",
+            report.workers.iter().map(|w| w.nr_pages).sum::<u64>(),
+            report.total_wall_ns / 1_000_000
+        ));
+    }
+    let report = di.report();
+    let grown_pages: u64 = report.nodes.iter().map(|n| n.nr_grown_pages).sum();
+    let grown_windows: u64 = report.nodes.iter().map(|n| n.nr_grown_windows).sum();
+    let pool_pages = di.pool_pages();
+    cx.facts.record(|f| {
+        f.grown_pages = grown_pages;
+        f.pool_pages = pool_pages;
+        f.drained_pages = if drain {
+            report.workers.iter().map(|w| w.nr_pages).sum()
+        } else {
+            0
+        };
+    });
+    if cx.mode.deferral == Deferral::Pool {
+        cx.log.line(format_args!(
+            "ondemand: {} pages initialised by allocations in {} growth steps; {} pages never touched",
+            grown_pages, grown_windows, pool_pages
+        ));
+    }
     Ok(())
 }

@@ -25,13 +25,24 @@ pub enum EagerWork {
     Touch,
 }
 
+/// What becomes of the memory the boot CPU leaves uninitialised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deferral {
+    /// Per-node workers initialise it during boot (`deferred`, `touch`; the
+    /// strategies that initialise everything leave nothing).
+    Workers,
+    /// It goes to the allocator untouched; allocations initialise what they
+    /// take (`ondemand`).
+    Pool,
+}
+
 /// What a `memmap=` mode does in every stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModePlan {
     pub eager: EagerWork,
-    /// What the deferred-init workers do with what the boot CPU left
-    /// (nothing is left by the strategies that initialise everything).
+    /// What deferred init does with each page, whoever runs it.
     pub workers: InitMode,
+    pub deferral: Deferral,
     /// The mode writes Linux state that verification can check.
     pub verifiable: bool,
 }
@@ -42,22 +53,32 @@ impl ModePlan {
             MemmapMode::Deferred => ModePlan {
                 eager: EagerWork::Strategy(Strategy::Deferred),
                 workers: InitMode::InitAndFree,
+                deferral: Deferral::Workers,
                 verifiable: true,
             },
             MemmapMode::Regions => ModePlan {
                 eager: EagerWork::Strategy(Strategy::Regions),
                 workers: InitMode::InitAndFree,
+                deferral: Deferral::Workers,
                 verifiable: true,
             },
             MemmapMode::PerPfn => ModePlan {
                 eager: EagerWork::Strategy(Strategy::PerPfn),
                 workers: InitMode::InitAndFree,
+                deferral: Deferral::Workers,
                 verifiable: true,
             },
             MemmapMode::Touch => ModePlan {
                 eager: EagerWork::Touch,
                 workers: InitMode::Touch,
+                deferral: Deferral::Workers,
                 verifiable: false,
+            },
+            MemmapMode::OnDemand => ModePlan {
+                eager: EagerWork::Strategy(Strategy::Deferred),
+                workers: InitMode::InitAndFree,
+                deferral: Deferral::Pool,
+                verifiable: true,
             },
         }
     }

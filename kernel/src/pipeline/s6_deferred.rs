@@ -32,26 +32,29 @@ pub fn run<B: MemmapBacking>(
     Ok(di.report())
 }
 
-/// Record the report in the facts (per node and per worker).
-pub fn record(facts: &Facts, report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
+/// Record the report in the facts (per node, and each worker that claimed
+/// work as a `phase` span).
+pub fn record(
+    facts: &Facts,
+    report: &DeferredReport,
+    phase: Phase,
+    node_index: impl Fn(u32) -> Option<usize>,
+) {
     facts.record(|f| {
         f.deferred_ns = report.total_wall_ns;
         f.deferred_workers = report.workers.len() as u64;
-        f.grown_pages = report.nodes.iter().map(|n| n.nr_grown_pages).sum();
         for n in &report.nodes {
             if let Some(slot) = node_index(n.nid).and_then(|i| f.node_deferred_ns.get_mut(i)) {
                 *slot = n.wall_ns;
             }
         }
     });
-    for w in report.workers.iter().filter(|w| w.finished) {
-        facts.phase(
-            Phase::DeferredInit,
-            w.cpu,
-            Some(w.nid),
-            w.start_ns,
-            w.end_ns,
-        );
+    for w in report
+        .workers
+        .iter()
+        .filter(|w| w.finished && w.nr_claims > 0)
+    {
+        facts.phase(phase, w.cpu, Some(w.nid), w.start_ns, w.end_ns);
     }
 }
 

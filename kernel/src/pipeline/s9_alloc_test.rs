@@ -1,0 +1,430 @@
+//! Stage 9, the allocation test: what allocations pay for how memory was
+//! initialised. On every node, in turn, all CPUs at once allocate the
+//! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
+//! round of 16 MiB, interleaved), timing every allocation, then free
+//! everything back. Under `ondemand` the first allocations of a node grow
+//! it out of the untouched pool; with `ondemand_drain=on` every CPU also
+//! takes one drain claim after each of its rounds, so growth and draining
+//! race on the same claims.
+//!
+//! Latencies go into log-linear histograms (64 sub-buckets per power of
+//! two: p50/p99 within 1.6 %, the maximum exact), shared by all CPUs with
+//! atomic counters, so the test needs no memory per allocation beyond the
+//! list of blocks to free.
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use deferred_init::{Clock, CpuId, DeferredInit, Executor};
+use memmap::store::MemmapBacking;
+use memmap::zones::ZoneLayout;
+use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER, PAGE_SHIFT};
+
+use crate::options::ALLOC_TEST_ROUND_BYTES;
+
+use super::facts::{Facts, Phase};
+use super::seams::Log;
+
+/// The orders the test mixes, and the summary's `alloc_orders`.
+pub const ORDERS: [u32; 4] = [0, 3, 9, MAX_ORDER];
+/// Per round, 4 MiB of each order.
+const ROUND_PAGES: u64 = ALLOC_TEST_ROUND_BYTES >> PAGE_SHIFT;
+const PAGES_PER_ORDER_PER_ROUND: u64 = ROUND_PAGES / ORDERS.len() as u64;
+
+/// Sub-buckets per power of two (2^6: relative error below 1/64).
+const SUB_BITS: u32 = 6;
+const SUB: u64 = 1 << SUB_BITS;
+/// Values up to 2^40 ns (18 minutes) are bucketed; larger ones clamp.
+const MAX_EXP: u32 = 40;
+const NR_BUCKETS: usize = (SUB + (MAX_EXP - SUB_BITS + 1) as u64 * SUB) as usize;
+
+/// A log-linear histogram of nanosecond latencies, shared between CPUs.
+pub struct Histogram {
+    buckets: Vec<AtomicU32>,
+    count: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Histogram {
+    pub fn new() -> Self {
+        Self {
+            buckets: (0..NR_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            count: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+        }
+    }
+
+    fn bucket(v: u64) -> usize {
+        if v < SUB {
+            return v as usize;
+        }
+        let exp = (63 - v.leading_zeros()).min(MAX_EXP);
+        let v = v.min((1 << (MAX_EXP + 1)) - 1);
+        let sub = (v >> (exp - SUB_BITS)) & (SUB - 1);
+        (SUB + (exp - SUB_BITS) as u64 * SUB + sub) as usize
+    }
+
+    /// The largest value bucket `b` holds (what percentiles report).
+    fn bucket_top(b: usize) -> u64 {
+        let b = b as u64;
+        if b < SUB {
+            return b;
+        }
+        let exp = (b - SUB) / SUB + SUB_BITS as u64;
+        let sub = (b - SUB) % SUB;
+        ((SUB + sub + 1) << (exp - SUB_BITS as u64)) - 1
+    }
+
+    pub fn record(&self, ns: u64) {
+        self.buckets[Self::bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.max.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// The value at or below which a fraction `per_mille / 1000` of the
+    /// samples lie (the top of that sample's bucket, capped at the max).
+    pub fn percentile(&self, per_mille: u64) -> u64 {
+        let count = self.count();
+        if count == 0 {
+            return 0;
+        }
+        let rank = (count * per_mille).div_ceil(1000).max(1);
+        let mut seen = 0;
+        for (b, n) in self.buckets.iter().enumerate() {
+            seen += n.load(Ordering::Relaxed) as u64;
+            if seen >= rank {
+                return Self::bucket_top(b).min(self.max());
+            }
+        }
+        self.max()
+    }
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One order's figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderFigures {
+    pub order: u32,
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Block windows the allocations of this order initialised.
+    pub growth_steps: u64,
+}
+
+impl OrderFigures {
+    const fn none(order: u32) -> Self {
+        OrderFigures {
+            order,
+            count: 0,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            growth_steps: 0,
+        }
+    }
+}
+
+/// What the test did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocTestReport {
+    /// Bytes asked for per node (the option), and allocated on all nodes.
+    pub bytes_per_node: u64,
+    pub allocated_pages: u64,
+    pub nr_nodes: usize,
+    pub failed: u64,
+    pub orders: [OrderFigures; 4],
+    pub wall_ns: u64,
+}
+
+impl AllocTestReport {
+    /// The figures of a test that did not run.
+    pub const NOT_RUN: AllocTestReport = AllocTestReport {
+        bytes_per_node: 0,
+        allocated_pages: 0,
+        nr_nodes: 0,
+        failed: 0,
+        orders: [
+            OrderFigures::none(ORDERS[0]),
+            OrderFigures::none(ORDERS[1]),
+            OrderFigures::none(ORDERS[2]),
+            OrderFigures::none(ORDERS[3]),
+        ],
+        wall_ns: 0,
+    };
+}
+
+/// A held block: head PFN and order, packed (orders fit in 6 bits).
+fn pack(pfn: Pfn, order: u32) -> u64 {
+    (pfn << 6) | order as u64
+}
+
+fn unpack(v: u64) -> (Pfn, u32) {
+    (v >> 6, (v & 63) as u32)
+}
+
+/// The shared state of one node's run.
+struct NodeRun<'a, B> {
+    di: &'a DeferredInit<'a, B>,
+    clock: &'a dyn Clock,
+    nid: NodeId,
+    zone: ZoneType,
+    nr_rounds: u64,
+    next_round: AtomicU64,
+    histograms: &'a [Histogram; 4],
+    growth_steps: &'a [AtomicU64; 4],
+    failed: AtomicU64,
+    drain: bool,
+}
+
+impl<B: MemmapBacking> NodeRun<'_, B> {
+    fn alloc(&self, slot: usize, held: &mut Vec<u64>) {
+        let order = ORDERS[slot];
+        let t0 = self.clock.now_ns();
+        let r = self.di.alloc_pages_counted(self.nid, self.zone, order);
+        let ns = self.clock.now_ns().saturating_sub(t0);
+        match r {
+            Ok(a) => {
+                self.histograms[slot].record(ns);
+                self.growth_steps[slot].fetch_add(a.growth_steps.into(), Ordering::Relaxed);
+                held.push(pack(a.pfn, order));
+            }
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// One round: 4 MiB of each order, interleaved.
+    fn round(&self, held: &mut Vec<u64>) {
+        let per = |slot: usize| PAGES_PER_ORDER_PER_ROUND >> ORDERS[slot];
+        let n0 = per(0);
+        for i in 0..n0 {
+            self.alloc(0, held);
+            for slot in 1..ORDERS.len() {
+                if i % (n0 / per(slot)) == 0 {
+                    self.alloc(slot, held);
+                }
+            }
+        }
+    }
+
+    /// This CPU's share: rounds until none is left, a drain claim after each.
+    fn cpu_share(&self, cpu: CpuId, held: &mut Vec<u64>) {
+        let drainers: Vec<usize> = self.di.cpu_workers(cpu).collect();
+        let mut turn = 0;
+        while self.next_round.fetch_add(1, Ordering::Relaxed) < self.nr_rounds {
+            self.round(held);
+            if self.drain && !drainers.is_empty() {
+                // Indices come from the plan, so the step cannot fail.
+                let _ = self
+                    .di
+                    .worker_step(drainers[turn % drainers.len()], self.clock);
+                turn += 1;
+            }
+        }
+    }
+}
+
+/// Allocations one round makes.
+const ALLOCS_PER_ROUND: u64 = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < ORDERS.len() {
+        n += PAGES_PER_ORDER_PER_ROUND >> ORDERS[i];
+        i += 1;
+    }
+    n
+};
+
+/// Run the test on every node of `layout`: at most `bytes_per_node` each,
+/// and at most half of what the node can allocate, so it never drives a
+/// node out of memory.
+pub fn run<B: MemmapBacking>(
+    di: &DeferredInit<'_, B>,
+    layout: &ZoneLayout,
+    executor: &dyn Executor,
+    clock: &dyn Clock,
+    bytes_per_node: u64,
+    drain: bool,
+    facts: &Facts,
+) -> AllocTestReport {
+    let histograms: [Histogram; 4] = core::array::from_fn(|_| Histogram::new());
+    let growth_steps: [AtomicU64; 4] = core::array::from_fn(|_| AtomicU64::new(0));
+    let mut report = AllocTestReport {
+        bytes_per_node,
+        nr_nodes: layout.nodes().len(),
+        ..AllocTestReport::NOT_RUN
+    };
+    let start = clock.now_ns();
+    for node in layout.nodes() {
+        let Some(zone) = layout.highest_zone(node.nid) else {
+            continue;
+        };
+        let allocatable =
+            di.buddy().nr_free_pages(node.nid, zone.zone) + di.pool_free_pages(node.nid, zone.zone);
+        let pages = (bytes_per_node >> PAGE_SHIFT).min(allocatable / 2);
+        let run = NodeRun {
+            di,
+            clock,
+            nid: node.nid,
+            zone: zone.zone,
+            nr_rounds: pages / ROUND_PAGES,
+            next_round: AtomicU64::new(0),
+            histograms: &histograms,
+            growth_steps: &growth_steps,
+            failed: AtomicU64::new(0),
+            drain,
+        };
+        report.allocated_pages += run_node(&run, executor, facts);
+        report.failed += run.failed.load(Ordering::Relaxed);
+    }
+    report.wall_ns = clock.now_ns() - start;
+    for (slot, order) in ORDERS.into_iter().enumerate() {
+        let h = &histograms[slot];
+        report.orders[slot] = OrderFigures {
+            order,
+            count: h.count(),
+            p50_ns: h.percentile(500),
+            p99_ns: h.percentile(990),
+            max_ns: h.max(),
+            growth_steps: growth_steps[slot].load(Ordering::Relaxed),
+        };
+    }
+    report
+}
+
+/// One node: allocate on all CPUs, then free on all CPUs. Returns the
+/// pages allocated.
+fn run_node<B: MemmapBacking>(run: &NodeRun<'_, B>, executor: &dyn Executor, facts: &Facts) -> u64 {
+    let nr_cpus = executor.nr_cpus() as u64;
+    let per_cpu = (run.nr_rounds.div_ceil(nr_cpus.max(1)) * ALLOCS_PER_ROUND) as usize;
+    let lists: Vec<spin::Mutex<Vec<u64>>> = (0..nr_cpus)
+        .map(|_| spin::Mutex::new(Vec::with_capacity(per_cpu)))
+        .collect();
+    executor.on_each_cpu(&|cpu| {
+        let start = run.clock.now_ns();
+        let mut held = lists[cpu as usize].lock();
+        run.cpu_share(cpu, &mut held);
+        let end = run.clock.now_ns();
+        facts.phase(Phase::AllocTest, cpu, Some(run.nid), start, end);
+    });
+    let pages = lists
+        .iter()
+        .flat_map(|l| {
+            l.lock()
+                .iter()
+                .map(|&v| 1u64 << unpack(v).1)
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    executor.on_each_cpu(&|cpu| {
+        for &v in lists[cpu as usize].lock().iter() {
+            let (pfn, order) = unpack(v);
+            // Blocks this CPU allocated above and nobody else touched.
+            let _ = run.di.free_pages(pfn, order);
+        }
+    });
+    pages
+}
+
+/// The stage's log lines: what was allocated, then a line per order.
+pub fn log(log: &dyn Log, r: &AllocTestReport, nr_cpus: usize, drain: bool) {
+    log.line(format_args!(
+        "alloc_test: {} MiB per node asked, {} MiB allocated on {} nodes from {} CPUs in {} ms{}{}",
+        r.bytes_per_node >> 20,
+        r.allocated_pages >> (20 - PAGE_SHIFT),
+        r.nr_nodes,
+        nr_cpus,
+        r.wall_ns / 1_000_000,
+        if drain {
+            ", pool drained meanwhile"
+        } else {
+            ""
+        },
+        if r.failed > 0 {
+            " (some allocations failed)"
+        } else {
+            ""
+        },
+    ));
+    for o in &r.orders {
+        log.line(format_args!(
+            "alloc_test: order {:2}: {} allocations, p50 {} ns, p99 {} ns, max {} ns, {} growth steps",
+            o.order, o.count, o.p50_ns, o.p99_ns, o.max_ns, o.growth_steps
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_within_one_sixty_fourth() {
+        for v in [
+            0u64,
+            1,
+            63,
+            64,
+            65,
+            127,
+            128,
+            1000,
+            123_456,
+            1 << 30,
+            (1 << 40) + 5,
+        ] {
+            let b = Histogram::bucket(v);
+            let top = Histogram::bucket_top(b);
+            assert!(top >= v.min((1 << 41) - 1), "{v}: top {top}");
+            assert!(top - v.min(top) <= v / 64, "{v}: bucket top {top} too far");
+            if b > 0 {
+                assert!(
+                    Histogram::bucket_top(b - 1) < v,
+                    "{v} belongs to bucket {b}"
+                );
+            }
+        }
+        assert!(Histogram::bucket(u64::MAX) < NR_BUCKETS);
+    }
+
+    #[test]
+    fn percentiles_of_a_known_distribution() {
+        let h = Histogram::new();
+        for v in 1..=1000u64 {
+            h.record(v * 100);
+        }
+        // Exact p50 is 50_000 and p99 99_000; buckets round up by < 1/64.
+        let (p50, p99) = (h.percentile(500), h.percentile(990));
+        assert!((50_000..=50_000 + 50_000 / 64).contains(&p50), "{p50}");
+        assert!((99_000..=99_000 + 99_000 / 64).contains(&p99), "{p99}");
+        assert_eq!(h.max(), 100_000);
+        assert_eq!(h.percentile(1000), 100_000);
+        assert_eq!(Histogram::new().percentile(500), 0);
+    }
+
+    #[test]
+    fn a_round_is_4mib_of_each_order() {
+        for (slot, order) in ORDERS.into_iter().enumerate() {
+            let n = PAGES_PER_ORDER_PER_ROUND >> order;
+            assert_eq!(n << order << PAGE_SHIFT, 4 << 20, "slot {slot}");
+        }
+        assert_eq!(ALLOCS_PER_ROUND, 1024 + 128 + 2 + 1);
+        assert_eq!(unpack(pack(0x3_ffff_ffff, 10)), (0x3_ffff_ffff, 10));
+    }
+}

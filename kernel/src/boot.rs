@@ -10,7 +10,6 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
-use linked_list_allocator::LockedHeap;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::bootmap::{self, MapLine};
@@ -23,6 +22,7 @@ use memmap::firmware::NodeAffinity;
 use memmap::NodeId;
 
 use crate::exit::{exit, ExitCode};
+use crate::heap::KernelHeap;
 use crate::mm::{KernelMapper, SerialLog, SmpCpus, TscClock};
 use crate::{fw_cfg, interrupts, serial, smp, tsc};
 
@@ -38,8 +38,8 @@ pub static BOOTLOADER_CONFIG: BootloaderConfig = {
 bootloader_api::entry_point!(kernel_main, config = &BOOTLOADER_CONFIG);
 
 #[global_allocator]
-static HEAP: LockedHeap = LockedHeap::empty();
-const HEAP_MAX_BYTES: u64 = 64 << 20;
+static HEAP: KernelHeap = KernelHeap::empty();
+/// Below this the boot cannot even parse ACPI.
 const HEAP_MIN_BYTES: u64 = 4 << 20;
 
 /// What the summary line reports; filled in as the boot learns it, so a
@@ -70,6 +70,8 @@ fn finish(status: &str, code: ExitCode) -> ! {
         cpus: BOOT_FACTS.cpus.load(Ordering::Relaxed),
         ap_online: BOOT_FACTS.ap_online.load(Ordering::Relaxed),
         tsc_khz: tsc::khz(),
+        heap_bytes: HEAP.size_bytes(),
+        heap_peak_bytes: HEAP.peak_bytes(),
     };
     let total_ns = tsc::ns_since_entry();
     // Memory-init keys are always present (zero / "none" when the boot
@@ -91,6 +93,13 @@ pub fn fail(status: &str) -> ! {
 #[panic_handler]
 fn panic(info: &PanicInfo) -> ! {
     serial::emergency_log(format_args!("PANIC: {info}"));
+    if let Some(bytes) = HEAP.failed_bytes() {
+        serial::emergency_log(format_args!(
+            "heap: a {bytes}-byte allocation failed (peak use {} KiB); the heap is sized from the memory map by bootmap::heap_bytes, which is too small for this machine: report it with this log",
+            HEAP.peak_bytes() >> 10
+        ));
+        fail("no_memory")
+    }
     fail("panic")
 }
 
@@ -137,32 +146,52 @@ fn print_memory_map(regions: &MemoryRegions) {
     }
 }
 
-/// Carve the heap out of the largest usable region (4–64 MiB, 2 MiB aligned).
+/// Carve the heap out of the largest usable region, 2 MiB aligned, sized
+/// for the map (without the per-CPU part: see [`grow_heap_for_cpus`]).
 fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservation, BootError> {
+    let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let region = regions
         .iter()
         .filter(|r| r.kind == MemoryRegionKind::Usable)
         .max_by_key(|r| r.end - r.start);
     let start = region.map_or(0, |r| (r.start + 0x1f_ffff) & !0x1f_ffff);
-    let bytes = region.map_or(0, |r| r.end.saturating_sub(start).min(HEAP_MAX_BYTES));
+    let room = region.map_or(0, |r| r.end.saturating_sub(start));
+    let bytes = bootmap::heap_bytes(max_end, 0).min(room);
     if bytes < HEAP_MIN_BYTES {
         return Err(BootError::NoMemory {
-            largest_bytes: bytes,
+            largest_bytes: room,
             needed_bytes: HEAP_MIN_BYTES,
         });
     }
     // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
     // bootloader hands it over free) and the physical-memory mapping at
     // `phys_offset` makes it accessible; init happens once, before any allocation.
-    unsafe {
-        HEAP.lock()
-            .init((phys_offset + start) as *mut u8, bytes as usize)
-    };
+    unsafe { HEAP.init((phys_offset + start) as *mut u8, bytes as usize) };
     Ok(EarlyReservation {
         base: start,
         size: bytes,
         what: "kernel heap",
     })
+}
+
+/// Add the per-CPU part of the heap (AP stacks) once ACPI has said how many
+/// CPUs there are, if the region the heap lives in has room.
+fn grow_heap_for_cpus(regions: &MemoryRegions, heap: &mut EarlyReservation, nr_cpus: usize) {
+    let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
+    let wanted = bootmap::heap_bytes(max_end, nr_cpus);
+    let top = heap.base + heap.size;
+    let room = regions
+        .iter()
+        .find(|r| r.kind == MemoryRegionKind::Usable && r.start <= heap.base && top <= r.end)
+        .map_or(0, |r| r.end - top);
+    let grow = wanted.saturating_sub(heap.size).min(room);
+    if grow > 0 {
+        // SAFETY: [top, top + grow) lies in the same usable region as the
+        // heap, right above it, and nothing else was carved from it; the
+        // physical-memory mapping covers it.
+        unsafe { HEAP.extend(grow as usize) };
+        heap.size += grow;
+    }
 }
 
 fn trigger_test_fault(fault: TestFault) {
@@ -341,18 +370,21 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         mem_bytes >> 20
     );
     let heap = init_heap(regions, phys_offset)?;
-    kprintln!(
-        "heap: [mem {:#018x}-{:#018x}] {} MiB",
-        heap.base,
-        heap.base + heap.size - 1,
-        heap.size >> 20
-    );
     let cmdline = fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}")))?;
     kprintln!("Kernel command line: {cmdline}");
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);
 
     let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions)?;
+    let mut heap = heap;
+    grow_heap_for_cpus(regions, &mut heap, acpi_info.cpus.len().max(1));
+    kprintln!(
+        "heap: [mem {:#018x}-{:#018x}] {} MiB, sized for the map and {} CPUs",
+        heap.base,
+        heap.base + heap.size - 1,
+        heap.size >> 20,
+        acpi_info.cpus.len().max(1)
+    );
     let smp = smp::start_aps(&acpi_info, phys_offset, regions)?;
     BOOT_FACTS
         .ap_online
@@ -405,6 +437,12 @@ fn run_pipeline(
         log: &SerialLog,
         cpu_nodes: &cpu_nodes,
     };
-    pipeline::run(&input, machine, &MM_FACTS)?;
+    let result = pipeline::run(&input, machine, &MM_FACTS);
+    kprintln!(
+        "heap: peak {} KiB of {} KiB",
+        HEAP.peak_bytes() >> 10,
+        HEAP.size_bytes() >> 10
+    );
+    result?;
     Ok(())
 }

@@ -99,6 +99,22 @@ pub fn firmware_entries(regions: &[MemoryRegion]) -> Vec<FirmwareEntry> {
         .collect()
 }
 
+/// Heap the kernel gives itself for a machine whose memory map ends at
+/// `max_end` bytes, with up to `nr_cpus` CPUs: a fixed part for ACPI, the
+/// options and the report, 64 KiB + 96 KiB of stacks per CPU (kernel and
+/// IST stacks of the APs), and 160 bytes per 128 MiB section of the map's
+/// span for the per-section tables (deferred-init pieces and claim
+/// counters, the pageblock bits, the present-section set, verification's
+/// scan list). Sized so that the host-measured peak of the pipeline stays
+/// below half of it (kernel/tests/host_heap.rs).
+pub const fn heap_bytes(max_end: u64, nr_cpus: usize) -> u64 {
+    const FIXED: u64 = 16 << 20;
+    const PER_CPU: u64 = 160 << 10;
+    const PER_SECTION: u64 = 160;
+    let sections = max_end.div_ceil(1 << memmap::SECTION_SIZE_BITS);
+    (FIXED + PER_CPU * nr_cpus as u64 + PER_SECTION * sections).next_multiple_of(2 << 20)
+}
+
 /// RAM in the map: free frames plus those the bootloader occupies.
 pub fn ram_bytes(regions: &[MemoryRegion]) -> u64 {
     regions

@@ -30,6 +30,8 @@ mod exit;
 #[cfg(target_os = "none")]
 mod fw_cfg;
 #[cfg(target_os = "none")]
+mod heap;
+#[cfg(target_os = "none")]
 mod interrupts;
 #[cfg(target_os = "none")]
 mod mm;

@@ -116,6 +116,9 @@ pub struct BootFacts {
     pub cpus: u64,
     pub ap_online: u64,
     pub tsc_khz: u64,
+    /// The kernel heap's size and its peak use.
+    pub heap_bytes: u64,
+    pub heap_peak_bytes: u64,
 }
 
 /// The `memboot-summary:` object. Keys are a contract: add, never rename
@@ -183,6 +186,8 @@ pub fn write_summary<W: Write>(
     o.u64_array("alloc_p99_ns", a.orders.iter().map(|f| f.p99_ns))?;
     o.u64_array("alloc_max_ns", a.orders.iter().map(|f| f.max_ns))?;
     o.u64_array("alloc_grow_steps", a.orders.iter().map(|f| f.growth_steps))?;
+    o.u64("heap_bytes", boot.heap_bytes)?;
+    o.u64("heap_peak_bytes", boot.heap_peak_bytes)?;
     o.end()
 }
 
@@ -208,7 +213,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 43] = [
+    const CONTRACT_KEYS: [&str; 45] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -252,6 +257,8 @@ mod tests {
         "alloc_p99_ns",
         "alloc_max_ns",
         "alloc_grow_steps",
+        "heap_bytes",
+        "heap_peak_bytes",
     ];
 
     #[test]

@@ -9,185 +9,15 @@
 //! kernel's summary line reports. The expected values come from the kernel,
 //! not from the code under test.
 
-use deferred_init::host::{StdClock, ThreadExecutor};
-use memboot_kernel::bootmap::kind_of_name;
-use memboot_kernel::options::{self, Options};
-use memboot_kernel::pipeline::facts::{Facts, MmFacts, VerifyOutcome};
+mod common;
+
+use common::{load, run_on_host, Fixture};
+use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
-use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
-use memboot_kernel::pipeline::{
-    self, s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks,
-};
-use memboot_kernel::pipeline::{Input, Machine};
-use memmap::firmware::{FirmwareEntry, NodeAffinity};
+use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
 use memmap::pageblock::PageblockMaps;
 use memmap::store::Memmap;
 use memmap::NodeId;
-
-/// A boot as its serial log describes it.
-struct Fixture {
-    name: &'static str,
-    map: Vec<FirmwareEntry>,
-    affinity: Option<Vec<NodeAffinity>>,
-    heap: EarlyReservation,
-    phys_addr_bits: u32,
-    /// Node of each CPU, BSP first (the kernel's CPU order).
-    cpu_nodes: Vec<NodeId>,
-    opts: Options,
-    summary: serde_json::Value,
-}
-
-/// `[    1.234567] message` → `message`.
-fn message(line: &str) -> &str {
-    line.split_once("] ").map_or(line, |(_, m)| m)
-}
-
-/// `[mem 0xSTART-0xEND] rest` → (start, end + 1, rest).
-fn mem_range(msg: &str) -> Option<(u64, u64, &str)> {
-    let rest = &msg[msg.find("[mem ")? + 5..];
-    let (start, rest) = rest.split_once('-')?;
-    let (end, rest) = rest.split_once(']')?;
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    Some((hex(start)?, hex(end)? + 1, rest.trim()))
-}
-
-fn load(name: &'static str) -> Fixture {
-    let path = format!("{}/tests/fixtures/{name}.log", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let msgs: Vec<&str> = text
-        .lines()
-        .map(|l| message(l.trim_end_matches('\r')))
-        .collect();
-    let header = msgs
-        .iter()
-        .position(|m| m.contains("physical RAM map"))
-        .unwrap_or_else(|| panic!("{name}: no memory-map header"));
-    let map: Vec<FirmwareEntry> = msgs[header + 1..]
-        .iter()
-        .map_while(|m| mem_range(m))
-        .map(|(start, end, kind)| {
-            let kind = kind.split(" (e820 type").next().unwrap();
-            let kind = kind.split(" (EFI type").next().unwrap();
-            let kind = kind_of_name(kind).unwrap_or_else(|| panic!("{name}: kind '{kind}'"));
-            FirmwareEntry::new(start, end - start, kind)
-        })
-        .collect();
-    assert!(map.len() >= 3, "{name}: memory map too short");
-    let affinity: Vec<NodeAffinity> = msgs
-        .iter()
-        .filter(|m| m.starts_with("NUMA:") && m.contains("-> node "))
-        .map(|m| {
-            let (start, end, rest) = mem_range(m).unwrap();
-            let nid = rest.trim_start_matches("-> node ").parse().unwrap();
-            NodeAffinity::new(start, end - start, nid)
-        })
-        .collect();
-    let find = |prefix: &str| {
-        msgs.iter()
-            .find(|m| m.starts_with(prefix))
-            .unwrap_or_else(|| panic!("{name}: no '{prefix}' line"))
-    };
-    let (heap_start, heap_end, _) = mem_range(find("heap: ")).unwrap();
-    let phys_addr_bits = find("memblock: ")
-        .split("phys bits ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut cpu_nodes = Vec::new();
-    for m in msgs.iter().filter(|m| m.starts_with("NUMA: node ")) {
-        // "NUMA: node N: X MiB usable RAM, K CPUs (APIC ids [...])"
-        let nid: NodeId = m["NUMA: node ".len()..]
-            .split(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        let k: usize = m
-            .split(", ")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        cpu_nodes.extend(std::iter::repeat_n(nid, k));
-    }
-    let cmdline = find("Kernel command line: ")["Kernel command line: ".len()..].to_string();
-    let opts = options::parse(&cmdline).expect("the kernel accepted this command line");
-    let summary: serde_json::Value = text
-        .lines()
-        .find_map(|l| l.strip_prefix("memboot-summary: "))
-        .map(|j| serde_json::from_str(j).unwrap())
-        .unwrap_or_else(|| panic!("{name}: no summary"));
-    assert_eq!(
-        summary["status"], "ok",
-        "{name}: the fixture boot succeeded"
-    );
-    Fixture {
-        name,
-        map,
-        affinity: (!affinity.is_empty()).then_some(affinity),
-        heap: EarlyReservation {
-            base: heap_start,
-            size: heap_end - heap_start,
-            what: "kernel heap",
-        },
-        phys_addr_bits,
-        cpu_nodes,
-        opts,
-        summary,
-    }
-}
-
-impl Fixture {
-    fn reserve(&self) -> [EarlyReservation; 2] {
-        [
-            EarlyReservation {
-                base: 0,
-                size: 1 << 20,
-                what: "low 1 MiB",
-            },
-            self.heap,
-        ]
-    }
-    fn input<'a>(&'a self, reserve: &'a [EarlyReservation]) -> Input<'a> {
-        Input {
-            opts: &self.opts,
-            map: &self.map,
-            affinity: self.affinity.as_deref(),
-            phys_addr_bits: self.phys_addr_bits,
-            reserve,
-        }
-    }
-    fn kernel(&self, key: &str) -> u64 {
-        self.summary[key]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{}: summary key {key}", self.name))
-    }
-}
-
-/// Run the whole pipeline as the kernel did; return its facts and log.
-fn run_on_host(fx: &Fixture) -> (MmFacts, Vec<String>, HostMapper) {
-    let reserve = fx.reserve();
-    let input = fx.input(&reserve);
-    let mut mapper = HostMapper::new();
-    let executor = ThreadExecutor::new(fx.cpu_nodes.len());
-    let (clock, log, facts) = (StdClock::new(), VecLog::default(), Facts::new());
-    let machine = Machine {
-        mapper: &mut mapper,
-        executor: &executor,
-        clock: &clock,
-        log: &log,
-        cpu_nodes: &fx.cpu_nodes,
-    };
-    pipeline::run(&input, machine, &facts)
-        .unwrap_or_else(|e| panic!("{}: host pipeline failed: {e}\n{:#?}", fx.name, log.lines()));
-    let mm = facts.with(|f| f.clone()).unwrap();
-    (mm, log.lines(), mapper)
-}
 
 /// The summary keys that depend on the map and the code, not on time.
 fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
@@ -306,4 +136,43 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
         "resident {resident} B > {written} B written + {slack} B of page rounding"
     );
     drop(memmap);
+}
+
+/// A real 32 TiB, 16-node boot with `memmap=ondemand` replayed on the host:
+/// the same figures as the kernel, and only the eager and grown struct
+/// pages of a 512 GiB memmap ever written.
+#[test]
+fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_initialises() {
+    let fx = load("32t-16nodes-ondemand");
+    assert_eq!(fx.summary["strategy"], "ondemand");
+    let (mm, lines, mapper) = run_on_host(&fx);
+    assert_same_figures(&fx, &mm);
+    assert_eq!(mm.verify, VerifyOutcome::Ok);
+    assert_eq!(mm.nr_nodes, 16);
+    // Growth: at most what the allocation test allocated, plus one window
+    // per CPU and node that was mid-claim when the lists ran dry.
+    let window_pages = 1024;
+    let slack = window_pages * fx.cpu_nodes.len() as u64 * 16;
+    assert!(mm.alloc_test.allocated_pages > 0);
+    assert!(
+        mm.grown_pages <= mm.alloc_test.allocated_pages + slack,
+        "grown {} > allocated {} + {slack}",
+        mm.grown_pages,
+        mm.alloc_test.allocated_pages
+    );
+    assert_eq!(mm.pool_pages + mm.grown_pages, mm.deferred_pages);
+    // Written struct pages: eager, holes and grown windows, 64 B each, plus
+    // rounding to 4 KiB host pages at the ends of each initialised run.
+    let written = (mm.eager_pages + mm.hole_pages + mm.grown_pages) * 64;
+    let runs = 64 + mm.grown_pages / window_pages;
+    let resident = mapper.resident_bytes();
+    assert!(
+        resident <= written + runs * 2 * 4096,
+        "resident {resident} B, written {written} B: untouched struct pages were touched"
+    );
+    assert!(
+        mm.vmemmap_bytes == 512 << 30,
+        "the whole 512 GiB memmap is mapped"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("ondemand: ")));
 }

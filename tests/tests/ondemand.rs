@@ -1,0 +1,184 @@
+//! `memmap=ondemand` booted for real: every page allocatable right after the
+//! eager part, allocations growing nodes out of the untouched pool, the
+//! pool accounted by verification without reading it, up to 32 TiB on a
+//! 24 GiB host. Assertions are on counts and log structure only.
+
+use std::time::Duration;
+
+use memboot_tests::{boot, exit_code, Boot};
+
+/// Pages a growth step initialises at most (one max-order block window).
+const WINDOW_PAGES: u64 = 1024;
+/// Pages per order per 16 MiB round of the allocation test.
+const ORDERS: [u64; 4] = [0, 3, 9, 10];
+
+fn u64s(b: &Boot, key: &str) -> Vec<u64> {
+    b.summary()[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("summary key {key} is not an array\n{}", b.describe()))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+/// The per-zone verify lines, as numbers: (present, initialised, reserved,
+/// free, untouched), untouched 0 when the line has no pool part.
+fn zone_lines(b: &Boot) -> Vec<[u64; 5]> {
+    b.messages_with("verify: node ")
+        .filter(|m| m.contains(" present, "))
+        .map(|line| {
+            let count = |word: &str| -> u64 {
+                match line.split(&format!(" {word}")).next() {
+                    Some(before) if before.len() < line.len() => {
+                        before.rsplit(' ').next().unwrap().parse().unwrap()
+                    }
+                    _ => 0,
+                }
+            };
+            [
+                count("present,"),
+                count("initialised,"),
+                count("reserved,"),
+                count("free"),
+                count("untouched"),
+            ]
+        })
+        .collect()
+}
+
+/// Everything an on-demand boot must show.
+fn assert_ondemand(b: &Boot, nodes: u64) {
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "ok");
+    assert_eq!(b.summary_str("strategy"), "ondemand");
+    assert_eq!(b.summary_str("verify"), "ok", "{}", b.describe());
+    assert_eq!(b.summary_u64("nodes"), nodes);
+    let present = b.summary_u64("present_pages");
+    let eager = b.summary_u64("eager_pages");
+    let deferred = b.summary_u64("deferred_pages");
+    assert_eq!(eager + deferred, present);
+    assert_eq!(present, b.firmware_ram_pages(), "present pages from the logged map");
+    // Allocatable as soon as the eager part is handed over.
+    let allocatable = b.summary_u64("allocatable_ns");
+    assert!(allocatable > 0 && allocatable < b.summary_u64("total_ns"));
+    // Pool: what neither the boot CPU nor allocations nor drains touched.
+    let grown = b.summary_u64("grown_pages");
+    let drained = b.summary_u64("drained_pages");
+    assert_eq!(b.summary_u64("pool_pages") + grown + drained, deferred, "{}", b.describe());
+    // Per zone: initialised + untouched = present, free = initialised -
+    // reserved (computed here from the logged numbers), zones add up.
+    let zones = zone_lines(b);
+    assert!(!zones.is_empty(), "{}", b.describe());
+    for [p, i, r, f, u] in &zones {
+        assert_eq!(i + u, *p, "initialised + untouched = present\n{}", b.describe());
+        assert_eq!(*f, i - r, "free = initialised - reserved\n{}", b.describe());
+    }
+    assert_eq!(zones.iter().map(|z| z[0]).sum::<u64>(), present);
+    assert_eq!(zones.iter().map(|z| z[4]).sum::<u64>(), b.summary_u64("pool_pages"));
+}
+
+/// The allocation test's figures are present and consistent.
+fn assert_alloc_test(b: &Boot) {
+    assert_eq!(u64s(b, "alloc_orders"), ORDERS);
+    let counts = u64s(b, "alloc_count");
+    let pages: u64 = counts.iter().zip(ORDERS).map(|(c, o)| c << o).sum();
+    assert_eq!(pages, b.summary_u64("alloc_test_pages"), "{}", b.describe());
+    assert!(pages > 0, "{}", b.describe());
+    assert_eq!(b.summary_u64("alloc_test_failed"), 0);
+    // Equal bytes per order: 4 MiB of each per 16 MiB round.
+    for (c, o) in counts.iter().zip(ORDERS) {
+        assert_eq!(c << o, counts[0], "order {o}");
+    }
+    let (p50, p99, max) = (u64s(b, "alloc_p50_ns"), u64s(b, "alloc_p99_ns"), u64s(b, "alloc_max_ns"));
+    for i in 0..4 {
+        assert!(p50[i] <= p99[i] && p99[i] <= max[i], "order {}: p50 ≤ p99 ≤ max", ORDERS[i]);
+    }
+    assert_eq!(
+        b.messages_with("alloc_test: order ").count(),
+        4,
+        "a log line per order\n{}",
+        b.describe()
+    );
+    // Growth never initialises more than what was allocated plus the
+    // window each CPU had claimed on each node when its lists ran dry.
+    let steps: u64 = u64s(b, "alloc_grow_steps").iter().sum();
+    let slack = WINDOW_PAGES * b.summary_u64("cpus") * b.summary_u64("nodes");
+    let grown = b.summary_u64("grown_pages");
+    assert!(steps * WINDOW_PAGES >= grown, "at most one window per step");
+    assert!(grown <= pages + slack, "grown {grown} > allocated {pages} + {slack}");
+}
+
+#[test]
+fn ondemand_1g_one_node() {
+    let b = boot(&["-m", "1G", "--smp", "2"], &["memmap=ondemand"], Duration::from_secs(300));
+    assert_ondemand(&b, 1);
+    assert_alloc_test(&b);
+    assert!(b.summary_u64("pool_pages") > 0, "untouched memory stays untouched");
+    assert_eq!(b.summary_u64("deferred_workers"), 0, "no workers without drain");
+}
+
+#[test]
+fn ondemand_64g_two_nodes_one_memory_only() {
+    // One vCPU, two nodes: node 1 has memory only.
+    let b = boot(
+        &["-m", "64G", "--smp", "1", "--nodes", "2"],
+        &["memmap=ondemand"],
+        Duration::from_secs(600),
+    );
+    assert_ondemand(&b, 2);
+    assert_alloc_test(&b);
+    assert!(
+        b.has_message("verify: node 1 zone Normal: "),
+        "the memory-only node is verified\n{}",
+        b.describe()
+    );
+    assert!(b.summary_u64("grown_pages") > 0, "the test grew the nodes");
+}
+
+#[test]
+fn ondemand_drain_64g_empties_the_pool() {
+    let b = boot(
+        &["-m", "64G", "--smp", "2"],
+        &["memmap=ondemand", "ondemand_drain=on"],
+        Duration::from_secs(600),
+    );
+    assert_ondemand(&b, 1);
+    assert_alloc_test(&b);
+    assert_eq!(b.summary_u64("pool_pages"), 0, "{}", b.describe());
+    assert!(b.summary_u64("drained_pages") > 0);
+    assert!(b.has_message("verify: ok: every present page"), "{}", b.describe());
+}
+
+#[test]
+fn ondemand_corrupted_struct_page_fails_verification() {
+    let b = boot(
+        &["-m", "1G", "--smp", "2"],
+        &["memmap=ondemand", "test_fault=corrupt_page"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "verify");
+    assert_eq!(b.summary_str("verify"), "failed");
+    assert!(b.has_message("verify: pfn 0x"), "{}", b.describe());
+}
+
+#[test]
+fn ondemand_4t() {
+    let b = boot(&["-m", "4T", "--smp", "2"], &["memmap=ondemand"], Duration::from_secs(900));
+    assert_ondemand(&b, 1);
+    assert_alloc_test(&b);
+    assert_eq!(b.summary_u64("vmemmap_bytes"), 64 << 30, "64 GiB of memmap mapped");
+}
+
+#[test]
+fn ondemand_32t_sixteen_nodes() {
+    let b = boot(
+        &["-m", "32T", "--smp", "2", "--nodes", "16"],
+        &["memmap=ondemand"],
+        Duration::from_secs(1200),
+    );
+    assert_ondemand(&b, 16);
+    assert_alloc_test(&b);
+    assert_eq!(b.summary_u64("vmemmap_bytes"), 512 << 30);
+    assert_eq!(b.summary_u64("mem_bytes") >> 40, 31, "just under 32 TiB usable");
+}

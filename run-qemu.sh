@@ -13,7 +13,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 EXIT_OK=0 EXIT_KERNEL=1 EXIT_QEMU=2 EXIT_TIMEOUT=3 EXIT_SETUP=4 EXIT_USAGE=64
-# QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/exit.rs writes
+# QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs writes
 # 0x10 for success and 0x11 for failure.
 QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 # Guests above this many MiB take the large-guest lock: their struct pages

@@ -20,25 +20,4 @@ extern crate alloc;
 
 #[cfg(target_os = "none")]
 #[macro_use]
-mod serial;
-#[cfg(target_os = "none")]
-mod apic;
-#[cfg(target_os = "none")]
-mod boot;
-#[cfg(target_os = "none")]
-mod exit;
-#[cfg(target_os = "none")]
-mod fw_cfg;
-#[cfg(target_os = "none")]
-mod heap;
-#[cfg(target_os = "none")]
-mod interrupts;
-#[cfg(target_os = "none")]
-mod mm;
-#[cfg(target_os = "none")]
-mod smp;
-#[cfg(target_os = "none")]
-mod tsc;
-
-#[cfg(target_os = "none")]
-pub use boot::fail;
+mod hw;

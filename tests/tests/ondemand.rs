@@ -57,24 +57,41 @@ fn assert_ondemand(b: &Boot, nodes: u64) {
     let eager = b.summary_u64("eager_pages");
     let deferred = b.summary_u64("deferred_pages");
     assert_eq!(eager + deferred, present);
-    assert_eq!(present, b.firmware_ram_pages(), "present pages from the logged map");
+    assert_eq!(
+        present,
+        b.firmware_ram_pages(),
+        "present pages from the logged map"
+    );
     // Allocatable as soon as the eager part is handed over.
     let allocatable = b.summary_u64("allocatable_ns");
     assert!(allocatable > 0 && allocatable < b.summary_u64("total_ns"));
     // Pool: what neither the boot CPU nor allocations nor drains touched.
     let grown = b.summary_u64("grown_pages");
     let drained = b.summary_u64("drained_pages");
-    assert_eq!(b.summary_u64("pool_pages") + grown + drained, deferred, "{}", b.describe());
+    assert_eq!(
+        b.summary_u64("pool_pages") + grown + drained,
+        deferred,
+        "{}",
+        b.describe()
+    );
     // Per zone: initialised + untouched = present, free = initialised -
     // reserved (computed here from the logged numbers), zones add up.
     let zones = zone_lines(b);
     assert!(!zones.is_empty(), "{}", b.describe());
     for [p, i, r, f, u] in &zones {
-        assert_eq!(i + u, *p, "initialised + untouched = present\n{}", b.describe());
+        assert_eq!(
+            i + u,
+            *p,
+            "initialised + untouched = present\n{}",
+            b.describe()
+        );
         assert_eq!(*f, i - r, "free = initialised - reserved\n{}", b.describe());
     }
     assert_eq!(zones.iter().map(|z| z[0]).sum::<u64>(), present);
-    assert_eq!(zones.iter().map(|z| z[4]).sum::<u64>(), b.summary_u64("pool_pages"));
+    assert_eq!(
+        zones.iter().map(|z| z[4]).sum::<u64>(),
+        b.summary_u64("pool_pages")
+    );
 }
 
 /// The allocation test's figures are present and consistent.
@@ -89,9 +106,17 @@ fn assert_alloc_test(b: &Boot) {
     for (c, o) in counts.iter().zip(ORDERS) {
         assert_eq!(c << o, counts[0], "order {o}");
     }
-    let (p50, p99, max) = (u64s(b, "alloc_p50_ns"), u64s(b, "alloc_p99_ns"), u64s(b, "alloc_max_ns"));
+    let (p50, p99, max) = (
+        u64s(b, "alloc_p50_ns"),
+        u64s(b, "alloc_p99_ns"),
+        u64s(b, "alloc_max_ns"),
+    );
     for i in 0..4 {
-        assert!(p50[i] <= p99[i] && p99[i] <= max[i], "order {}: p50 ≤ p99 ≤ max", ORDERS[i]);
+        assert!(
+            p50[i] <= p99[i] && p99[i] <= max[i],
+            "order {}: p50 ≤ p99 ≤ max",
+            ORDERS[i]
+        );
     }
     assert_eq!(
         b.messages_with("alloc_test: order ").count(),
@@ -105,16 +130,30 @@ fn assert_alloc_test(b: &Boot) {
     let slack = WINDOW_PAGES * b.summary_u64("cpus") * b.summary_u64("nodes");
     let grown = b.summary_u64("grown_pages");
     assert!(steps * WINDOW_PAGES >= grown, "at most one window per step");
-    assert!(grown <= pages + slack, "grown {grown} > allocated {pages} + {slack}");
+    assert!(
+        grown <= pages + slack,
+        "grown {grown} > allocated {pages} + {slack}"
+    );
 }
 
 #[test]
 fn ondemand_1g_one_node() {
-    let b = boot(&["-m", "1G", "--smp", "2"], &["memmap=ondemand"], Duration::from_secs(300));
+    let b = boot(
+        &["-m", "1G", "--smp", "2"],
+        &["memmap=ondemand"],
+        Duration::from_secs(300),
+    );
     assert_ondemand(&b, 1);
     assert_alloc_test(&b);
-    assert!(b.summary_u64("pool_pages") > 0, "untouched memory stays untouched");
-    assert_eq!(b.summary_u64("deferred_workers"), 0, "no workers without drain");
+    assert!(
+        b.summary_u64("pool_pages") > 0,
+        "untouched memory stays untouched"
+    );
+    assert_eq!(
+        b.summary_u64("deferred_workers"),
+        0,
+        "no workers without drain"
+    );
 }
 
 #[test]
@@ -146,7 +185,11 @@ fn ondemand_drain_64g_empties_the_pool() {
     assert_alloc_test(&b);
     assert_eq!(b.summary_u64("pool_pages"), 0, "{}", b.describe());
     assert!(b.summary_u64("drained_pages") > 0);
-    assert!(b.has_message("verify: ok: every present page"), "{}", b.describe());
+    assert!(
+        b.has_message("verify: ok: every present page"),
+        "{}",
+        b.describe()
+    );
 }
 
 #[test]
@@ -156,7 +199,12 @@ fn ondemand_corrupted_struct_page_fails_verification() {
         &["memmap=ondemand", "test_fault=corrupt_page"],
         Duration::from_secs(300),
     );
-    assert_eq!(b.run.exit_code, exit_code::KERNEL_FAILURE, "{}", b.describe());
+    assert_eq!(
+        b.run.exit_code,
+        exit_code::KERNEL_FAILURE,
+        "{}",
+        b.describe()
+    );
     assert_eq!(b.summary_str("status"), "verify");
     assert_eq!(b.summary_str("verify"), "failed");
     assert!(b.has_message("verify: pfn 0x"), "{}", b.describe());
@@ -164,10 +212,18 @@ fn ondemand_corrupted_struct_page_fails_verification() {
 
 #[test]
 fn ondemand_4t() {
-    let b = boot(&["-m", "4T", "--smp", "2"], &["memmap=ondemand"], Duration::from_secs(900));
+    let b = boot(
+        &["-m", "4T", "--smp", "2"],
+        &["memmap=ondemand"],
+        Duration::from_secs(900),
+    );
     assert_ondemand(&b, 1);
     assert_alloc_test(&b);
-    assert_eq!(b.summary_u64("vmemmap_bytes"), 64 << 30, "64 GiB of memmap mapped");
+    assert_eq!(
+        b.summary_u64("vmemmap_bytes"),
+        64 << 30,
+        "64 GiB of memmap mapped"
+    );
 }
 
 #[test]
@@ -180,5 +236,9 @@ fn ondemand_32t_sixteen_nodes() {
     assert_ondemand(&b, 16);
     assert_alloc_test(&b);
     assert_eq!(b.summary_u64("vmemmap_bytes"), 512 << 30);
-    assert_eq!(b.summary_u64("mem_bytes") >> 40, 31, "just under 32 TiB usable");
+    assert_eq!(
+        b.summary_u64("mem_bytes") >> 40,
+        31,
+        "just under 32 TiB usable"
+    );
 }

@@ -22,7 +22,7 @@ use x86_64::structures::paging::{
 };
 use x86_64::{PhysAddr, VirtAddr};
 
-use crate::{smp, tsc};
+use crate::hw::{smp, tsc};
 
 /// CPU physical address width, CPUID 0x80000008 EAX[7:0] (36 if absent).
 pub fn phys_addr_bits() -> u32 {

@@ -77,7 +77,7 @@ use x86_64::structures::paging::{
 };
 use x86_64::{PhysAddr, VirtAddr};
 
-use crate::{apic, interrupts, tsc};
+use crate::hw::{apic, interrupts, tsc};
 
 /// Each AP's kernel stack.
 const AP_STACK_BYTES: usize = 64 * 1024;

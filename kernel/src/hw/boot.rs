@@ -21,10 +21,10 @@ use memboot_kernel::report::{write_summary, BootFacts};
 use memmap::firmware::NodeAffinity;
 use memmap::NodeId;
 
-use crate::exit::{exit, ExitCode};
-use crate::heap::KernelHeap;
-use crate::mm::{KernelMapper, SerialLog, SmpCpus, TscClock};
-use crate::{fw_cfg, interrupts, serial, smp, tsc};
+use crate::hw::exit::{exit, ExitCode};
+use crate::hw::heap::KernelHeap;
+use crate::hw::mm::{KernelMapper, SerialLog, SmpCpus, TscClock};
+use crate::hw::{fw_cfg, interrupts, serial, smp, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
 /// tables and, later, to build the vmemmap); a 1 MiB boot stack.
@@ -422,7 +422,7 @@ fn run_pipeline(
         opts,
         map: &map,
         affinity: acpi_info.has_srat.then_some(&affinity[..]),
-        phys_addr_bits: crate::mm::phys_addr_bits(),
+        phys_addr_bits: crate::hw::mm::phys_addr_bits(),
         reserve: &reserve,
     };
     // SAFETY: the bootloader's physical-memory offset; from here on the

@@ -204,27 +204,27 @@ const EXCEPTION_NAMES: [&str; 32] = [
 extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
     if IN_EXCEPTION.swap(true, Ordering::SeqCst) {
         // A fault while reporting a fault: do not try to print again.
-        crate::exit::exit(crate::exit::ExitCode::Failure);
+        crate::hw::exit::exit(crate::hw::exit::ExitCode::Failure);
     }
     let cr2 = x86_64::registers::control::Cr2::read_raw();
     let name = EXCEPTION_NAMES
         .get(frame.vector as usize)
         .copied()
         .unwrap_or("unknown");
-    crate::serial::emergency_log(format_args!(
+    crate::hw::serial::emergency_log(format_args!(
         "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x} on APIC {:#x}",
         frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags,
-        crate::apic::cpuid_apic_id()
+        crate::hw::apic::cpuid_apic_id()
     ));
-    crate::serial::emergency_log(format_args!(
+    crate::hw::serial::emergency_log(format_args!(
         "  rax {:#x} rbx {:#x} rcx {:#x} rdx {:#x} rsi {:#x} rdi {:#x} rbp {:#x}",
         frame.rax, frame.rbx, frame.rcx, frame.rdx, frame.rsi, frame.rdi, frame.rbp
     ));
-    crate::serial::emergency_log(format_args!(
+    crate::hw::serial::emergency_log(format_args!(
         "  r8 {:#x} r9 {:#x} r10 {:#x} r11 {:#x} r12 {:#x} r13 {:#x} r14 {:#x} r15 {:#x} cs {:#x} ss {:#x}",
         frame.r8, frame.r9, frame.r10, frame.r11, frame.r12, frame.r13, frame.r14, frame.r15, frame.cs, frame.ss
     ));
-    crate::fail("exception");
+    crate::hw::boot::fail("exception");
 }
 
 /// Build a TSS whose IST slots point at the tops of the three stacks at

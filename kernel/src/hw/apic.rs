@@ -164,8 +164,10 @@ fn send_ipi(apic_id: u32, icr_low: u32) {
     } else {
         xapic_write(XAPIC_ICR_HIGH, apic_id << 24);
         xapic_write(XAPIC_ICR_LOW, icr_low);
-        let deadline = crate::tsc::rdtsc() + crate::tsc::khz().max(1) * 10;
-        while xapic_read(XAPIC_ICR_LOW) & ICR_SEND_PENDING != 0 && crate::tsc::rdtsc() < deadline {
+        let deadline = crate::hw::tsc::rdtsc() + crate::hw::tsc::khz().max(1) * 10;
+        while xapic_read(XAPIC_ICR_LOW) & ICR_SEND_PENDING != 0
+            && crate::hw::tsc::rdtsc() < deadline
+        {
             core::hint::spin_loop();
         }
     }

@@ -64,7 +64,7 @@ pub fn init() {
 
 /// Write a timestamped line. Used through `kprintln!`.
 pub fn log(args: fmt::Arguments) {
-    let stamp = memboot_kernel::report::Timestamp(crate::tsc::ns_since_entry());
+    let stamp = memboot_kernel::report::Timestamp(crate::hw::tsc::ns_since_entry());
     let mut guard = SERIAL.lock();
     if let Some(uart) = guard.as_mut() {
         let _ = writeln!(uart, "{stamp} {args}");
@@ -92,5 +92,5 @@ pub fn emergency_log(args: fmt::Arguments) {
 
 #[macro_export]
 macro_rules! kprintln {
-    ($($arg:tt)*) => { $crate::serial::log(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::hw::serial::log(format_args!($($arg)*)) };
 }

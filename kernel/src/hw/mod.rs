@@ -1,0 +1,18 @@
+//! Everything that touches the machine: boot entry and flow, the serial
+//! port, the TSC, exceptions, fw_cfg, the local APIC and AP start-up, the
+//! kernel heap, page-table mapping, and the implementations of the
+//! pipeline's seams (`Executor`, `Clock`, `VmemmapMapper`, `Log`). None of
+//! it runs on the host; the logic it drives lives in the `memboot_kernel`
+//! library (`kernel/src/lib.rs`) and is host-tested there.
+
+#[macro_use]
+pub mod serial;
+pub mod apic;
+pub mod boot;
+pub mod exit;
+pub mod fw_cfg;
+pub mod heap;
+pub mod interrupts;
+pub mod mm;
+pub mod smp;
+pub mod tsc;

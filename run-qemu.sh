@@ -3,12 +3,13 @@
 # to an exit code. See README.md ("Running", "Exit codes") for the details.
 #
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
-#                 [--timeout S] [--log FILE] [--print-cmd] [--build-only|--no-build]
-#                 [-- KERNEL_OPTIONS...]
+#                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
+#                 [--build-only|--no-build] [-- KERNEL_OPTIONS...]
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
-# e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error.
+# e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
+# or a guest whose struct pages would not fit this host (see "Large guests").
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,14 +22,14 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
 die_setup() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_SETUP"; }
 note() { echo "run-qemu.sh: $*" >&2; }
 
-mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 build_only=0 no_build=0
+mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
 kernel_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
         --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
         --log) [ $# -ge 2 ] || die_usage "--log needs a file"; log=$2; shift 2 ;;
         --print-cmd) print_cmd=1; shift ;;
+        --dry-run) dry_run=1; print_cmd=1; shift ;;
         --build-only) build_only=1; shift ;;
         --no-build) no_build=1; shift ;;
         -h|--help) usage ;;
@@ -66,9 +68,37 @@ case "$suffix" in
     T) mem_mib=$((num * 1024 * 1024)) ;;
 esac
 (( mem_mib >= 128 )) || die_usage "-m $mem: memboot needs at least 128M"
-(( mem_mib <= 1024 * 1024 )) || die_usage "-m $mem: at most 1T is supported"
+# QEMU 7.2 builds its SMBIOS tables and then asserts in smbios_get_tables()
+# from 60T on, whatever the entry point (checked: 59T starts, 60T aborts); see the README ("Large guests").
+MAX_MEM_MIB=$((59 * 1024 * 1024))
+(( mem_mib <= MAX_MEM_MIB )) || die_usage "-m $mem: at most 59T: QEMU 7.2 fails an assertion in smbios_get_tables() from 60T (its SMBIOS memory-device tables outgrow their fixed area)"
 (( mem_mib % nodes == 0 )) || die_usage "-m $mem does not split evenly (in MiB) over $nodes nodes"
 node_mib=$((mem_mib / nodes))
+
+# --- host memory: refuse guests whose struct pages cannot fit ----------------
+# Every mode but memmap=ondemand (without ondemand_drain=on) writes a 64-byte
+# struct page for every 4 KiB guest page, and QEMU backs each written byte
+# with host memory: RAM/64 of host memory, 16 GiB at 1T. Refuse such a boot
+# before QEMU starts rather than let the host run out of memory.
+kernel_opt() { # kernel_opt KEY DEFAULT: the value of KEY= in the kernel options
+    local value=$2 opt
+    for opt in "${kernel_opts[@]}"; do
+        [[ "$opt" == "$1="* ]] && value=${opt#"$1="}
+    done
+    echo "$value"
+}
+memmap_mode=$(kernel_opt memmap deferred)
+drain=$(kernel_opt ondemand_drain off)
+if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
+    memmap_mib=$((mem_mib / 64))
+    available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
+    [[ "$available_mib" =~ ^[0-9]+$ ]] || die_setup "cannot read MemAvailable from /proc/meminfo (set MEMBOOT_HOST_AVAILABLE_MIB)"
+    if (( memmap_mib > available_mib )); then
+        what="memmap=$memmap_mode"
+        [ "$memmap_mode" = ondemand ] && what="memmap=ondemand ondemand_drain=on"
+        die_usage "-m $mem with $what initialises every struct page: that needs $((memmap_mib / 1024)) GiB of host memory (RAM/64) and this host has $((available_mib / 1024)) GiB available. Boot it with memmap=ondemand (struct pages initialised when first allocated), or a smaller -m."
+    fi
+fi
 
 # --- setup: rustup pieces and QEMU, installed when missing -------------------
 toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' "$ROOT/rust-toolchain.toml")
@@ -93,6 +123,8 @@ apt_install() {
 }
 ensure_qemu() {
     command -v qemu-system-x86_64 >/dev/null || apt_install qemu-system-x86
+    # GNU time reports QEMU's peak RSS (wait4's ru_maxrss).
+    [ -x /usr/bin/time ] || apt_install time
     if [ "$uefi" = 1 ] && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then apt_install ovmf; fi
 }
 
@@ -119,33 +151,53 @@ build() {
     exec 8>&-
 }
 
-ensure_qemu
-if [ "$no_build" = 1 ]; then
-    [ -f "$image_dir/memboot-bios.img" ] || die_setup "--no-build: no image in $image_dir (run with --build-only first)"
-else
-    ensure_rust
-    build
+if [ "$dry_run" = 0 ]; then
+    ensure_qemu
+    if [ "$no_build" = 1 ]; then
+        [ -f "$image_dir/memboot-bios.img" ] || die_setup "--no-build: no image in $image_dir (run with --build-only first)"
+    else
+        ensure_rust
+        build
+    fi
 fi
 [ "$build_only" = 1 ] && { note "built $image_dir/memboot-bios.img and memboot-uefi.img"; exit "$EXIT_OK"; }
 
 # --- QEMU command line ----------------------------------------------------------
-# The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
-qemu=(qemu-system-x86_64 -nodefaults -display none -vga std -no-reboot
-      -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04 -smp "$smp")
-if [ "$accel" = tcg ]; then
-    # Same flags as the Linux 6.1 reference runs, so timings compare like for
-    # like; phys-bits=44 covers a 1 TiB guest whose high RAM QEMU moves to 1 TiB.
-    qemu+=(-accel tcg,thread=multi,tb-size=512 -cpu max,phys-bits=44)
-else
-    qemu+=(-accel kvm -cpu host)
-fi
-# Guest RAM from memory backends with reserve=off: hosts without overcommit
-# refuse a plain `-m 1T`. One backend per NUMA node, RAM split evenly.
-if [ "$nodes" = 1 ]; then
-    qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
-           -machine pc,memory-backend=mem0 -m "${mem_mib}M")
-else
-    qemu+=(-machine pc -m "${mem_mib}M")
+# The guest's physical address width. QEMU puts RAM above 4 GiB, moved up to
+# 1 TiB when it would cross the HyperTransport hole below 1 TiB, and the
+# 64-bit PCI hole after it: 44 bits (the Linux 6.1 reference runs' value)
+# covers up to ~15 TiB; larger guests get the smallest width that covers
+# 1 TiB + RAM + 64 GiB.
+phys_bits_for() {
+    local need_mib=$(( $1 + (1 << 20) + (64 << 10) )) bits=44
+    while (( (1 << (bits - 20)) < need_mib )); do bits=$((bits + 1)); done
+    echo "$bits"
+}
+# qemu_machine_args MEM_MIB SMP NODES ACCEL: appends to the `qemu` array
+# everything that defines the virtual machine (accelerator, CPU, RAM, NUMA,
+# SMBIOS) but not what it boots, so every guest of the same shape gets the
+# same machine.
+qemu_machine_args() {
+    local mem_mib=$1 smp=$2 nodes=$3 accel=$4 node_mib=$(($1 / $3)) machine=pc i first next cpus
+    # The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
+    qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
+    if [ "$accel" = tcg ]; then
+        qemu+=(-accel tcg,thread=multi,tb-size=512 -cpu "max,phys-bits=$(phys_bits_for "$mem_mib")")
+    else
+        qemu+=(-accel kvm -cpu host)
+    fi
+    # The SMBIOS 2.1 entry point caps the tables at 64 KiB, which QEMU's
+    # memory-device entries exceed from ~24T ("SMBIOS 2.1 table length ...
+    # exceeds 65535"); the 3.0 (64-bit) entry point has no such cap.
+    (( mem_mib > (8 << 20) )) && machine+=",smbios-entry-point-type=64"
+    # Guest RAM from memory backends with reserve=off: hosts without overcommit
+    # refuse a plain `-m 1T`. One backend per NUMA node, RAM split evenly.
+    if [ "$nodes" = 1 ]; then
+        qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
+               -machine "$machine,memory-backend=mem0" -m "${mem_mib}M")
+        return
+    fi
+    qemu+=(-machine "$machine" -m "${mem_mib}M")
     for ((i = 0; i < nodes; i++)); do
         # vCPUs spread evenly, contiguous per node, earlier nodes first; with
         # fewer vCPUs than nodes the last nodes are memory-only.
@@ -156,27 +208,36 @@ else
         qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib}M,reserve=off"
                -numa "node,nodeid=$i,memdev=mem$i$cpus")
     done
-fi
+}
+# memboot_boot_args: the disk image, the serial port and exit device the
+# kernel reports through, and the kernel options (fw_cfg).
+memboot_boot_args() {
+    qemu+=(-serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04)
+    if [ "$uefi" = 1 ]; then
+        cp /usr/share/OVMF/OVMF_VARS_4M.fd "$tmpdir/vars.fd"
+        qemu+=(-drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+               -drive "if=pflash,format=raw,file=$tmpdir/vars.fd"
+               -drive "format=raw,file=$image_dir/memboot-uefi.img,snapshot=on")
+    else
+        # snapshot=on: the image is opened read-only, so parallel boots share it.
+        qemu+=(-drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on")
+    fi
+    if [ ${#kernel_opts[@]} -gt 0 ]; then
+        local cmdline="${kernel_opts[*]}"
+        qemu+=(-fw_cfg "name=opt/memboot/cmdline,string=${cmdline//,/,,}")
+    fi
+}
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/memboot-run.XXXXXX")
 trap 'rm -rf "$tmpdir"' EXIT
-if [ "$uefi" = 1 ]; then
-    cp /usr/share/OVMF/OVMF_VARS_4M.fd "$tmpdir/vars.fd"
-    qemu+=(-drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
-           -drive "if=pflash,format=raw,file=$tmpdir/vars.fd"
-           -drive "format=raw,file=$image_dir/memboot-uefi.img,snapshot=on")
-else
-    # snapshot=on: the image is opened read-only, so parallel boots share it.
-    qemu+=(-drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on")
-fi
-if [ ${#kernel_opts[@]} -gt 0 ]; then
-    cmdline="${kernel_opts[*]}"
-    qemu+=(-fw_cfg "name=opt/memboot/cmdline,string=${cmdline//,/,,}")
-fi
+qemu=(qemu-system-x86_64)
+qemu_machine_args "$mem_mib" "$smp" "$nodes" "$accel"
+memboot_boot_args
 
 if [ "$print_cmd" = 1 ]; then
     printf '%q ' "${qemu[@]}" >&2
     echo >&2
 fi
+[ "$dry_run" = 1 ] && exit "$EXIT_OK"
 
 # --- run ---------------------------------------------------------------------
 if (( mem_mib > LARGE_GUEST_MIB )); then
@@ -189,12 +250,21 @@ if (( mem_mib > LARGE_GUEST_MIB )); then
 fi
 [ -n "$log" ] && : >"$log"
 note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
+# GNU time outside timeout: wait4() reports the largest RSS among timeout and
+# its waited-for child, i.e. QEMU's own peak resident memory.
+run=(/usr/bin/time -f %M -o "$tmpdir/maxrss_kib" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")
 if [ -n "$log" ]; then
-    timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null | tee -a "$log"
+    "${run[@]}" </dev/null | tee -a "$log"
 else
-    timeout --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null
+    "${run[@]}" </dev/null
 fi
 status=${PIPESTATUS[0]}
+# GNU time writes "Command exited with non-zero status N" before the figure.
+maxrss_kib=$(tail -n 1 "$tmpdir/maxrss_kib" 2>/dev/null)
+if [[ "$maxrss_kib" =~ ^[0-9]+$ ]]; then
+    note "host peak RSS $((maxrss_kib / 1024)) MiB"
+    [ -n "$log" ] && echo "run-qemu.sh: host peak RSS $((maxrss_kib / 1024)) MiB" >>"$log"
+fi
 case "$status" in
     "$QEMU_KERNEL_OK") note "kernel reported success"; exit "$EXIT_OK" ;;
     "$QEMU_KERNEL_FAIL") note "kernel reported failure (see its log above)"; exit "$EXIT_KERNEL" ;;

@@ -138,6 +138,17 @@ pub struct Boot {
 }
 
 impl Boot {
+    /// QEMU's peak resident memory as run-qemu.sh reported it
+    /// (`run-qemu.sh: host peak RSS N MiB`).
+    pub fn host_peak_rss_mib(&self) -> Option<u64> {
+        self.run
+            .stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("run-qemu.sh: host peak RSS "))
+            .and_then(|rest| rest.strip_suffix(" MiB"))
+            .and_then(|n| n.parse().ok())
+    }
+
     pub fn summary(&self) -> &serde_json::Value {
         self.summary
             .as_ref()

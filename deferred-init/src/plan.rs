@@ -274,6 +274,45 @@ impl DeferredPlan {
         if opts.max_threads_per_node == Some(0) {
             return Err(PlanError::ZeroThreadCap);
         }
+        let sorted = Self::sorted_ranges(ranges)?;
+        for (i, nc) in node_cpus.iter().enumerate() {
+            if node_cpus[..i].iter().any(|o| o.nid == nc.nid) {
+                return Err(PlanError::DuplicateNodeCpus { nid: nc.nid });
+            }
+        }
+        let reserved = normalise(reserved);
+
+        let mut nids: Vec<NodeId> = sorted.iter().map(|r| r.nid).collect();
+        nids.sort_unstable();
+        nids.dedup();
+
+        let mut nodes = Vec::with_capacity(nids.len());
+        for &nid in &nids {
+            nodes.push(Self::node_plan(
+                nid,
+                &sorted,
+                &reserved,
+                opts.sections_per_chunk,
+            ));
+        }
+        let cap = opts.max_threads_per_node.unwrap_or(usize::MAX);
+        let workers = Self::assign_workers(&mut nodes, node_cpus, cap)?;
+
+        let max_nid = nids.last().map_or(0, |&n| n as usize + 1);
+        let mut node_index = alloc::vec![None; max_nid];
+        for (i, n) in nodes.iter().enumerate() {
+            node_index[n.nid as usize] = Some(i as u32);
+        }
+        Ok(Self {
+            nodes,
+            workers,
+            node_index,
+        })
+    }
+
+    /// The non-empty ranges in PFN order, each within one zone and below
+    /// [`MAX_NUMNODES`], none overlapping another.
+    fn sorted_ranges(ranges: &[DeferredRange]) -> Result<Vec<DeferredRange>, PlanError> {
         let mut sorted: Vec<DeferredRange> = ranges
             .iter()
             .copied()
@@ -298,44 +337,33 @@ impl DeferredPlan {
                 });
             }
         }
-        for (i, nc) in node_cpus.iter().enumerate() {
-            if node_cpus[..i].iter().any(|o| o.nid == nc.nid) {
-                return Err(PlanError::DuplicateNodeCpus { nid: nc.nid });
-            }
-        }
-        let reserved = normalise(reserved);
+        Ok(sorted)
+    }
 
-        let mut nids: Vec<NodeId> = sorted.iter().map(|r| r.nid).collect();
-        nids.sort_unstable();
-        nids.dedup();
-
-        let mut nodes = Vec::with_capacity(nids.len());
-        for &nid in &nids {
-            nodes.push(Self::node_plan(
-                nid,
-                &sorted,
-                &reserved,
-                opts.sections_per_chunk,
-            ));
-        }
-
-        // Worker assignment.
-        let mut pool: Vec<(CpuId, NodeId)> = Vec::new();
+    /// Workers for each node: up to `cap` of its own CPUs; a node without
+    /// CPUs (memory-only) borrows up to `cap` CPUs of the other nodes, taken
+    /// in rotation so consecutive memory-only nodes spread over them.
+    fn assign_workers(
+        nodes: &mut [NodePlan],
+        node_cpus: &[NodeCpus],
+        cap: usize,
+    ) -> Result<Vec<WorkerAssignment>, PlanError> {
         let mut by_nid: Vec<&NodeCpus> = node_cpus.iter().collect();
         by_nid.sort_unstable_by_key(|nc| nc.nid);
-        for nc in &by_nid {
-            pool.extend(nc.cpus.iter().map(|&c| (c, nc.nid)));
-        }
-        let cap = opts.max_threads_per_node.unwrap_or(usize::MAX);
+        let all_cpus: Vec<(CpuId, NodeId)> = by_nid
+            .iter()
+            .flat_map(|nc| nc.cpus.iter().map(|&c| (c, nc.nid)))
+            .collect();
         let mut workers = Vec::new();
         let mut rotation = 0usize;
-        for node in &mut nodes {
+        for node in nodes.iter_mut() {
             let local: &[CpuId] = by_nid
                 .iter()
                 .find(|nc| nc.nid == node.nid)
                 .map(|nc| nc.cpus.as_slice())
                 .unwrap_or(&[]);
-            if !local.is_empty() {
+            node.has_local_cpus = !local.is_empty();
+            if node.has_local_cpus {
                 let n = local.len().min(cap);
                 workers.extend(local[..n].iter().map(|&cpu| WorkerAssignment {
                     nid: node.nid,
@@ -343,36 +371,24 @@ impl DeferredPlan {
                     cpu_nid: node.nid,
                 }));
                 node.nr_workers = n;
-                node.has_local_cpus = true;
-            } else {
-                if pool.is_empty() {
-                    return Err(PlanError::NoCpus { nid: node.nid });
-                }
-                let n = pool.len().min(cap);
-                for k in 0..n {
-                    let (cpu, cpu_nid) = pool[(rotation + k) % pool.len()];
-                    workers.push(WorkerAssignment {
-                        nid: node.nid,
-                        cpu,
-                        cpu_nid,
-                    });
-                }
-                rotation += n;
-                node.nr_workers = n;
-                node.has_local_cpus = false;
+                continue;
             }
+            if all_cpus.is_empty() {
+                return Err(PlanError::NoCpus { nid: node.nid });
+            }
+            let n = all_cpus.len().min(cap);
+            for k in 0..n {
+                let (cpu, cpu_nid) = all_cpus[(rotation + k) % all_cpus.len()];
+                workers.push(WorkerAssignment {
+                    nid: node.nid,
+                    cpu,
+                    cpu_nid,
+                });
+            }
+            rotation += n;
+            node.nr_workers = n;
         }
-
-        let max_nid = nids.last().map_or(0, |&n| n as usize + 1);
-        let mut node_index = alloc::vec![None; max_nid];
-        for (i, n) in nodes.iter().enumerate() {
-            node_index[n.nid as usize] = Some(i as u32);
-        }
-        Ok(Self {
-            nodes,
-            workers,
-            node_index,
-        })
+        Ok(workers)
     }
 
     fn node_plan(

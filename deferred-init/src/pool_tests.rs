@@ -183,9 +183,12 @@ fn allocations_race_draining_workers_on_the_pool() {
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &[]);
         assert_fully_merged(&di, &ranges, &reserved);
     }
+    // Whether a run ends with pool left depends on how the host schedules
+    // the threads; the race is only exercised when some do. A loaded host
+    // lets workers finish first more often, so ask for a tenth, not most.
     assert!(
-        partial_runs >= 100,
-        "most runs end with pool left: {partial_runs}"
+        partial_runs >= 20,
+        "runs that ended with pool left: {partial_runs} of 200"
     );
 }
 

@@ -526,6 +526,44 @@ fn check_free(p: &StructPage, links_ok: bool) -> Result<(), Problem> {
     }
 }
 
+/// Judge a free memory page outside any open block: it must head a valid
+/// free block, which then becomes the open block.
+fn judge_head(
+    cls: &mut Classifier<'_>,
+    open: &mut Option<OpenBlock>,
+    pfn: Pfn,
+    p: &StructPage,
+    nid: NodeId,
+    links_ok: bool,
+) -> Result<Good, (Expected, Problem)> {
+    let exp = Expected::FreeInBlock {
+        nid,
+        zone: ZoneType::of_pfn(pfn),
+    };
+    if !p.is_buddy() {
+        return Err((exp, Problem::NotInBlock));
+    }
+    if p.private > MAX_ORDER as u64 {
+        return Err((exp, Problem::BadOrder));
+    }
+    let order = p.private as u32;
+    let block = PfnRange::new(pfn, pfn + (1 << order));
+    if pfn & ((1 << order) - 1) != 0 {
+        return Err((exp, Problem::Misaligned));
+    }
+    if !cls.block_is_free(block, nid) {
+        return Err((exp, Problem::BlockOutsideFree));
+    }
+    *open = Some(OpenBlock {
+        head: pfn,
+        end: block.end,
+        order,
+    });
+    check_free(p, links_ok)
+        .map(|()| Good::Head(order))
+        .map_err(|e| (exp, e))
+}
+
 /// Judge one page and update the open block (whether or not the PFN is
 /// counted, so that a scan's state does not depend on where it started).
 #[inline]
@@ -567,29 +605,7 @@ fn judge(
                     })
                     .map_err(|e| (exp, e))
             } else {
-                let exp = Expected::FreeInBlock { nid, zone };
-                if !p.is_buddy() {
-                    Err((exp, Problem::NotInBlock))
-                } else if p.private > MAX_ORDER as u64 {
-                    Err((exp, Problem::BadOrder))
-                } else {
-                    let order = p.private as u32;
-                    let block = PfnRange::new(pfn, pfn + (1 << order));
-                    if pfn & ((1 << order) - 1) != 0 {
-                        Err((exp, Problem::Misaligned))
-                    } else if !cls.block_is_free(block, nid) {
-                        Err((exp, Problem::BlockOutsideFree))
-                    } else {
-                        *open = Some(OpenBlock {
-                            head: pfn,
-                            end: block.end,
-                            order,
-                        });
-                        check_free(p, links_ok)
-                            .map(|()| Good::Head(order))
-                            .map_err(|e| (exp, e))
-                    }
-                }
+                judge_head(cls, open, pfn, p, nid, links_ok)
             };
             Verdict {
                 key,
@@ -1223,78 +1239,17 @@ pub fn verify_buddy_with_pool<B: MemmapBacking>(
         fail.record(*m);
     }
 
-    // Walk the lists: per-slot block counts and head checks.
-    let mut listed: Vec<[u64; NR_ORDERS]> = Vec::new();
-    let mut prev: Option<(NodeId, ZoneType, u32, Pfn)> = None;
-    let mut head_problems: Vec<BuddyMismatch> = Vec::new();
-    let mut nr_head_problems = 0u64;
-    buddy.for_each_free_block(|nid, zone, pfn, order| {
-        let s = slot(nid, zone);
-        if listed.len() <= s {
-            listed.resize(s + 1, [0; NR_ORDERS]);
-        }
-        listed[s][order as usize] += 1;
-        let expected_prev = match prev {
-            Some((n, z, o, p)) if (n, z, o) == (nid, zone, order) => p,
-            _ => PFN_NONE,
-        };
-        prev = Some((nid, zone, order, pfn));
-        if pool.contains(pfn) {
-            // Its struct page is untouched: do not read it.
-            nr_head_problems += 1;
-            if head_problems.len() < MAX_RECORDED_MISMATCHES {
-                head_problems.push(BuddyMismatch::PoolOverlap {
-                    nid,
-                    zone,
-                    pfn,
-                    order,
-                });
-            }
-            return;
-        }
-        let (problem, found) = match memmap.page(pfn) {
-            None => (Some(HeadProblem::Unbacked), PageWords::default()),
-            Some(p) => {
-                let problem = if !p.is_buddy() {
-                    Some(HeadProblem::NotBuddy)
-                } else if p.private != order as u64 {
-                    Some(HeadProblem::WrongOrder)
-                } else if pfn & ((1 << order) - 1) != 0 {
-                    Some(HeadProblem::Misaligned)
-                } else if !p.links_match(pfn, zone, nid) {
-                    Some(HeadProblem::WrongLinks)
-                } else if p.refcount != 0 {
-                    Some(HeadProblem::Refcount)
-                } else if p.lru.prev != expected_prev {
-                    Some(HeadProblem::BrokenList { expected_prev })
-                } else {
-                    None
-                };
-                (problem, PageWords::of(p))
-            }
-        };
-        if let Some(problem) = problem {
-            nr_head_problems += 1;
-            if head_problems.len() < MAX_RECORDED_MISMATCHES {
-                head_problems.push(BuddyMismatch::ListedHead {
-                    nid,
-                    zone,
-                    pfn,
-                    order,
-                    problem,
-                    found,
-                });
-            }
-        }
-    });
-    fail.summary.listed_blocks = listed.iter().flatten().sum();
-    for m in head_problems {
+    let walk = walk_free_lists(buddy, memmap, pool);
+    fail.summary.listed_blocks = walk.listed.iter().flatten().sum();
+    for m in walk.head_problems {
         fail.record(m);
     }
-    fail.nr_mismatches += nr_head_problems.saturating_sub(MAX_RECORDED_MISMATCHES as u64);
+    fail.nr_mismatches += walk
+        .nr_head_problems
+        .saturating_sub(MAX_RECORDED_MISMATCHES as u64);
 
     // Every (nid, zone) that the layout, the scan or the lists know.
-    let nr_slots = listed.len().max(pages.zones.len()).max(
+    let nr_slots = walk.listed.len().max(pages.zones.len()).max(
         layout
             .zones()
             .iter()
@@ -1303,98 +1258,221 @@ pub fn verify_buddy_with_pool<B: MemmapBacking>(
             .unwrap_or(0),
     );
     for s in 0..nr_slots {
-        let (nid, zone) = slot_key(s);
         let scan = pages
             .zones
             .get(s)
             .copied()
             .unwrap_or_else(|| ZoneCheck::empty(s));
-        let lists = listed.get(s).copied().unwrap_or([0; NR_ORDERS]);
-        let counter = buddy.nr_free_pages(nid, zone);
-        let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
-        let Some(info) = layout.zone(nid, zone) else {
-            let pages = scan.memory_pages + scan.holes + counter + listed_pages;
-            if pages > 0 {
-                fail.record(BuddyMismatch::UnknownZone { nid, zone, pages });
-            }
-            continue;
-        };
-        let node_mem = mb.mem_pfn_ranges(Some(nid)).map(|(r, _)| r);
-        let expected_reserved: u64 = intersect_sorted(mb.reserved_mem_ranges(info.span), node_mem)
-            .map(|r| r.nr_pages())
-            .sum();
-        let (untouched, untouched_reserved) = pool.zone_pages(nid, zone);
-        let expected_free =
-            (info.present_pages + untouched_reserved).saturating_sub(expected_reserved + untouched);
-        let zs = ZoneSummary {
-            nid,
-            zone,
-            present: info.present_pages,
-            initialised: scan.initialised,
-            expected_reserved,
-            reserved: scan.reserved,
-            expected_free,
-            free: scan.free,
-            buddy_free: counter,
-            listed_blocks: lists,
-            untouched,
-            untouched_reserved,
-        };
-        if info.present_pages > 0 || !scan.is_empty() || counter > 0 {
-            fail.summary.zones.push(zs);
-        }
-        for order in 0..=MAX_ORDER {
-            let o = order as usize;
-            let c = buddy.nr_free_blocks(nid, zone, order);
-            if lists[o] != scan.heads[o] || lists[o] != c {
-                fail.record(BuddyMismatch::BlockCount {
-                    nid,
-                    zone,
-                    order,
-                    listed: lists[o],
-                    scanned: scan.heads[o],
-                    counter: c,
-                });
-            }
-        }
-        if counter != scan.free || counter != listed_pages {
-            fail.record(BuddyMismatch::FreePages {
-                nid,
-                zone,
-                counter,
-                listed: listed_pages,
-                scanned: scan.free,
-            });
-        }
-        if scan.initialised + untouched != info.present_pages {
-            fail.record(BuddyMismatch::Initialised {
-                nid,
-                zone,
-                present: info.present_pages,
-                initialised: scan.initialised,
-            });
-        }
-        if scan.reserved + untouched_reserved != expected_reserved {
-            fail.record(BuddyMismatch::Reserved {
-                nid,
-                zone,
-                expected: expected_reserved,
-                found: scan.reserved,
-            });
-        }
-        if scan.free != expected_free {
-            fail.record(BuddyMismatch::Free {
-                nid,
-                zone,
-                expected: expected_free,
-                found: scan.free,
-            });
-        }
+        let lists = walk.listed.get(s).copied().unwrap_or([0; NR_ORDERS]);
+        check_zone(s, &scan, lists, buddy, layout, mb, pool, &mut fail);
     }
     if fail.nr_mismatches == 0 {
         Ok(fail.summary)
     } else {
         Err(fail)
+    }
+}
+
+/// What one walk of the free lists found: blocks per (node, zone) slot and
+/// order, and the listed heads that are wrong.
+struct ListWalk {
+    listed: Vec<[u64; NR_ORDERS]>,
+    head_problems: Vec<BuddyMismatch>,
+    nr_head_problems: u64,
+}
+
+/// Walk every free list once, counting blocks and checking each head's
+/// struct page, without reading struct pages that lie in the pool.
+fn walk_free_lists<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    memmap: &Memmap<B>,
+    pool: &PoolCheck,
+) -> ListWalk {
+    let mut walk = ListWalk {
+        listed: Vec::new(),
+        head_problems: Vec::new(),
+        nr_head_problems: 0,
+    };
+    let mut prev: Option<(NodeId, ZoneType, u32, Pfn)> = None;
+    buddy.for_each_free_block(|nid, zone, pfn, order| {
+        let s = slot(nid, zone);
+        if walk.listed.len() <= s {
+            walk.listed.resize(s + 1, [0; NR_ORDERS]);
+        }
+        walk.listed[s][order as usize] += 1;
+        let expected_prev = match prev {
+            Some((n, z, o, p)) if (n, z, o) == (nid, zone, order) => p,
+            _ => PFN_NONE,
+        };
+        prev = Some((nid, zone, order, pfn));
+        let problem = if pool.contains(pfn) {
+            // Its struct page is untouched: do not read it.
+            Some(BuddyMismatch::PoolOverlap {
+                nid,
+                zone,
+                pfn,
+                order,
+            })
+        } else {
+            let (problem, found) = match memmap.page(pfn) {
+                None => (Some(HeadProblem::Unbacked), PageWords::default()),
+                Some(p) => (
+                    head_problem(p, pfn, nid, zone, order, expected_prev),
+                    PageWords::of(p),
+                ),
+            };
+            problem.map(|problem| BuddyMismatch::ListedHead {
+                nid,
+                zone,
+                pfn,
+                order,
+                problem,
+                found,
+            })
+        };
+        if let Some(m) = problem {
+            walk.nr_head_problems += 1;
+            if walk.head_problems.len() < MAX_RECORDED_MISMATCHES {
+                walk.head_problems.push(m);
+            }
+        }
+    });
+    walk
+}
+
+/// What is wrong with the struct page of a listed block head, if anything.
+fn head_problem(
+    p: &StructPage,
+    pfn: Pfn,
+    nid: NodeId,
+    zone: ZoneType,
+    order: u32,
+    expected_prev: Pfn,
+) -> Option<HeadProblem> {
+    if !p.is_buddy() {
+        Some(HeadProblem::NotBuddy)
+    } else if p.private != order as u64 {
+        Some(HeadProblem::WrongOrder)
+    } else if pfn & ((1 << order) - 1) != 0 {
+        Some(HeadProblem::Misaligned)
+    } else if !p.links_match(pfn, zone, nid) {
+        Some(HeadProblem::WrongLinks)
+    } else if p.refcount != 0 {
+        Some(HeadProblem::Refcount)
+    } else if p.lru.prev != expected_prev {
+        Some(HeadProblem::BrokenList { expected_prev })
+    } else {
+        None
+    }
+}
+
+/// Check one (node, zone) slot: the scan, the lists and the counters agree
+/// with each other, and with the layout, memblock and the pool.
+#[allow(clippy::too_many_arguments)]
+fn check_zone<B: MemmapBacking>(
+    s: usize,
+    scan: &ZoneCheck,
+    lists: [u64; NR_ORDERS],
+    buddy: &BuddyAllocator<'_, B>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+    pool: &PoolCheck,
+    fail: &mut BuddyFailure,
+) {
+    let (nid, zone) = slot_key(s);
+    let counter = buddy.nr_free_pages(nid, zone);
+    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
+    let Some(info) = layout.zone(nid, zone) else {
+        let pages = scan.memory_pages + scan.holes + counter + listed_pages;
+        if pages > 0 {
+            fail.record(BuddyMismatch::UnknownZone { nid, zone, pages });
+        }
+        return;
+    };
+    let node_mem = mb.mem_pfn_ranges(Some(nid)).map(|(r, _)| r);
+    let expected_reserved: u64 = intersect_sorted(mb.reserved_mem_ranges(info.span), node_mem)
+        .map(|r| r.nr_pages())
+        .sum();
+    let (untouched, untouched_reserved) = pool.zone_pages(nid, zone);
+    let expected_free =
+        (info.present_pages + untouched_reserved).saturating_sub(expected_reserved + untouched);
+    let zs = ZoneSummary {
+        nid,
+        zone,
+        present: info.present_pages,
+        initialised: scan.initialised,
+        expected_reserved,
+        reserved: scan.reserved,
+        expected_free,
+        free: scan.free,
+        buddy_free: counter,
+        listed_blocks: lists,
+        untouched,
+        untouched_reserved,
+    };
+    record_zone_mismatches(&zs, &scan.heads, buddy, fail);
+    if info.present_pages > 0 || !scan.is_empty() || counter > 0 {
+        fail.summary.zones.push(zs);
+    }
+}
+
+/// The comparisons behind [`check_zone`]: per order, the lists, the scan's
+/// block heads and the allocator's counters; then the page totals.
+fn record_zone_mismatches<B: MemmapBacking>(
+    zs: &ZoneSummary,
+    scanned_heads: &[u64; NR_ORDERS],
+    buddy: &BuddyAllocator<'_, B>,
+    fail: &mut BuddyFailure,
+) {
+    let (nid, zone) = (zs.nid, zs.zone);
+    let lists = zs.listed_blocks;
+    for order in 0..=MAX_ORDER {
+        let o = order as usize;
+        let c = buddy.nr_free_blocks(nid, zone, order);
+        if lists[o] != scanned_heads[o] || lists[o] != c {
+            fail.record(BuddyMismatch::BlockCount {
+                nid,
+                zone,
+                order,
+                listed: lists[o],
+                scanned: scanned_heads[o],
+                counter: c,
+            });
+        }
+    }
+    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
+    if zs.buddy_free != zs.free || zs.buddy_free != listed_pages {
+        fail.record(BuddyMismatch::FreePages {
+            nid,
+            zone,
+            counter: zs.buddy_free,
+            listed: listed_pages,
+            scanned: zs.free,
+        });
+    }
+    if zs.initialised + zs.untouched != zs.present {
+        fail.record(BuddyMismatch::Initialised {
+            nid,
+            zone,
+            present: zs.present,
+            initialised: zs.initialised,
+        });
+    }
+    if zs.reserved + zs.untouched_reserved != zs.expected_reserved {
+        fail.record(BuddyMismatch::Reserved {
+            nid,
+            zone,
+            expected: zs.expected_reserved,
+            found: zs.reserved,
+        });
+    }
+    if zs.free != zs.expected_free {
+        fail.record(BuddyMismatch::Free {
+            nid,
+            zone,
+            expected: zs.expected_free,
+            found: zs.free,
+        });
     }
 }
 

@@ -197,87 +197,96 @@ pub const KNOWN_KEYS: &str =
 pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
     let mut options = Options::default();
     let mut seen: [&str; 8] = [""; 8];
-    let mut nr_seen = 0;
-    for token in cmdline.split_ascii_whitespace() {
+    for (nr_seen, token) in cmdline.split_ascii_whitespace().enumerate() {
         let (key, value) = token
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
-        let bad = |expected| OptionError::BadValue {
-            key,
-            value,
-            expected,
-        };
-        match key {
-            "test_fault" => {
-                options.test_fault = match value {
-                    "none" => TestFault::None,
-                    "panic" => TestFault::Panic,
-                    "page_fault" => TestFault::PageFault,
-                    "invalid_opcode" => TestFault::InvalidOpcode,
-                    "corrupt_page" => TestFault::CorruptPage,
-                    _ => return Err(bad("none|panic|page_fault|invalid_opcode|corrupt_page")),
-                };
-            }
-            "memmap" => {
-                options.memmap = MemmapMode::ALL
-                    .into_iter()
-                    .find(|m| m.name() == value)
-                    .ok_or(bad("deferred|regions|perpfn|touch|ondemand"))?;
-            }
-            "threads_per_node" => {
-                let n: u32 = value
-                    .parse()
-                    .map_err(|_| bad("a number of threads from 1 to 255"))?;
-                if !(1..=255).contains(&n) {
-                    return Err(bad("a number of threads from 1 to 255"));
-                }
-                options.threads_per_node = Some(n);
-            }
-            "memory_block_size" => {
-                const EXPECTED: &str = "auto, or a power of two from 128M to 2G";
-                options.memory_block_size = match value {
-                    "auto" => BlockSizeOption::Auto,
-                    _ => {
-                        let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
-                        if !bytes.is_power_of_two() || !((128 << 20)..=(2 << 30)).contains(&bytes) {
-                            return Err(bad(EXPECTED));
-                        }
-                        BlockSizeOption::Bytes(bytes)
-                    }
-                };
-            }
-            "ondemand_drain" => {
-                options.ondemand_drain = match value {
-                    "off" => Drain::Off,
-                    "on" => Drain::On,
-                    _ => return Err(bad("on|off")),
-                };
-            }
-            "alloc_test" => {
-                const EXPECTED: &str = "0, or a size per node that is a multiple of 16M (e.g. 1G)";
-                let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
-                if !bytes.is_multiple_of(ALLOC_TEST_ROUND_BYTES) {
-                    return Err(bad(EXPECTED));
-                }
-                options.alloc_test_bytes = bytes;
-            }
-            "verify" => {
-                options.verify = match value {
-                    "full" => Verify::Full,
-                    "off" => Verify::Off,
-                    _ => return Err(bad("full|off")),
-                };
-            }
-            _ => return Err(OptionError::UnknownKey { key }),
-        }
-        // Every arm above either returned or was a known key.
+        set_option(&mut options, key, value)?;
+        // set_option accepted the key, so it is one of the known ones and
+        // `seen` (one slot per known key) cannot overflow.
         if seen[..nr_seen].contains(&key) {
             return Err(OptionError::Repeated { key });
         }
         seen[nr_seen] = key;
-        nr_seen += 1;
     }
     Ok(options)
+}
+
+/// Apply one `key=value` to `options`.
+fn set_option<'a>(
+    options: &mut Options,
+    key: &'a str,
+    value: &'a str,
+) -> Result<(), OptionError<'a>> {
+    let bad = |expected| OptionError::BadValue {
+        key,
+        value,
+        expected,
+    };
+    match key {
+        "test_fault" => {
+            options.test_fault = match value {
+                "none" => TestFault::None,
+                "panic" => TestFault::Panic,
+                "page_fault" => TestFault::PageFault,
+                "invalid_opcode" => TestFault::InvalidOpcode,
+                "corrupt_page" => TestFault::CorruptPage,
+                _ => return Err(bad("none|panic|page_fault|invalid_opcode|corrupt_page")),
+            };
+        }
+        "memmap" => {
+            options.memmap = MemmapMode::ALL
+                .into_iter()
+                .find(|m| m.name() == value)
+                .ok_or(bad("deferred|regions|perpfn|touch|ondemand"))?;
+        }
+        "threads_per_node" => {
+            let n: u32 = value
+                .parse()
+                .map_err(|_| bad("a number of threads from 1 to 255"))?;
+            if !(1..=255).contains(&n) {
+                return Err(bad("a number of threads from 1 to 255"));
+            }
+            options.threads_per_node = Some(n);
+        }
+        "memory_block_size" => {
+            const EXPECTED: &str = "auto, or a power of two from 128M to 2G";
+            options.memory_block_size = match value {
+                "auto" => BlockSizeOption::Auto,
+                _ => {
+                    let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
+                    if !bytes.is_power_of_two() || !((128 << 20)..=(2 << 30)).contains(&bytes) {
+                        return Err(bad(EXPECTED));
+                    }
+                    BlockSizeOption::Bytes(bytes)
+                }
+            };
+        }
+        "ondemand_drain" => {
+            options.ondemand_drain = match value {
+                "off" => Drain::Off,
+                "on" => Drain::On,
+                _ => return Err(bad("on|off")),
+            };
+        }
+        "alloc_test" => {
+            const EXPECTED: &str = "0, or a size per node that is a multiple of 16M (e.g. 1G)";
+            let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
+            if !bytes.is_multiple_of(ALLOC_TEST_ROUND_BYTES) {
+                return Err(bad(EXPECTED));
+            }
+            options.alloc_test_bytes = bytes;
+        }
+        "verify" => {
+            options.verify = match value {
+                "full" => Verify::Full,
+                "off" => Verify::Off,
+                _ => return Err(bad("full|off")),
+            };
+        }
+        _ => return Err(OptionError::UnknownKey { key }),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -470,41 +470,11 @@ impl Memblock {
         config: MemblockConfig,
     ) -> Result<(Self, FirmwareReport), MemblockError> {
         let mut mb = Self::new(config)?;
-        let limit = mb.phys_limit_bytes();
         let mut report = FirmwareReport::default();
+        let events = boundary_events(map, mb.phys_limit_bytes(), &mut report)?;
 
         // Sweep over entry boundaries: +1/-1 per kind, the worst kind with a
         // non-zero count owns each elementary interval.
-        let mut events: Vec<(u64, u8, bool)> = Vec::new();
-        for entry in map {
-            report.entries += 1;
-            let (start, len) = (entry.start(), entry.len());
-            if len == 0 {
-                report.zero_length_entries += 1;
-                continue;
-            }
-            let end_unclipped = start.checked_add(len);
-            let end = end_unclipped.unwrap_or(u64::MAX).min(limit);
-            let beyond = match end_unclipped {
-                Some(e) => e - end.max(start).min(e),
-                // Saturated at 2^64: count what is representable.
-                None => u64::MAX - end.max(start) + 1,
-            };
-            report.beyond_phys_bytes = report.beyond_phys_bytes.saturating_add(beyond);
-            if start >= end {
-                continue;
-            }
-            events
-                .try_reserve(2)
-                .map_err(|_| MemblockError::OutOfMemory {
-                    table: TableKind::Memory,
-                })?;
-            let kind = entry.kind() as u8;
-            events.push((start, kind, true));
-            events.push((end, kind, false));
-        }
-        events.sort_unstable_by_key(|e| e.0);
-
         let mut counts = [0usize; RegionKind::ALL.len()];
         let mut i = 0;
         // Current maximal run of RAM: [ram_start, ram_end) in bytes.
@@ -818,6 +788,47 @@ impl Memblock {
         let last = it.next_back().unwrap_or(first);
         Some(PfnRange::new(first.pfns().start, last.pfns().end))
     }
+}
+
+/// Entry boundaries of the firmware map for the sweep in
+/// [`Memblock::from_firmware`], sorted by address: `(addr, kind, opens)`.
+/// Entries are clipped to `limit_bytes` (the physical address width);
+/// empty entries and what lies beyond the limit are only counted in `report`.
+fn boundary_events<R: FirmwareRegion>(
+    map: impl IntoIterator<Item = R>,
+    limit_bytes: u64,
+    report: &mut FirmwareReport,
+) -> Result<Vec<(u64, u8, bool)>, MemblockError> {
+    let mut events: Vec<(u64, u8, bool)> = Vec::new();
+    for entry in map {
+        report.entries += 1;
+        let (start, len) = (entry.start(), entry.len());
+        if len == 0 {
+            report.zero_length_entries += 1;
+            continue;
+        }
+        let end_unclipped = start.checked_add(len);
+        let end = end_unclipped.unwrap_or(u64::MAX).min(limit_bytes);
+        let beyond = match end_unclipped {
+            Some(e) => e - end.max(start).min(e),
+            // Saturated at 2^64: count what is representable.
+            None => u64::MAX - end.max(start) + 1,
+        };
+        report.beyond_phys_bytes = report.beyond_phys_bytes.saturating_add(beyond);
+        if start >= end {
+            continue;
+        }
+        events
+            .try_reserve(2)
+            .map_err(|_| MemblockError::OutOfMemory {
+                table: TableKind::Memory,
+            })?;
+        let kind = entry.kind() as u8;
+        events.push((start, kind, true));
+        events.push((end, kind, false));
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    Ok(events)
 }
 
 #[cfg(test)]

@@ -118,7 +118,7 @@ fn sixteen_nodes_get_a_backend_each_and_share_the_cpus() {
 #[test]
 fn faithful_modes_are_refused_when_struct_pages_exceed_the_host() {
     // 128G of guest RAM: 2 GiB of struct pages (64 bytes per 4 KiB page).
-    let struct_pages_gib = (128u64 << 30) / 4096 * 64 >> 30;
+    let struct_pages_gib = ((128u64 << 30) / 4096 * 64) >> 30;
     for opts in [
         vec![],
         vec!["memmap=deferred"],

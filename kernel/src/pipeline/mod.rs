@@ -11,7 +11,8 @@
 //! | 5 | [`s5_handoff`] | deferred ranges → worker plan; eager free pages → buddy |
 //! | 6 | [`s6_deferred`] | workers on each node's CPUs → the rest, freed into the buddy |
 //! | 7 | [`s7_memory_blocks`] | memblock → memory-block devices (boot CPU, during 6) |
-//! | 8 | [`s8_verify`] | every page, the lists and the counts checked |
+//! | 8 | [`s8_verify`] | every initialised page, the pool, the lists and the counts checked |
+//! | 9 | [`s9_alloc_test`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
 //!
 //! [`run`] strings them together over the hardware [`seams`]; [`facts`]
 //! records what the summary line reports; [`error::PipelineError`] is what

@@ -4,12 +4,16 @@
 #
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
-#                 [--build-only|--no-build] [-- KERNEL_OPTIONS...]
+#                 [--build-only|--no-build] [--svg FILE] [-- KERNEL_OPTIONS...]
+#   ./run-qemu.sh --linux BZIMAGE --initrd INITRD -m SIZE [same machine options]
+#                 [-- EXTRA_LINUX_CMDLINE...]
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
 # e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
 # or a guest whose struct pages would not fit this host (see "Large guests").
+# --linux boots a stock Linux kernel on the same virtual machine (tests/bench.sh
+# --linux); exit 0 when it powered the machine off, 2 otherwise.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,7 +26,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -30,6 +34,7 @@ die_setup() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_SETUP"; }
 note() { echo "run-qemu.sh: $*" >&2; }
 
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
+linux_kernel="" linux_initrd="" svg=""
 kernel_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -43,6 +48,9 @@ while [ $# -gt 0 ]; do
         --print-cmd) print_cmd=1; shift ;;
         --dry-run) dry_run=1; print_cmd=1; shift ;;
         --build-only) build_only=1; shift ;;
+        --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; linux_kernel=$2; shift 2 ;;
+        --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; linux_initrd=$2; shift 2 ;;
+        --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; svg=$2; shift 2 ;;
         --no-build) no_build=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
@@ -57,6 +65,14 @@ is_count "$timeout_s" || die_usage "--timeout '$timeout_s' is not a positive int
 [ "$nodes" -le 64 ] || die_usage "--nodes $nodes: memboot supports at most 64 nodes"
 [ "$smp" -le 255 ] || die_usage "--smp $smp: at most 255 vCPUs"
 case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
+if [ -n "$linux_kernel" ]; then
+    [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
+    [ -n "$linux_initrd" ] && [ -f "$linux_initrd" ] || die_usage "--linux needs --initrd FILE (an initramfs whose /init powers off)"
+    [ "$uefi" = 0 ] || die_usage "--linux boots through QEMU's -kernel (BIOS); drop --uefi"
+    [ -z "$svg" ] || die_usage "--svg draws memboot's boot timeline; it cannot read a Linux log"
+elif [ -n "$linux_initrd" ]; then
+    die_usage "--initrd is for --linux"
+fi
 
 # SIZE in QEMU syntax: a number with an optional K/M/G/T suffix (no suffix = MiB).
 [[ "$mem" =~ ^([0-9]+)([KkMmGgTt]?)[Bb]?$ ]] || die_usage "-m '$mem': expected a size like 512M, 64G or 1T"
@@ -89,6 +105,8 @@ kernel_opt() { # kernel_opt KEY DEFAULT: the value of KEY= in the kernel options
 }
 memmap_mode=$(kernel_opt memmap deferred)
 drain=$(kernel_opt ondemand_drain off)
+# Linux (--linux) initialises every struct page too, like memmap=deferred.
+[ -n "$linux_kernel" ] && memmap_mode=linux
 if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
     memmap_mib=$((mem_mib / 64))
     available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
@@ -96,6 +114,7 @@ if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
     if (( memmap_mib > available_mib )); then
         what="memmap=$memmap_mode"
         [ "$memmap_mode" = ondemand ] && what="memmap=ondemand ondemand_drain=on"
+        [ "$memmap_mode" = linux ] && what="Linux"
         die_usage "-m $mem with $what initialises every struct page: that needs $((memmap_mib / 1024)) GiB of host memory (RAM/64) and this host has $((available_mib / 1024)) GiB available. Boot it with memmap=ondemand (struct pages initialised when first allocated), or a smaller -m."
     fi
 fi
@@ -138,8 +157,8 @@ build() {
     exec 8>"$ROOT/target/.run-qemu-build.lock"
     flock 8
     export RUSTUP_TOOLCHAIN=$toolchain
-    (cd "$ROOT" && cargo build -q --release -p memboot-kernel --target x86_64-unknown-none \
-        --target-dir "$ROOT/target/kernel") || die_setup "kernel build failed"
+    # `cargo kbuild` is the alias in .cargo/config.toml (target, profile, target dir).
+    (cd "$ROOT" && cargo kbuild -q) || die_setup "kernel build failed"
     if [ ! -x "$image_tool" ]; then
         note "building the disk-image tool (bootloader 0.11.15 boot stages; first time takes ~3 min)"
     fi
@@ -148,12 +167,29 @@ build() {
     (cd "$ROOT/runner" && RUSTC_BOOTSTRAP=1 cargo build -q --release --target-dir "$ROOT/target/runner") \
         || die_setup "disk-image tool build failed"
     "$image_tool" "$kernel_elf" "$image_dir" || die_setup "disk image creation failed"
+    if [ -n "$svg" ]; then
+        (cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-plot) \
+            || die_setup "timeline tool (memboot-plot) build failed"
+    fi
     exec 8>&-
+}
+plot_tool=$ROOT/target/release/memboot-plot
+# draw_timeline: the boot timeline of this boot's serial log (--svg FILE).
+draw_timeline() {
+    [ -x "$plot_tool" ] || { note "--svg: $plot_tool is missing (it is built unless --no-build)"; svg_failed=1; return; }
+    if "$plot_tool" timeline "$log" "$svg"; then
+        note "boot timeline written to $svg"
+    else
+        note "--svg: could not draw the timeline from this boot's log"
+        svg_failed=1
+    fi
 }
 
 if [ "$dry_run" = 0 ]; then
     ensure_qemu
-    if [ "$no_build" = 1 ]; then
+    if [ -n "$linux_kernel" ]; then
+        : # a stock kernel: nothing of memboot's to build
+    elif [ "$no_build" = 1 ]; then
         [ -f "$image_dir/memboot-bios.img" ] || die_setup "--no-build: no image in $image_dir (run with --build-only first)"
     else
         ensure_rust
@@ -227,11 +263,30 @@ memboot_boot_args() {
         qemu+=(-fw_cfg "name=opt/memboot/cmdline,string=${cmdline//,/,,}")
     fi
 }
+# The guest's TSC rate in kHz for Linux's tsc_early_khz=: under TCG the
+# guest reads the host's TSC, whose rate the host kernel knows ("cpu MHz"
+# of a constant-TSC CPU); without it Linux's early timestamps are zero
+# until its own calibration.
+host_tsc_khz() {
+    awk -F: '/^cpu MHz/ { printf "%d\n", $2 * 1000; exit }' /proc/cpuinfo
+}
+# linux_boot_args: a stock Linux kernel and initramfs through QEMU's -kernel
+# on the same serial port. The command line asks for what the bench parses:
+# timestamps, every message, initcall timings.
+linux_boot_args() {
+    local cmdline="console=ttyS0 printk.time=1 ignore_loglevel initcall_debug" khz
+    if [ "$accel" = tcg ]; then
+        khz=$(host_tsc_khz)
+        [ -n "$khz" ] && cmdline+=" tsc_early_khz=$khz"
+    fi
+    [ ${#kernel_opts[@]} -gt 0 ] && cmdline+=" ${kernel_opts[*]}"
+    qemu+=(-serial stdio -kernel "$linux_kernel" -initrd "$linux_initrd" -append "$cmdline")
+}
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/memboot-run.XXXXXX")
 trap 'rm -rf "$tmpdir"' EXIT
 qemu=(qemu-system-x86_64)
 qemu_machine_args "$mem_mib" "$smp" "$nodes" "$accel"
-memboot_boot_args
+if [ -n "$linux_kernel" ]; then linux_boot_args; else memboot_boot_args; fi
 
 if [ "$print_cmd" = 1 ]; then
     printf '%q ' "${qemu[@]}" >&2
@@ -248,6 +303,8 @@ if (( mem_mib > LARGE_GUEST_MIB )); then
         flock 9
     fi
 fi
+# --svg reads the serial log back: keep one even without --log.
+[ -n "$svg" ] && [ -z "$log" ] && log=$tmpdir/serial.log
 [ -n "$log" ] && : >"$log"
 note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
 # GNU time outside timeout: wait4() reports the largest RSS among timeout and
@@ -265,8 +322,19 @@ if [[ "$maxrss_kib" =~ ^[0-9]+$ ]]; then
     note "host peak RSS $((maxrss_kib / 1024)) MiB"
     [ -n "$log" ] && echo "run-qemu.sh: host peak RSS $((maxrss_kib / 1024)) MiB" >>"$log"
 fi
+if [ -n "$linux_kernel" ]; then
+    case "$status" in
+        0) note "Linux powered the machine off"; exit "$EXIT_OK" ;;
+        124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;
+        *) note "QEMU exited with status $status: Linux did not power off"; exit "$EXIT_QEMU" ;;
+    esac
+fi
+svg_failed=0
+[ -n "$svg" ] && draw_timeline
 case "$status" in
-    "$QEMU_KERNEL_OK") note "kernel reported success"; exit "$EXIT_OK" ;;
+    "$QEMU_KERNEL_OK") note "kernel reported success"
+       [ "$svg_failed" = 0 ] || exit "$EXIT_SETUP"
+       exit "$EXIT_OK" ;;
     "$QEMU_KERNEL_FAIL") note "kernel reported failure (see its log above)"; exit "$EXIT_KERNEL" ;;
     124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;
     *) note "QEMU exited with status $status without the kernel's exit code (QEMU error or triple fault)"

@@ -13,6 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod linux_log;
+
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {
     pub const OK: i32 = 0;

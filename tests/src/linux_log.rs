@@ -1,0 +1,165 @@
+//! Reading a stock Linux kernel's serial log (the bench's Linux peer, booted
+//! by `run-qemu.sh --linux` with `printk.time=1 ignore_loglevel`) into the
+//! figures the bench sets beside memboot's.
+//!
+//! What is measured, all from printk timestamps (time since boot):
+//! - **early memmap**: from the `Zone ranges:` line to the line after the
+//!   last `On node N, zone Z: … pages in unavailable ranges` line. That
+//!   block is `free_area_init()`, which initialises the struct pages of the
+//!   low zones and the first section of each node on the boot CPU (the
+//!   rest is deferred), and ends with `init_unavailable_range()`'s lines.
+//! - **deferred init**: `node N deferred pages initialised in Xms`, one per
+//!   node, printed by the `pgdatinit` threads that run on the node's CPUs
+//!   (`mm/page_alloc.c` in 6.1: `pr_info("node %d deferred pages
+//!   initialised in %ums\n", ...)`). Every page is allocatable after the
+//!   last of those lines: its stamp is Linux's "until allocatable".
+//! - **/init started**: `Run /init as init process` (init/main.c).
+//! - QEMU's **host peak RSS**, from run-qemu.sh's own line.
+//!
+//! The peer's /init prints the kernel log again between `linux-peer: dmesg
+//! begin`/`end` markers; only the console part before it is read, so no line
+//! counts twice.
+
+use std::fmt;
+
+/// What one Linux boot's log says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinuxBoot {
+    /// Stamp of `Zone ranges:`.
+    pub zone_ranges_ns: u64,
+    /// `free_area_init()`'s block, `Zone ranges:` to the next line after it.
+    pub early_memmap_ns: u64,
+    /// `(node, ms)` from each `node N deferred pages initialised in Xms`.
+    pub node_deferred_ms: Vec<(u32, u64)>,
+    /// Stamp of the last deferred-init line (every page allocatable), or
+    /// the end of the early block when no node deferred anything.
+    pub allocatable_ns: u64,
+    /// Stamp of `Run /init as init process`.
+    pub init_started_ns: u64,
+    /// `tsc: Detected X MHz processor`, if printed.
+    pub tsc_mhz: Option<f64>,
+    /// `run-qemu.sh: host peak RSS N MiB`, if the log has it.
+    pub host_peak_rss_mib: Option<u64>,
+}
+
+impl LinuxBoot {
+    /// Deferred init as a phase: the slowest node (the threads run in parallel).
+    pub fn deferred_ms(&self) -> u64 {
+        self.node_deferred_ms.iter().map(|&(_, ms)| ms).max().unwrap_or(0)
+    }
+}
+
+/// Why a log could not be read; each says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinuxLogError {
+    /// No `Zone ranges:` line: not a Linux log, or printk.time/ignore_loglevel missing.
+    NoZoneRanges,
+    /// The early block has no `On node N, zone …` line, or nothing after it.
+    NoEarlyMemmapEnd,
+    /// No `Run /init as init process`: the boot did not reach userspace.
+    NoInit,
+}
+
+impl fmt::Display for LinuxLogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoZoneRanges => write!(
+                f,
+                "no stamped 'Zone ranges:' line: boot Linux with run-qemu.sh --linux \
+                 (printk.time=1 ignore_loglevel) and pass its whole serial log"
+            ),
+            Self::NoEarlyMemmapEnd => write!(
+                f,
+                "the 'Zone ranges:' block has no 'On node N, zone ...' line followed by another \
+                 line: the log is cut inside free_area_init(); capture the whole boot"
+            ),
+            Self::NoInit => write!(
+                f,
+                "no 'Run /init as init process' line: the log ends before Linux started \
+                 userspace (timeout or crash?); boot again with a longer --timeout"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LinuxLogError {}
+
+/// `[    5.123456] message` → (ns, message); Linux pads seconds to 5 places.
+fn stamped(line: &str) -> Option<(u64, &str)> {
+    let (stamp, msg) = line.strip_prefix('[')?.split_once("] ")?;
+    let (secs, micros) = stamp.trim_start().split_once('.')?;
+    if micros.len() != 6 {
+        return None;
+    }
+    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000;
+    Some((ns, msg))
+}
+
+/// The console part of the log: stamped lines before the peer's dmesg dump.
+fn console_lines(text: &str) -> Vec<(u64, &str)> {
+    text.lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .take_while(|l| !l.starts_with("linux-peer: dmesg begin"))
+        .filter_map(stamped)
+        .collect()
+}
+
+/// `node N deferred pages initialised in Xms` → (N, X).
+fn deferred_line(msg: &str) -> Option<(u32, u64)> {
+    let rest = msg.strip_prefix("node ")?;
+    let (node, rest) = rest.split_once(" deferred pages initialised in ")?;
+    Some((node.parse().ok()?, rest.strip_suffix("ms")?.parse().ok()?))
+}
+
+/// The early memmap block: (start ns, end ns).
+fn early_block(lines: &[(u64, &str)]) -> Result<(u64, u64), LinuxLogError> {
+    let start = lines
+        .iter()
+        .position(|(_, m)| *m == "Zone ranges:")
+        .ok_or(LinuxLogError::NoZoneRanges)?;
+    let last_zone_line = lines[start..]
+        .iter()
+        .rposition(|(_, m)| m.starts_with("On node ") && m.contains(", zone "))
+        .map(|i| start + i)
+        .ok_or(LinuxLogError::NoEarlyMemmapEnd)?;
+    let end = lines
+        .get(last_zone_line + 1)
+        .ok_or(LinuxLogError::NoEarlyMemmapEnd)?;
+    Ok((lines[start].0, end.0))
+}
+
+/// Read one Linux boot's serial log.
+pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
+    let lines = console_lines(text);
+    let (zone_ranges_ns, early_end_ns) = early_block(&lines)?;
+    let init_started_ns = lines
+        .iter()
+        .find(|(_, m)| *m == "Run /init as init process")
+        .map(|&(ns, _)| ns)
+        .ok_or(LinuxLogError::NoInit)?;
+    let deferred: Vec<(u64, (u32, u64))> = lines
+        .iter()
+        .filter_map(|&(ns, m)| deferred_line(m).map(|d| (ns, d)))
+        .collect();
+    let tsc_mhz = lines.iter().find_map(|(_, m)| {
+        m.strip_prefix("tsc: Detected ")?
+            .strip_suffix(" MHz processor")?
+            .parse()
+            .ok()
+    });
+    let host_peak_rss_mib = text.lines().find_map(|l| {
+        l.strip_prefix("run-qemu.sh: host peak RSS ")?
+            .strip_suffix(" MiB")?
+            .parse()
+            .ok()
+    });
+    Ok(LinuxBoot {
+        zone_ranges_ns,
+        early_memmap_ns: early_end_ns - zone_ranges_ns,
+        allocatable_ns: deferred.iter().map(|&(ns, _)| ns).max().unwrap_or(early_end_ns),
+        node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),
+        init_started_ns,
+        tsc_mhz,
+        host_peak_rss_mib,
+    })
+}

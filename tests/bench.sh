@@ -1,79 +1,131 @@
 #!/usr/bin/env bash
-# tests/bench.sh — boot every memmap strategy and the touch floor side by
-# side, in one run, and print where the time went. A benchmark, not a test:
-# it asserts nothing but that each boot succeeded.
+# tests/bench.sh — boot memboot's memmap modes (and, with --linux, a stock
+# Linux kernel) on the same virtual machine, in one run, in a fair order, and
+# print where the time went. A benchmark, not a test: it asserts nothing but
+# that each boot succeeded.
 #
-#   tests/bench.sh [--sizes "64G 1T"] [--smp N] [--modes "deferred regions perpfn touch"]
-#                  [--rounds N] [-- EXTRA_RUN_QEMU_ARGS...]
+#   tests/bench.sh [--sizes "64G 1T"] [--smp N] [--nodes N]
+#                  [--modes "deferred regions perpfn touch ondemand"] [--linux]
+#                  [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
+#                  [-- EXTRA_RUN_QEMU_ARGS...]
 #
-# Each boot runs with verify=off so that `total` measures boot work only.
-# Host first-touch of guest memory dominates at 1T and depends on what the
-# host did just before (measured: touch-then-deferred and deferred-then-touch
-# swap which one looks 1.5x slower). So every size runs N rounds (default 2)
-# with the mode order reversed in every other round, and the table shows the
-# mean and the best of the rounds; compare rows of one run, not across runs.
+# Order: host first-touch of guest memory dominates at 1T and depends on what
+# the host did just before (README "Benchmarks": the first large guest after
+# an idle spell pays seconds more). So the run starts with one warm-up boot
+# at the largest size (memmap=touch where it fits, not counted), then every
+# size runs N rounds (default 2) in ABBA order: the entries in order, then
+# reversed, and so on. The table shows every round, the means, and the
+# ratios of means to Linux and to memmap=touch; compare rows of one run only.
+#
+# Entries whose struct pages cannot fit this host at a size are not booted
+# (run-qemu.sh refuses them; the table says why). memboot boots run with
+# verify=off so the times are boot work only.
+#
+# --linux: Debian's linux-image-amd64 kernel and busybox-static, fetched with
+# apt-get download into target/linux-peer (tests/linux-peer.sh), booted with
+# run-qemu.sh --linux: the same QEMU machine arguments as memboot's.
+# --json FILE: every boot's figures (memboot-bench's schema, for history).
+# --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-sizes="64G 1T" smp=2 modes="deferred regions perpfn touch" rounds=2
+sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
+linux=0 json="" svg_dir="" keep=""
 extra=()
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --sizes) sizes=$2; shift 2 ;;
         --smp) smp=$2; shift 2 ;;
+        --nodes) nodes=$2; shift 2 ;;
         --modes) modes=$2; shift 2 ;;
+        --linux) linux=1; shift ;;
         --rounds) rounds=$2; shift 2 ;;
+        --json) json=$2; shift 2 ;;
+        --svg) svg_dir=$2; shift 2 ;;
+        --keep) keep=$2; shift 2 ;;
         --) shift; extra=("$@"); break ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench.sh: unknown argument $1" >&2; exit 64 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
-"$ROOT/run-qemu.sh" --build-only >&2
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
+say() { echo "bench: $*" >&2; }
+
+"$ROOT/run-qemu.sh" --build-only >&2
+(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-bench --bin memboot-plot) >&2
+tools=$ROOT/target/release
+linux_args=()
+entries=$modes
+if [ "$linux" = 1 ]; then
+    peer=$("$ROOT/tests/linux-peer.sh")
+    linux_args=(--linux "$(awk '$1 == "kernel" { print $2 }' <<<"$peer")"
+                --initrd "$(awk '$1 == "initrd" { print $2 }' <<<"$peer")")
+    entries="$entries linux"
+fi
+if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
+
+# boot_args ENTRY: run-qemu.sh arguments after the machine ones.
+boot_args() {
+    if [ "$1" = linux ]; then printf '%s\n' "${linux_args[@]}"; else printf '%s\n' -- "memmap=$1" verify=off; fi
+}
+# boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
+boot() {
+    local args
+    mapfile -t args < <(boot_args "$2")
+    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
+            >"$3" 2>&1; then
+        tail -n 20 "$3" >&2
+        say "boot -m $1 $2 failed (log: $3)"
+        exit 1
+    fi
+}
+# fits SIZE ENTRY: can this host hold the boot? (run-qemu.sh refuses with 64)
+fits() {
+    local args
+    mapfile -t args < <(boot_args "$2")
+    "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
+        >/dev/null 2>"$out/fit.err" && return 0
+    sed 's/^run-qemu.sh: //' "$out/fit.err" >"$out/$1-$2.skip"
+    return 1
+}
+
+largest=$(for s in $sizes; do echo "$("$tools/memboot-bench" mib "$s") $s"; done | sort -n | tail -n 1 | cut -d' ' -f2)
+warm_entry=$(for e in touch $entries; do fits "$largest" "$e" && { echo "$e"; break; }; done || true)
+rm -f "$out"/*.skip
+if [ -n "$warm_entry" ]; then
+    say "warm-up (not counted): -m $largest $warm_entry"
+    boot "$largest" "$warm_entry" "$out/warmup.log"
+fi
+order_log=()
 for size in $sizes; do
+    booted=()
+    for e in $entries; do fits "$size" "$e" && booted+=("$e") || say "-m $size $e: $(cat "$out/$size-$e.skip")"; done
     for ((round = 1; round <= rounds; round++)); do
-        order=$modes
-        (( round % 2 == 0 )) && order=$(tr ' ' '\n' <<<"$modes" | tac | tr '\n' ' ')
-        for mode in $order; do
-            echo "bench: round $round: booting -m $size --smp $smp memmap=$mode" >&2
-            log=$out/$size-$mode-$round.log
-            if ! "$ROOT/run-qemu.sh" --no-build -m "$size" --smp "$smp" "${extra[@]}" \
-                    -- "memmap=$mode" verify=off >"$log" 2>&1; then
-                tail -n 20 "$log" >&2
-                echo "bench: boot -m $size memmap=$mode failed" >&2
-                exit 1
-            fi
+        order=("${booted[@]}")
+        (( round % 2 == 0 )) && mapfile -t order < <(printf '%s\n' "${booted[@]}" | tac)
+        for e in "${order[@]}"; do
+            say "round $round: -m $size --smp $smp --nodes $nodes $e"
+            boot "$size" "$e" "$out/$size-$e-$round.log"
+            order_log+=("$size/$e/$round")
         done
     done
 done
-python3 - "$out" "$sizes" "$modes" "$smp" "$rounds" <<'PY'
-import json, sys, os
-out, sizes, modes, smp, rounds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4], int(sys.argv[5])
-def summary(size, mode, r):
-    for line in open(os.path.join(out, f"{size}-{mode}-{r}.log")):
-        if line.startswith("memboot-summary: "):
-            return json.loads(line[len("memboot-summary: "):])
-    raise SystemExit(f"no summary for {size} {mode} round {r}")
-memmap = lambda s: s["memmap_boot_ns"] + s["buddy_eager_ns"] + s["deferred_ns"]
-mean = lambda xs: sum(xs) / len(xs)
-ms = lambda ns: f"{ns / 1e6:.1f}"
-print(f"memboot bench: TCG, {smp} vCPUs, 1 node, {rounds} rounds (mode order reversed every other round); "
-      f"times in ms, mean (best); TSC {summary(sizes[0], modes[0], 1)['tsc_mhz']} MHz")
-hdr = ["size", "mode", "pages", "eager", "memmap_boot", "deferred", "memmap", "total", "x touch"]
-print("| " + " | ".join(hdr) + " |")
-print("|" + "---|" * len(hdr))
-for size in sizes:
-    runs = {m: [summary(size, m, r) for r in range(1, rounds + 1)] for m in modes}
-    floor = mean([memmap(s) for s in runs["touch"]]) if "touch" in runs else None
-    for m in modes:
-        rs = runs[m]
-        col = lambda f: f"{ms(mean([f(s) for s in rs]))} ({ms(min(f(s) for s in rs))})"
-        ratio = f"{mean([memmap(s) for s in rs]) / floor:.2f}" if floor else ""
-        print(f"| {size} | {m} | {rs[0]['present_pages']} | {rs[0]['eager_pages']} | "
-              f"{col(lambda s: s['memmap_boot_ns'])} | {col(lambda s: s['deferred_ns'])} | {col(memmap)} | "
-              f"{col(lambda s: s['total_ns'])} | {ratio} |")
-print()
-print("memmap = boot-CPU memmap phase + hand-off of its free pages to the buddy + deferred phase;")
-print("x touch = mean memmap / mean memmap of memmap=touch (64-byte store per page, same CPUs, same split).")
-PY
+
+tsc=$(grep -ho 'tsc: Detected [0-9.]* MHz' "$out"/*-1.log 2>/dev/null | head -n 1 | awk '{ print $3 }')
+heading="bench: TCG, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order after a warm-up boot (${warm_entry:-none} at $largest); times in ms; TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+[ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
+report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
+[ -n "$json" ] && report+=(--json "$json")
+"${report[@]}" | tee "$out/bench.md"
+cat <<'NOTE'
+
+memmap = all struct-page work: memboot's boot-CPU phase + hand-off to the buddy + deferred init;
+Linux's free_area_init() block + its slowest node's deferred init. boot-CPU memmap = the first part.
+until allocatable = kernel entry until every present page can be allocated.
+× Linux, × touch = mean memmap / the mean memmap of Linux, of memmap=touch (same machine, same run).
+NOTE
+if [ -n "$svg_dir" ]; then
+    cp "$out/bench.md" "$svg_dir/bench.md"
+    "$tools/memboot-plot" scaling "$json" "$svg_dir/scaling.svg"
+    say "wrote $svg_dir/bench.md, $json and $svg_dir/scaling.svg"
+fi

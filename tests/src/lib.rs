@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod bench;
 pub mod linux_log;
+pub mod plot;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -45,7 +45,11 @@ pub struct LinuxBoot {
 impl LinuxBoot {
     /// Deferred init as a phase: the slowest node (the threads run in parallel).
     pub fn deferred_ms(&self) -> u64 {
-        self.node_deferred_ms.iter().map(|&(_, ms)| ms).max().unwrap_or(0)
+        self.node_deferred_ms
+            .iter()
+            .map(|&(_, ms)| ms)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -156,7 +160,11 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
     Ok(LinuxBoot {
         zone_ranges_ns,
         early_memmap_ns: early_end_ns - zone_ranges_ns,
-        allocatable_ns: deferred.iter().map(|&(ns, _)| ns).max().unwrap_or(early_end_ns),
+        allocatable_ns: deferred
+            .iter()
+            .map(|&(ns, _)| ns)
+            .max()
+            .unwrap_or(early_end_ns),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),
         init_started_ns,
         tsc_mhz,

@@ -33,9 +33,15 @@ fn cut_before(needle: &str) -> &'static str {
 #[test]
 fn truncated_logs_give_clear_errors() {
     let cases = [
-        (cut_before("Run /init as init process"), LinuxLogError::NoInit),
+        (
+            cut_before("Run /init as init process"),
+            LinuxLogError::NoInit,
+        ),
         (cut_before("Zone ranges:"), LinuxLogError::NoZoneRanges),
-        (cut_before("On node 0, zone DMA"), LinuxLogError::NoEarlyMemmapEnd),
+        (
+            cut_before("On node 0, zone DMA"),
+            LinuxLogError::NoEarlyMemmapEnd,
+        ),
         ("", LinuxLogError::NoZoneRanges),
     ];
     for (text, want) in cases {
@@ -48,9 +54,14 @@ fn truncated_logs_give_clear_errors() {
 
 #[test]
 fn the_dmesg_dump_does_not_count_twice() {
-    let dump = LOG.find("linux-peer: dmesg begin").expect("the peer's marker");
+    let dump = LOG
+        .find("linux-peer: dmesg begin")
+        .expect("the peer's marker");
     let console_only = parse(&LOG[..dump]).unwrap();
-    assert_eq!(parse(LOG).unwrap().node_deferred_ms, console_only.node_deferred_ms);
+    assert_eq!(
+        parse(LOG).unwrap().node_deferred_ms,
+        console_only.node_deferred_ms
+    );
     // The dump alone (stamps restart at 0) is a whole log by itself.
     let dump_only = parse(&LOG[dump + "linux-peer: dmesg begin\n".len()..]).unwrap();
     assert_eq!(dump_only.node_deferred_ms, console_only.node_deferred_ms);

@@ -1,0 +1,252 @@
+//! The bench's report: the serial logs of one `tests/bench.sh` run read
+//! back into rows (one per boot), a markdown table with every round, the
+//! means and the ratios to Linux and to `memmap=touch`, and the rows as
+//! JSON for the scaling chart (`memboot-plot scaling`) and for CI history.
+//!
+//! The figures, per boot:
+//! - `boot_cpu_memmap_ns`: struct-page work on the boot CPU before SMP work
+//!   starts (memboot's eager memmap phase; Linux's `free_area_init()` block).
+//! - `memmap_ns`: all struct-page work of the boot: memboot's boot-CPU phase
+//!   + its hand-off to the buddy + deferred init; Linux's early block + its
+//!   slowest node's deferred init.
+//! - `allocatable_ns`: from kernel entry until every present page can be
+//!   allocated (memboot's summary key; Linux's last deferred-init line).
+//! - `host_rss_mib`: QEMU's peak resident memory (run-qemu.sh's line).
+//!
+//! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or `linux`);
+//! an entry that was not booted at a size (its struct pages do not fit the
+//! host) has `SIZE-ENTRY.skip` holding the reason instead.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::linux_log;
+
+/// One boot's figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub size: String,
+    pub mem_mib: u64,
+    /// "memboot" or "linux".
+    pub kernel: &'static str,
+    /// The memmap mode, or "linux".
+    pub mode: String,
+    pub round: u32,
+    pub boot_cpu_memmap_ns: u64,
+    pub memmap_ns: u64,
+    pub allocatable_ns: u64,
+    pub host_rss_mib: Option<u64>,
+    /// memboot: the summary's `total_ns`; Linux: when /init started.
+    pub boot_ns: u64,
+}
+
+/// What a bench run compared.
+pub struct Plan<'a> {
+    pub sizes: &'a [String],
+    pub entries: &'a [String],
+    pub rounds: u32,
+}
+
+/// `64G` → MiB (the sizes run-qemu.sh accepts; no suffix = MiB).
+pub fn size_mib(size: &str) -> Result<u64, String> {
+    let digits = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("size '{size}': expected e.g. 64G or 1T"))?;
+    match &size[digits.len()..] {
+        "" | "M" => Ok(n),
+        "G" => Ok(n << 10),
+        "T" => Ok(n << 20),
+        other => Err(format!("size '{size}': unknown suffix '{other}'")),
+    }
+}
+
+fn host_rss_mib(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix("run-qemu.sh: host peak RSS ")?
+            .strip_suffix(" MiB")?
+            .parse()
+            .ok()
+    })
+}
+
+fn summary_of(text: &str) -> Result<Value, String> {
+    let json = text
+        .lines()
+        .find_map(|l| l.trim_end_matches('\r').strip_prefix("memboot-summary: "))
+        .ok_or("no memboot-summary line: the boot did not finish")?;
+    serde_json::from_str(json).map_err(|e| format!("bad summary JSON: {e}"))
+}
+
+fn key(summary: &Value, name: &str) -> Result<u64, String> {
+    summary[name]
+        .as_u64()
+        .ok_or(format!("summary has no number '{name}'"))
+}
+
+/// A memboot boot's row from its log.
+fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, String> {
+    let s = summary_of(text)?;
+    if s["status"] != "ok" {
+        return Err(format!("the boot failed: status {}", s["status"]));
+    }
+    let boot_cpu = key(&s, "memmap_boot_ns")?;
+    Ok(Row {
+        size: size.to_string(),
+        mem_mib: size_mib(size)?,
+        kernel: "memboot",
+        mode: mode.to_string(),
+        round,
+        boot_cpu_memmap_ns: boot_cpu,
+        memmap_ns: boot_cpu + key(&s, "buddy_eager_ns")? + key(&s, "deferred_ns")?,
+        allocatable_ns: key(&s, "allocatable_ns")?,
+        host_rss_mib: host_rss_mib(text),
+        boot_ns: key(&s, "total_ns")?,
+    })
+}
+
+/// A Linux boot's row from its log.
+fn linux_row(text: &str, size: &str, round: u32) -> Result<Row, String> {
+    let boot = linux_log::parse(text).map_err(|e| e.to_string())?;
+    Ok(Row {
+        size: size.to_string(),
+        mem_mib: size_mib(size)?,
+        kernel: "linux",
+        mode: "linux".to_string(),
+        round,
+        boot_cpu_memmap_ns: boot.early_memmap_ns,
+        memmap_ns: boot.early_memmap_ns + boot.deferred_ms() * 1_000_000,
+        allocatable_ns: boot.allocatable_ns,
+        host_rss_mib: boot.host_peak_rss_mib,
+        boot_ns: boot.init_started_ns,
+    })
+}
+
+/// One log → one row; `entry` "linux" reads a Linux log.
+pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, String> {
+    match entry {
+        "linux" => linux_row(text, size, round),
+        mode => memboot_row(text, size, mode, round),
+    }
+}
+
+/// Every boot of a bench run, and the entries skipped per size with why.
+pub struct Results {
+    pub rows: Vec<Row>,
+    pub skipped: Vec<(String, String, String)>,
+}
+
+/// Read a bench run's directory.
+pub fn read_dir(dir: &Path, plan: &Plan) -> Result<Results, String> {
+    let mut results = Results {
+        rows: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for size in plan.sizes {
+        for entry in plan.entries {
+            let skip = dir.join(format!("{size}-{entry}.skip"));
+            if let Ok(why) = std::fs::read_to_string(&skip) {
+                results
+                    .skipped
+                    .push((size.clone(), entry.clone(), why.trim().to_string()));
+                continue;
+            }
+            for round in 1..=plan.rounds {
+                let path = dir.join(format!("{size}-{entry}-{round}.log"));
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                let row = row_from_log(&text, size, entry, round)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                results.rows.push(row);
+            }
+        }
+    }
+    Ok(results)
+}
+
+fn mean(values: impl Iterator<Item = u64>) -> Option<f64> {
+    let (sum, n) = values.fold((0u128, 0u64), |(s, n), v| (s + v as u128, n + 1));
+    (n > 0).then(|| sum as f64 / n as f64)
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.1}", ns / 1e6)
+}
+
+/// The rows of one (size, entry), in round order.
+fn series<'a>(rows: &'a [Row], size: &str, entry: &str) -> Vec<&'a Row> {
+    rows.iter()
+        .filter(|r| r.size == size && r.mode == entry)
+        .collect()
+}
+
+fn ratio(value: Option<f64>, base: Option<f64>) -> String {
+    match (value, base) {
+        (Some(v), Some(b)) if b > 0.0 => format!("{:.2}", v / b),
+        _ => "–".to_string(),
+    }
+}
+
+/// One table line for (size, entry).
+fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
+    let rs = series(rows, size, entry);
+    let memmap_mean = |e: &str| mean(series(rows, size, e).iter().map(|r| r.memmap_ns));
+    let rounds: Vec<String> = rs.iter().map(|r| ms(r.memmap_ns as f64)).collect();
+    let rss =
+        mean(rs.iter().filter_map(|r| r.host_rss_mib)).map_or("–".into(), |m| format!("{m:.0}"));
+    let mean_of = |f: fn(&Row) -> u64| mean(rs.iter().map(|r| f(r))).map_or("–".into(), ms);
+    format!(
+        "| {size} | {} | {entry} | {} | {} | {} | {} | {rss} | {} | {} |",
+        rs.first().map_or("", |r| r.kernel),
+        rounds.join(" / "),
+        mean_of(|r| r.memmap_ns),
+        mean_of(|r| r.boot_cpu_memmap_ns),
+        mean_of(|r| r.allocatable_ns),
+        ratio(memmap_mean(entry), memmap_mean("linux")),
+        ratio(memmap_mean(entry), memmap_mean("touch")),
+    )
+}
+
+/// The markdown table (with a heading line saying how it was run).
+pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
+    let mut out = format!("{heading}\n\n");
+    out += "| size | kernel | mode | memmap ms, each round | memmap mean | boot-CPU memmap mean | \
+            until allocatable mean | host RSS MiB | × Linux | × touch |\n";
+    out += "|---|---|---|---|---|---|---|---|---|---|\n";
+    for size in plan.sizes {
+        for entry in plan.entries {
+            if !series(&results.rows, size, entry).is_empty() {
+                out += &table_line(&results.rows, size, entry);
+                out.push('\n');
+            }
+        }
+    }
+    for (size, entry, why) in &results.skipped {
+        let _ = writeln!(out, "\n{size} {entry}: not booted: {why}");
+    }
+    out
+}
+
+/// The rows as JSON: `{"meta": {...}, "rows": [...], "skipped": [...]}`.
+pub fn to_json(results: &Results, meta: Value) -> Value {
+    let rows: Vec<Value> = results
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "size": r.size, "mem_mib": r.mem_mib, "kernel": r.kernel, "mode": r.mode,
+                "round": r.round, "boot_cpu_memmap_ns": r.boot_cpu_memmap_ns,
+                "memmap_ns": r.memmap_ns, "allocatable_ns": r.allocatable_ns,
+                "host_rss_mib": r.host_rss_mib, "boot_ns": r.boot_ns,
+            })
+        })
+        .collect();
+    let skipped: Vec<Value> = results
+        .skipped
+        .iter()
+        .map(|(size, entry, why)| json!({"size": size, "mode": entry, "why": why}))
+        .collect();
+    json!({"meta": meta, "rows": rows, "skipped": skipped})
+}

@@ -154,12 +154,11 @@ struct Timeline {
     svg: String,
 }
 
-fn timeline(fixture_name: &str) -> Timeline {
-    let text = read_fixture(fixture_name);
-    let log = plot::parse_log(&text, fixture_name).expect("fixture parses");
+fn timeline(name: &str, text: &str) -> Timeline {
+    let log = plot::parse_log(text, name).expect("log parses");
     let layout = TimelineLayout::new(&log);
     let svg = plot::render_timeline(&log, &layout).expect("renders");
-    let summary = summary_json(&text);
+    let summary = summary_json(text);
     Timeline {
         phases: expected_phases(&summary),
         summary,
@@ -198,7 +197,8 @@ fn check_lanes(t: &Timeline, texts: &[Text]) -> Vec<(f64, f64)> {
     bands
 }
 
-fn check_bars(t: &Timeline, rects: &[Rect], bands: &[(f64, f64)]) {
+/// Finds each phase's bar; returns them in the summary's phase order.
+fn check_bars(t: &Timeline, rects: &[Rect], bands: &[(f64, f64)]) -> Vec<Rect> {
     let bar_height_px = (ROW_HEIGHT_PX - 2 * BAR_PAD_PX) as f64;
     let bars: Vec<&Rect> = rects
         .iter()
@@ -219,6 +219,7 @@ fn check_bars(t: &Timeline, rects: &[Rect], bands: &[(f64, f64)]) {
     );
     let px_per_ns = t.layout.plot_width_px as f64 / t_max_ns as f64;
     let mut used = vec![false; bars.len()];
+    let mut found = Vec::new();
     for phase in &t.phases {
         let left_px = t.layout.plot_left_px as f64 + phase.start_ns as f64 * px_per_ns;
         let width_px = (phase.end_ns - phase.start_ns) as f64 * px_per_ns;
@@ -238,7 +239,9 @@ fn check_bars(t: &Timeline, rects: &[Rect], bands: &[(f64, f64)]) {
             )
         });
         used[index] = true;
+        found.push(*bars[index]);
     }
+    found
 }
 
 /// Each phase has a label `name[ n<node>] <ms> ms` in its CPU's lane.
@@ -268,14 +271,19 @@ fn check_labels(t: &Timeline, texts: &[Text], bands: &[(f64, f64)]) {
 }
 
 fn check_timeline(fixture_name: &str) -> Timeline {
-    let t = timeline(fixture_name);
+    check_timeline_text(fixture_name, &read_fixture(fixture_name)).0
+}
+
+/// All timeline checks on one log; returns each phase's bar too.
+fn check_timeline_text(name: &str, text: &str) -> (Timeline, Vec<Rect>) {
+    let t = timeline(name, text);
     let doc = roxmltree::Document::parse(&t.svg).expect("the SVG is well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     let texts = texts(&doc);
     let bands = check_lanes(&t, &texts);
-    check_bars(&t, &rects(&doc), &bands);
+    let bars = check_bars(&t, &rects(&doc), &bands);
     check_labels(&t, &texts, &bands);
-    t
+    (t, bars)
 }
 
 #[test]
@@ -296,33 +304,27 @@ fn timeline_four_nodes() {
 }
 
 #[test]
-fn timeline_lanes_for_idle_cpus() {
-    // A summary claiming 4 CPUs whose phases all ran on CPU 0: 4 lanes.
+fn timeline_lanes_for_idle_cpus_and_overlaps() {
+    // A summary claiming 4 CPUs whose phases all ran on CPU 0: 4 lanes, and
+    // CPU 0's deferred_init workers now overlap in time there.
     let text = read_fixture("16g-4nodes.log")
         .replace("\"cpus\":2,", "\"cpus\":4,")
         .replace("\"cpu\":1,", "\"cpu\":0,");
-    let log = plot::parse_log(&text, "edited").unwrap();
-    let layout = TimelineLayout::new(&log);
-    let svg = plot::render_timeline(&log, &layout).unwrap();
-    let doc = roxmltree::Document::parse(&svg).unwrap();
-    let lanes: Vec<String> = texts(&doc)
-        .into_iter()
-        .map(|t| t.text)
-        .filter(|t| t.starts_with("CPU "))
-        .collect();
-    assert_eq!(lanes, ["CPU 0", "CPU 1", "CPU 2", "CPU 3"]);
-    // Overlapping phases on CPU 0 now sit in different sub-rows.
-    for (a, b) in layout
-        .bars
-        .iter()
-        .zip(&log.phases)
-        .flat_map(|x| layout.bars.iter().zip(&log.phases).map(move |y| (x, y)))
-    {
-        let overlap = a.1.start_ns < b.1.end_ns && b.1.start_ns < a.1.end_ns;
-        if a.0.phase_index != b.0.phase_index && overlap {
-            assert_ne!(a.0.row, b.0.row, "{:?} and {:?} overlap in time", a.1, b.1);
+    let (t, bars) = check_timeline_text("edited 16g-4nodes.log", &text);
+    assert_eq!(t.layout.lanes.len(), 4);
+    let mut overlapping_pairs = 0;
+    for (i, a) in t.phases.iter().enumerate() {
+        for (j, b) in t.phases.iter().enumerate().skip(i + 1) {
+            if a.start_ns < b.end_ns && b.start_ns < a.end_ns {
+                overlapping_pairs += 1;
+                assert_ne!(
+                    bars[i].y_px, bars[j].y_px,
+                    "{a:?} and {b:?} overlap: one sub-row each"
+                );
+            }
         }
     }
+    assert!(overlapping_pairs >= 3, "the edit makes phases overlap");
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn trigger_test_fault(fault: TestFault) {
             kprintln!("test_fault: reading unmapped address 0xdead0000000");
             // SAFETY: deliberately unsound on request: this read faults, and
             // the page-fault handler ends the boot.
-            let v = unsafe { core::ptr::read_volatile(0xdead_0000_000 as *const u64) };
+            let v = unsafe { core::ptr::read_volatile(0x0dea_d000_0000 as *const u64) };
             kprintln!("test_fault: read {v} without a fault?");
         }
         TestFault::InvalidOpcode => {

@@ -2,9 +2,9 @@
 //! interrupt command register (ICR) for INIT and STARTUP IPIs.
 //!
 //! x2APIC mode (Intel SDM vol. 3A §10.12) is used when CPUID.1:ECX bit 21
-//! says the CPU has it: the registers are MSRs (id 0x802, ICR 0x830, one
-//! 64-bit write with the destination in bits 63:32, §10.12.9) and 32-bit APIC
-//! ids work. Otherwise the xAPIC registers are memory mapped at the MADT's
+//! says the CPU has it (`cpu::has_x2apic`): the registers are MSRs (id
+//! 0x802, ICR 0x830, one 64-bit write with the destination in bits 63:32,
+//! §10.12.9) and 32-bit APIC ids work. Otherwise the xAPIC registers are memory mapped at the MADT's
 //! local APIC address (§10.4.1, ICR at 0x300/0x310, id at 0x20 bits 31:24);
 //! memboot maps that page itself, uncached, because the bootloader's
 //! physical-memory mapping covers RAM only and maps it write-back.
@@ -39,13 +39,6 @@ static X2APIC: AtomicBool = AtomicBool::new(false);
 /// Virtual address of the xAPIC register page (0 in x2APIC mode).
 static XAPIC_BASE: AtomicU64 = AtomicU64::new(0);
 
-/// Does this CPU support x2APIC mode (CPUID.1:ECX bit 21)?
-pub fn has_x2apic() -> bool {
-    // CPUID leaf 1 exists on every x86_64 CPU and has no side effects.
-    let leaf1 = core::arch::x86_64::__cpuid(1);
-    leaf1.ecx & (1 << 21) != 0
-}
-
 pub fn x2apic_mode() -> bool {
     X2APIC.load(Ordering::Relaxed)
 }
@@ -77,7 +70,7 @@ pub fn init_bsp(
     mapper: &mut OffsetPageTable<'_>,
     frames: &mut impl FrameAllocator<Size4KiB>,
 ) -> Result<&'static str, &'static str> {
-    if has_x2apic() {
+    if crate::hw::cpu::has_x2apic() {
         enable_x2apic();
         X2APIC.store(true, Ordering::Relaxed);
         return Ok("x2APIC mode (MSR access)");
@@ -141,19 +134,6 @@ pub fn id() -> u32 {
     } else {
         xapic_read(XAPIC_ID) >> 24
     }
-}
-
-/// This CPU's initial APIC id from CPUID (leaf 0xB when present, else leaf
-/// 1): needs no APIC setup, for the exception path.
-pub fn cpuid_apic_id() -> u32 {
-    let max = core::arch::x86_64::__cpuid(0).eax;
-    if max >= 0xb {
-        let r = core::arch::x86_64::__cpuid_count(0xb, 0);
-        if r.ebx != 0 {
-            return r.edx;
-        }
-    }
-    core::arch::x86_64::__cpuid(1).ebx >> 24
 }
 
 fn send_ipi(apic_id: u32, icr_low: u32) {

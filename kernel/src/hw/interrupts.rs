@@ -214,7 +214,7 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
     crate::hw::serial::emergency_log(format_args!(
         "EXCEPTION: vector {} ({name}) error_code {:#x} rip {:#018x} cr2 {:#018x} rsp {:#018x} rflags {:#x} on APIC {:#x}",
         frame.vector, frame.error_code, frame.rip, cr2, frame.rsp, frame.rflags,
-        crate::hw::apic::cpuid_apic_id()
+        crate::hw::cpu::initial_apic_id()
     ));
     crate::hw::serial::emergency_log(format_args!(
         "  rax {:#x} rbx {:#x} rcx {:#x} rdx {:#x} rsi {:#x} rdi {:#x} rbp {:#x}",

@@ -24,15 +24,8 @@ use x86_64::{PhysAddr, VirtAddr};
 
 use crate::hw::{smp, tsc};
 
-/// CPU physical address width, CPUID 0x80000008 EAX[7:0] (36 if absent).
-pub fn phys_addr_bits() -> u32 {
-    // CPUID is always available in long mode (safe since Rust 1.89).
-    let max_ext = core::arch::x86_64::__cpuid(0x8000_0000).eax;
-    if max_ext < 0x8000_0008 {
-        return 36;
-    }
-    core::arch::x86_64::__cpuid(0x8000_0008).eax & 0xff
-}
+/// CPU physical address width (CPUID 0x80000008, read in `cpu`).
+pub use crate::hw::cpu::phys_addr_bits;
 
 /// Linux's vmemmap slot: 0xffffea0000000000 >> 39 & 511.
 const LINUX_VMEMMAP_SLOT: usize = 468;

@@ -9,6 +9,7 @@
 pub mod serial;
 pub mod apic;
 pub mod boot;
+pub mod cpu;
 pub mod exit;
 pub mod fw_cfg;
 pub mod heap;

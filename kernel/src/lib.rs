@@ -12,3 +12,4 @@ pub mod bootmap;
 pub mod options;
 pub mod pipeline;
 pub mod report;
+pub mod tsc_freq;

@@ -345,14 +345,13 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
 
 /// The boot after the console and exception handlers are up.
 fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
-    let (tsc_khz, clean) = tsc::calibrate();
+    let tsc = tsc::calibrate();
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
-    kprintln!(
-        "tsc: Detected {}.{:03} MHz TSC (PIT channel 2 calibration)",
-        tsc_khz / 1000,
-        tsc_khz % 1000
-    );
-    if !clean {
+    // Linux's line (arch/x86/kernel/tsc.c), then where the number came from.
+    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
+    kprintln!("tsc: Detected {mhz} MHz processor");
+    kprintln!("tsc: frequency source: {}", tsc.source);
+    if !tsc.tight {
         kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
     }
     let phys_offset = boot_info

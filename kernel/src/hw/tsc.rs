@@ -1,14 +1,19 @@
-//! Time: the TSC, calibrated against PIT channel 2.
+//! Time: the TSC, its frequency from CPUID or calibrated against PIT
+//! channel 2.
 //!
-//! QEMU leaves CPUID leaves 0x15/0x16 empty, so the TSC frequency is measured
-//! the way Linux's `pit_calibrate_tsc` does: program channel 2 in mode 0 for
-//! a fixed count, gate it on through port 0x61 and count TSC cycles until
-//! OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be descheduled by a
-//! busy host between two polls, which moves the edge we see; each round
-//! therefore keeps bounds on where the edge was, and the tightest round wins.
+//! As in Linux, the CPU is asked first: CPUID leaves 0x15, 0x16 and the
+//! hypervisor timing leaf 0x40000010 (`memboot_kernel::tsc_freq`, through
+//! `cpu`). QEMU TCG leaves those empty, so there the TSC frequency is
+//! measured the way Linux's `pit_calibrate_tsc` does: program channel 2 in
+//! mode 0 for a fixed count, gate it on through port 0x61 and count TSC
+//! cycles until OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be
+//! descheduled by a busy host between two polls, which moves the edge we
+//! see; each round therefore keeps bounds on where the edge was, and the
+//! tightest round wins.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use memboot_kernel::tsc_freq::TscSource;
 use x86_64::instructions::port::Port;
 
 /// PIT input clock, Hz.
@@ -62,13 +67,45 @@ fn pit_round() -> (u64, u64) {
     }
 }
 
-/// Calibrate; returns TSC kHz and whether the measurement was tight.
+/// The TSC frequency this boot uses and where it came from.
+#[derive(Clone, Copy, Debug)]
+pub struct Calibration {
+    pub khz: u64,
+    pub source: TscSource,
+    /// False when no PIT window was within 0.1% (always true for CPUID).
+    pub tight: bool,
+}
+
+/// Find the TSC frequency: from CPUID if a leaf announces it, else by PIT
+/// calibration; from here on timestamps and delays use it.
+pub fn calibrate() -> Calibration {
+    let found = match crate::hw::cpu::tsc_khz_from_cpuid() {
+        Some((khz, source)) => Calibration {
+            khz,
+            source,
+            tight: true,
+        },
+        None => {
+            let (khz, tight) = pit_calibrate();
+            Calibration {
+                khz,
+                source: TscSource::Pit,
+                tight,
+            }
+        }
+    };
+    TSC_KHZ.store(found.khz, Ordering::Relaxed);
+    found
+}
+
+/// Calibrate against the PIT; returns TSC kHz and whether the measurement
+/// was tight.
 ///
 /// Under TCG a busy host can deschedule the vCPU between two polls, so a
 /// round's edge is only known to lie between two reads. Of ROUNDS windows the
 /// one with the tightest bounds wins and its midpoint is used; "tight" means
 /// the bounds are within 0.1% of the window.
-pub fn calibrate() -> (u64, bool) {
+fn pit_calibrate() -> (u64, bool) {
     let mut best = pit_round();
     for _ in 1..ROUNDS {
         let r = pit_round();
@@ -79,7 +116,6 @@ pub fn calibrate() -> (u64, bool) {
     let (lo, hi) = best;
     let cycles = lo + (hi - lo) / 2;
     let khz = (cycles / ROUND_MS).max(1);
-    TSC_KHZ.store(khz, Ordering::Relaxed);
     (khz, (hi - lo) * 1000 <= cycles)
 }
 

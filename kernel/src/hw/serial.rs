@@ -1,93 +1,167 @@
-//! COM1 (16550 UART at I/O port 0x3f8) and the dmesg-style logger on top.
+//! COM1 (16550 UART at I/O port 0x3f8, driven by the `uart_16550` crate)
+//! and the dmesg-style logger on top.
 //!
 //! Every line gets a `[    s.micros]` stamp counted from kernel entry by
 //! the TSC (see `tsc`). Until the TSC is calibrated the stamp is zero.
+//!
+//! A line is formatted into a small stack buffer (`\n` becomes `\r\n` on
+//! the way in) and each full buffer goes to the UART with `send_bytes_exact`,
+//! which fills the 16-byte transmit FIFO per THR-empty poll instead of
+//! polling the line status register once per byte.
 
 use core::fmt::{self, Write};
 
-use x86_64::instructions::port::Port;
+use memboot_kernel::report::Timestamp;
+use uart_16550::backend::PioBackend;
+use uart_16550::{BaudRate, Config, Uart16550};
 
 const COM1: u16 = 0x3f8;
+/// Bytes formatted before they are sent: most log lines fit in one buffer.
+const CHUNK_BYTES: usize = 128;
 
-/// A 16550 UART on I/O ports (polled, no interrupts).
-pub struct Uart {
-    base: u16,
+/// The UART and what the logger knows about the line on the wire.
+struct Console {
+    uart: Uart16550<PioBackend>,
+    /// Part of a line is on the wire but not its end: a writer flushed a
+    /// full buffer mid-line. The emergency path ends that line first if
+    /// the writer never came back (it panicked or faulted mid-line).
+    mid_line: bool,
 }
 
-impl Uart {
-    /// Program 115200 baud 8N1 with FIFOs on.
-    fn init(base: u16) -> Self {
-        let out = |off: u16, v: u8| {
-            // SAFETY: COM1's registers; writing them only reconfigures the UART.
-            unsafe { Port::<u8>::new(base + off).write(v) }
-        };
-        out(1, 0x00); // interrupts off
-        out(3, 0x80); // DLAB on: next two are the divisor
-        out(0, 0x01); // divisor 1 = 115200 baud
-        out(1, 0x00);
-        out(3, 0x03); // 8 bits, no parity, one stop bit, DLAB off
-        out(2, 0xc7); // FIFO on, cleared, 14-byte threshold
-        out(4, 0x03); // DTR + RTS
-        Self { base }
-    }
+static SERIAL: spin::Mutex<Option<Console>> = spin::Mutex::new(None);
 
-    fn write_byte(&mut self, byte: u8) {
-        let mut lsr = Port::<u8>::new(self.base + 5);
-        let mut thr = Port::<u8>::new(self.base);
-        // SAFETY: reading LSR and writing THR of COM1 have no memory effects.
-        unsafe {
-            while lsr.read() & 0x20 == 0 {
-                core::hint::spin_loop();
-            }
-            thr.write(byte);
+/// Program COM1 for 115200 baud 8N1 with FIFOs on (the crate's defaults
+/// apart from the baud rate; interrupts stay off, the log polls).
+///
+/// If no UART answers (the crate's scratch-register probe fails, e.g. a
+/// machine without COM1), `SERIAL` stays `None`: the log is silent but the
+/// boot goes on, and its result still reaches the host through the exit
+/// code (`exit`).
+pub fn init() {
+    // SAFETY: ports 0x3f8..=0x3ff are COM1's registers on the PC platform;
+    // nothing else in memboot touches them, and the driver is moved into
+    // `SERIAL` right below, where it lives (behind the lock) for the rest of
+    // the boot, the whole lifetime `new_port` asks for.
+    let Ok(mut uart) = (unsafe { Uart16550::new_port(COM1) }) else {
+        return; // only for a base port whose registers would overflow
+    };
+    let config = Config {
+        baud_rate: BaudRate::Baud115200,
+        ..Config::DEFAULT
+    };
+    if uart.init(config).is_ok() {
+        *SERIAL.lock() = Some(Console {
+            uart,
+            mid_line: false,
+        });
+    }
+}
+
+/// Formats one line into `buf`; full buffers go out as they fill.
+struct LineWriter<'c> {
+    console: &'c mut Console,
+    buf: [u8; CHUNK_BYTES],
+    len: usize,
+    /// Stamp every line of a multi-line message with this many ns since
+    /// entry (emergency path: a panic message spans lines, and tools only
+    /// read stamped ones).
+    restamp_ns: Option<u64>,
+}
+
+impl<'c> LineWriter<'c> {
+    fn new(console: &'c mut Console, restamp_ns: Option<u64>) -> Self {
+        Self {
+            console,
+            buf: [0; CHUNK_BYTES],
+            len: 0,
+            restamp_ns,
         }
     }
+
+    fn put(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.len == CHUNK_BYTES {
+                self.flush();
+            }
+            let n = (CHUNK_BYTES - self.len).min(bytes.len());
+            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            self.len += n;
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.len > 0 {
+            self.console.mid_line = true;
+            self.console.uart.send_bytes_exact(&self.buf[..self.len]);
+            self.len = 0;
+        }
+    }
+
+    /// `\r\n` and out with the rest.
+    fn end_line(mut self) {
+        self.put(b"\r\n");
+        self.flush();
+        self.console.mid_line = false;
+    }
 }
 
-impl Write for Uart {
+impl Write for LineWriter<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for b in s.bytes() {
-            if b == b'\n' {
-                self.write_byte(b'\r');
+        let mut rest = s.as_bytes();
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            self.put(&rest[..nl]);
+            self.put(b"\r\n");
+            if let Some(ns) = self.restamp_ns {
+                write!(self, "{} ", Timestamp(ns))?;
             }
-            self.write_byte(b);
+            rest = &rest[nl + 1..];
         }
+        self.put(rest);
         Ok(())
     }
 }
 
-static SERIAL: spin::Mutex<Option<Uart>> = spin::Mutex::new(None);
-
-pub fn init() {
-    *SERIAL.lock() = Some(Uart::init(COM1));
+/// `[stamp] args` as one line on `console`.
+fn stamped_line(console: &mut Console, args: fmt::Arguments, restamp: bool) {
+    let ns = crate::hw::tsc::ns_since_entry();
+    let mut w = LineWriter::new(console, restamp.then_some(ns));
+    let _ = write!(w, "{} {args}", Timestamp(ns));
+    w.end_line();
 }
 
 /// Write a timestamped line. Used through `kprintln!`.
 pub fn log(args: fmt::Arguments) {
-    let stamp = memboot_kernel::report::Timestamp(crate::hw::tsc::ns_since_entry());
-    let mut guard = SERIAL.lock();
-    if let Some(uart) = guard.as_mut() {
-        let _ = writeln!(uart, "{stamp} {args}");
+    if let Some(console) = SERIAL.lock().as_mut() {
+        stamped_line(console, args, false);
     }
 }
 
 /// Write a raw line without timestamp (the summary line is parsed by tools;
 /// a stamp would be noise there, but it is kept on one line).
 pub fn raw_line(args: fmt::Arguments) {
-    let mut guard = SERIAL.lock();
-    if let Some(uart) = guard.as_mut() {
-        let _ = writeln!(uart, "{args}");
+    if let Some(console) = SERIAL.lock().as_mut() {
+        let mut w = LineWriter::new(console, None);
+        let _ = w.write_fmt(args);
+        w.end_line();
     }
 }
 
 /// For the exception and panic paths: take the UART even if the lock is held
-/// by the code that faulted (it will never run again).
+/// by the code that faulted (it will never run again). A line that code left
+/// half-sent is ended first, and every line of the message gets a stamp.
 pub fn emergency_log(args: fmt::Arguments) {
     // SAFETY: only called on the way to exiting the VM; whoever held the lock
     // was interrupted for good, so breaking it cannot race with a live writer
     // on this single running CPU.
     unsafe { SERIAL.force_unlock() };
-    log(args);
+    if let Some(console) = SERIAL.lock().as_mut() {
+        if console.mid_line {
+            console.uart.send_bytes_exact(b"\r\n");
+            console.mid_line = false;
+        }
+        stamped_line(console, args, true);
+    }
 }
 
 #[macro_export]

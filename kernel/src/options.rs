@@ -16,6 +16,10 @@ pub enum TestFault {
     None,
     /// `panic!` from kernel code.
     Panic,
+    /// `panic!` from inside a `kprintln!` (a value whose `Display` panics),
+    /// with the serial lock held and part of the line sent: the panic
+    /// handler's emergency log must break the lock to report it.
+    PanicInLog,
     /// Read from an unmapped address (#PF, vector 14).
     PageFault,
     /// `ud2` (#UD, vector 6).
@@ -228,10 +232,15 @@ fn set_option<'a>(
             options.test_fault = match value {
                 "none" => TestFault::None,
                 "panic" => TestFault::Panic,
+                "panic_in_log" => TestFault::PanicInLog,
                 "page_fault" => TestFault::PageFault,
                 "invalid_opcode" => TestFault::InvalidOpcode,
                 "corrupt_page" => TestFault::CorruptPage,
-                _ => return Err(bad("none|panic|page_fault|invalid_opcode|corrupt_page")),
+                _ => {
+                    return Err(bad(
+                        "none|panic|panic_in_log|page_fault|invalid_opcode|corrupt_page",
+                    ))
+                }
             };
         }
         "memmap" => {
@@ -309,6 +318,24 @@ mod tests {
             parse(" test_fault=panic ").unwrap().test_fault,
             TestFault::Panic
         );
+    }
+
+    #[test]
+    fn parses_test_fault_panic_in_log() {
+        assert_eq!(
+            parse("test_fault=panic_in_log").unwrap().test_fault,
+            TestFault::PanicInLog
+        );
+        assert_eq!(
+            parse("verify=off test_fault=panic_in_log memmap=ondemand")
+                .unwrap()
+                .test_fault,
+            TestFault::PanicInLog
+        );
+        // Exact value only, and the error lists it among the choices.
+        let err = parse("test_fault=panic_in").unwrap_err();
+        let msg = alloc::format!("{err}");
+        assert!(msg.contains("|panic_in_log|"), "{msg}");
     }
 
     #[test]

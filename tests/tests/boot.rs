@@ -253,3 +253,37 @@ fn timeout_has_its_own_exit_code() {
     );
     assert_eq!(b.run.exit_code, exit_code::TIMEOUT, "{}", b.describe());
 }
+
+/// `test_fault=panic_in_log` panics inside `kprintln!`, with the serial lock
+/// held and the start of that line already sent. The panic handler's
+/// emergency log (through the uart_16550 driver) must break the lock, end the
+/// half-sent line and print the panic on stamped lines of its own.
+#[test]
+fn panic_inside_kprintln_is_reported_through_emergency_log() {
+    let b = failing_boot(&["test_fault=panic_in_log"], "panic");
+    assert_eq!(b.run.exit_code, 1, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "panic", "{}", b.describe());
+    // `lines` holds only `[    s.micros] ...` lines: both parts of the
+    // panic report (location, then message) must be stamped.
+    assert!(
+        b.lines
+            .iter()
+            .any(|(_, m)| m.starts_with("PANIC: panicked at ")),
+        "no stamped PANIC line\n{}",
+        b.describe()
+    );
+    assert!(
+        b.lines
+            .iter()
+            .any(|(_, m)| m == "test_fault=panic_in_log: Display panicked inside kprintln"),
+        "the panic message is not on a stamped line of its own\n{}",
+        b.describe()
+    );
+    // The interrupted line was ended before the report, not run into it.
+    assert!(
+        b.messages_with("test_fault: formatting")
+            .all(|m| !m.contains("PANIC")),
+        "{}",
+        b.describe()
+    );
+}

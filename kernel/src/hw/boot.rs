@@ -199,6 +199,23 @@ fn trigger_test_fault(fault: TestFault) {
         // Raised by the memory-init pipeline, where there is a page to corrupt.
         TestFault::None | TestFault::CorruptPage => {}
         TestFault::Panic => panic!("test_fault=panic requested on the command line"),
+        TestFault::PanicInLog => {
+            /// Panics when formatted, i.e. inside `serial::log` with the
+            /// serial lock held.
+            struct PanicsWhenShown;
+            impl core::fmt::Display for PanicsWhenShown {
+                fn fmt(&self, _: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                    panic!("test_fault=panic_in_log: Display panicked inside kprintln")
+                }
+            }
+            // The text before the value is longer than the logger's line
+            // buffer (serial::CHUNK_BYTES), so part of this line is already
+            // on the wire when the panic hits.
+            kprintln!(
+                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line, longer than the logger's 128-byte buffer, is already on the wire: {}",
+                PanicsWhenShown
+            );
+        }
         TestFault::PageFault => {
             kprintln!("test_fault: reading unmapped address 0xdead0000000");
             // SAFETY: deliberately unsound on request: this read faults, and

@@ -1,9 +1,10 @@
 //! Statistics and the dmesg-equivalent report lines.
 //!
 //! Per node Linux prints `node N deferred pages initialised in Xms` from
-//! `deferred_init_memmap`; memboot prints `node N deferred pages initialised
-//! in X ms` (integer milliseconds, node wall time = first worker start to last
-//! worker end) and one total line.
+//! `deferred_init_memmap` (mm/page_alloc.c in 6.1: `pr_info("node %d deferred
+//! pages initialised in %ums\n", ...)`); memboot prints the same line, byte
+//! for byte (integer milliseconds, node wall time = first worker start to
+//! last worker end), so dmesg parsers read both, and one total line of its own.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -86,7 +87,7 @@ impl DeferredReport {
         }
     }
 
-    /// `node N deferred pages initialised in X ms` for `self.nodes[i]`.
+    /// `node N deferred pages initialised in Xms` for `self.nodes[i]`.
     pub fn node_line(&self, i: usize) -> NodeLine<'_> {
         NodeLine(&self.nodes[i])
     }
@@ -104,7 +105,7 @@ impl fmt::Display for NodeLine<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "node {} deferred pages initialised in {} ms",
+            "node {} deferred pages initialised in {}ms",
             self.0.nid,
             self.0.wall_ns / 1_000_000
         )

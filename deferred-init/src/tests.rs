@@ -911,8 +911,8 @@ fn report_lines_and_statistics() {
     }
     let text = rep.to_string();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines[0], "node 0 deferred pages initialised in 1 ms");
-    assert_eq!(lines[1], "node 1 deferred pages initialised in 1 ms");
+    assert_eq!(lines[0], "node 0 deferred pages initialised in 1ms");
+    assert_eq!(lines[1], "node 1 deferred pages initialised in 1ms");
     let total: u64 = sc.ranges.iter().map(|r| r.pfns.nr_pages()).sum();
     assert_eq!(
         lines[2],

@@ -5,7 +5,8 @@
 //! type number (`UnknownBios(e820 type)`, `UnknownUefi(EFI memory type)`).
 //! [`region_kind`] is the only place that turns those into memmap's
 //! [`RegionKind`]; the memory-map printout, the usable-RAM count and
-//! memblock all follow it.
+//! memblock all follow it. The map is printed as Linux prints it
+//! ([`E820Line`]), plus memboot's own [`BootloaderLine`]s.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -18,6 +19,9 @@ const E820_RAM: u32 = 1;
 const E820_ACPI: u32 = 3;
 const E820_NVS: u32 = 4;
 const E820_UNUSABLE: u32 = 5;
+/// Persistent memory: Linux prints these as `persistent (type N)`.
+const E820_PMEM: u32 = 7;
+const E820_PRAM: u32 = 12;
 /// EFI memory types (UEFI 2.10 §7.2, `EFI_MEMORY_TYPE`).
 const EFI_CONVENTIONAL_MEMORY: u32 = 7;
 const EFI_UNUSABLE_MEMORY: u32 = 8;
@@ -51,11 +55,12 @@ pub const fn region_kind(kind: MemoryRegionKind) -> RegionKind {
     }
 }
 
-/// The name memboot prints for a kind (Linux e820 names where they exist).
-pub const fn kind_name(kind: RegionKind) -> &'static str {
+/// Linux's e820 name of a kind (arch/x86/kernel/e820.c `e820_print_type()`):
+/// the bootloader's own regions are RAM in the firmware's map (`usable`);
+/// memboot marks them in a line of its own ([`BootloaderLine`]).
+const fn e820_kind_name(kind: RegionKind) -> &'static str {
     match kind {
-        RegionKind::Usable => "usable",
-        RegionKind::Bootloader => "usable (bootloader)",
+        RegionKind::Usable | RegionKind::Bootloader => "usable",
         RegionKind::AcpiReclaimable => "ACPI data",
         RegionKind::AcpiNvs => "ACPI NVS",
         RegionKind::Reserved => "reserved",
@@ -63,31 +68,62 @@ pub const fn kind_name(kind: RegionKind) -> &'static str {
     }
 }
 
-/// The kind a printed name stands for (the inverse of [`kind_name`]), for
-/// tools and tests that read memboot's log.
-pub fn kind_of_name(name: &str) -> Option<RegionKind> {
-    RegionKind::ALL.into_iter().find(|&k| kind_name(k) == name)
+/// The kind an e820 name in memboot's (or Linux's) map stands for, for tools
+/// and tests that read the log: `usable` is free RAM (the `bootloader:`
+/// lines then mark what the bootloader occupies), and Linux's names for
+/// types memboot reserves (`type N`, `persistent (type N)`) are reserved.
+pub fn kind_of_e820_name(name: &str) -> Option<RegionKind> {
+    if name.starts_with("type ") || name.starts_with("persistent (type ") {
+        return Some(RegionKind::Reserved);
+    }
+    [
+        RegionKind::Usable,
+        RegionKind::AcpiReclaimable,
+        RegionKind::AcpiNvs,
+        RegionKind::Reserved,
+        RegionKind::Unusable,
+    ]
+    .into_iter()
+    .find(|&k| e820_kind_name(k) == name)
 }
 
-/// One region as printed in the memory-map lines: `[mem start-end] name`,
-/// plus the firmware's type number where the kind came from one.
-pub struct MapLine<'a>(pub &'a MemoryRegion);
+/// One region as Linux prints the firmware map, byte for byte after the
+/// timestamp: `BIOS-e820: [mem %#018Lx-%#018Lx] usable` (e820.c
+/// `e820__print_table()`), with Linux's `type N` / `persistent (type N)` for
+/// e820 types it has no name for.
+pub struct E820Line<'a>(pub &'a MemoryRegion);
 
-impl fmt::Display for MapLine<'_> {
+impl fmt::Display for E820Line<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.0;
         write!(
             f,
-            "[mem {:#018x}-{:#018x}] {}",
+            "BIOS-e820: [mem {:#018x}-{:#018x}] ",
             r.start,
-            r.end.saturating_sub(1),
-            kind_name(region_kind(r.kind))
+            r.end.saturating_sub(1)
         )?;
         match r.kind {
-            MemoryRegionKind::UnknownBios(t) => write!(f, " (e820 type {t})"),
-            MemoryRegionKind::UnknownUefi(t) => write!(f, " (EFI type {t})"),
-            _ => Ok(()),
+            MemoryRegionKind::UnknownBios(t @ (E820_PMEM | E820_PRAM)) => {
+                write!(f, "persistent (type {t})")
+            }
+            MemoryRegionKind::UnknownBios(t) if t > E820_UNUSABLE => write!(f, "type {t}"),
+            kind => f.write_str(e820_kind_name(region_kind(kind))),
         }
+    }
+}
+
+/// memboot's own line for a region the bootloader occupies (RAM that
+/// memblock reserves): `bootloader: [mem start-end] in use (…)`.
+pub struct BootloaderLine<'a>(pub &'a MemoryRegion);
+
+impl fmt::Display for BootloaderLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bootloader: [mem {:#018x}-{:#018x}] in use (kernel image, page tables, boot info)",
+            self.0.start,
+            self.0.end.saturating_sub(1)
+        )
     }
 }
 
@@ -151,20 +187,49 @@ mod tests {
     }
 
     #[test]
-    fn names_round_trip_and_lines_show_raw_types() {
-        for k in RegionKind::ALL {
-            assert_eq!(kind_of_name(kind_name(k)), Some(k));
+    fn e820_lines_as_linux_prints_them() {
+        use MemoryRegionKind::*;
+        let line = |start, end, kind| alloc::format!("{}", E820Line(&region(start, end, kind)));
+        // Linux 6.1 on the same QEMU machine (tests/fixtures/linux-6.1-64g-2nodes.log):
+        assert_eq!(
+            line(0, 0x9fc00, Usable),
+            "BIOS-e820: [mem 0x0000000000000000-0x000000000009fbff] usable"
+        );
+        assert_eq!(
+            line(0x9fc00, 0xa0000, UnknownBios(2)),
+            "BIOS-e820: [mem 0x000000000009fc00-0x000000000009ffff] reserved"
+        );
+        // The bootloader's regions are RAM in the firmware's map.
+        assert!(line(0x1000, 0x3000, Bootloader).ends_with("] usable"));
+        assert!(line(0, 0x1000, UnknownBios(3)).ends_with("] ACPI data"));
+        assert!(line(0, 0x1000, UnknownBios(4)).ends_with("] ACPI NVS"));
+        assert!(line(0, 0x1000, UnknownBios(5)).ends_with("] unusable"));
+        assert!(line(0, 0x1000, UnknownBios(12)).ends_with("] persistent (type 12)"));
+        assert!(line(0, 0x1000, UnknownBios(13)).ends_with("] type 13"));
+        assert!(line(0, 0x1000, UnknownUefi(9)).ends_with("] ACPI data"));
+        assert_eq!(
+            alloc::format!("{}", BootloaderLine(&region(0x1000, 0x3000, Bootloader))),
+            "bootloader: [mem 0x0000000000001000-0x0000000000002fff] in use (kernel image, page tables, boot info)"
+        );
+    }
+
+    #[test]
+    fn e820_names_read_back_to_kinds() {
+        use MemoryRegionKind::*;
+        for kind in [
+            Usable,
+            UnknownBios(2),
+            UnknownBios(3),
+            UnknownBios(4),
+            UnknownBios(5),
+            UnknownBios(7),
+            UnknownBios(13),
+        ] {
+            let text = alloc::format!("{}", E820Line(&region(0, 0x1000, kind)));
+            let name = text.split("] ").nth(1).unwrap();
+            assert_eq!(kind_of_e820_name(name), Some(region_kind(kind)), "{text}");
         }
-        let r = region(0xf0000, 0x100000, MemoryRegionKind::UnknownBios(2));
-        assert_eq!(
-            alloc::format!("{}", MapLine(&r)),
-            "[mem 0x00000000000f0000-0x00000000000fffff] reserved (e820 type 2)"
-        );
-        let r = region(0, 0x9fc00, MemoryRegionKind::Usable);
-        assert_eq!(
-            alloc::format!("{}", MapLine(&r)),
-            "[mem 0x0000000000000000-0x000000000009fbff] usable"
-        );
+        assert_eq!(kind_of_e820_name("usable (bootloader)"), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ extern crate alloc;
 pub mod acpi;
 pub mod boot_error;
 pub mod bootmap;
+pub mod kernel_image;
 pub mod options;
 pub mod pipeline;
 pub mod report;

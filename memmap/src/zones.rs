@@ -59,6 +59,25 @@ impl ZoneInfo {
     }
 }
 
+/// The per-CPU page list batch Linux prints in `  Z zone: N pages, LIFO
+/// batch:B` (6.1 `zone_batchsize()`): a quarter of the zone's managed pages
+/// per 1024, at most 1 MiB of pages, then `rounddown_pow_of_two(b + b/2) - 1`.
+/// `managed_pages` is what `free_area_init_core()` leaves the zone at that
+/// point: present pages less the memmap's own pages.
+pub const fn lifo_batch(managed_pages: u64) -> u64 {
+    let max_batch = (1 << 20) / PAGE_SIZE;
+    let mut batch = managed_pages >> 10;
+    if batch > max_batch {
+        batch = max_batch;
+    }
+    batch /= 4;
+    if batch < 1 {
+        batch = 1;
+    }
+    let b = batch + batch / 2;
+    (1 << (63 - b.leading_zeros())) - 1
+}
+
 /// One node: its span and present pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -292,9 +311,10 @@ impl ZoneLayout {
                 }
                 writeln!(
                     w,
-                    "  {} zone: {} pages",
+                    "  {} zone: {} pages, LIFO batch:{}",
                     z.zone.name(),
-                    z.present_pages - memmap.min(z.present_pages)
+                    z.present_pages,
+                    lifo_batch(z.present_pages - memmap.min(z.present_pages))
                 )?;
             }
         }
@@ -424,6 +444,20 @@ mod tests {
             s.contains("Initmem setup node 1 [mem 0x0000000200000000-0x00000003ffffffff]\n"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn lifo_batch_as_linux_prints_it() {
+        // Linux 6.1 dmesg on QEMU: "DMA zone: 3999 pages, LIFO batch:0"
+        // (3935 managed) and "DMA32 zone: ..., LIFO batch:63" for big zones.
+        assert_eq!(lifo_batch(3935), 0);
+        assert_eq!(lifo_batch(0), 0);
+        // 8192 managed: 8 per 1024, /4 = 2, 2 + 1 = 3 -> 2 - 1 = 1.
+        assert_eq!(lifo_batch(8192), 1);
+        // 64 Ki managed: 64 / 4 = 16, 16 + 8 = 24 -> 16 - 1 = 15.
+        assert_eq!(lifo_batch(65536), 15);
+        // Capped at 1 MiB of 4 KiB pages: 256 / 4 = 64, 96 -> 64 - 1.
+        assert_eq!(lifo_batch(1 << 28), 63);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! The figures, per boot:
 //! - `boot_cpu_memmap_ns`: struct-page work on the boot CPU before SMP work
 //!   starts (memboot's eager memmap phase; Linux's `free_area_init()` block).
-//! - `memmap_ns`: all struct-page work of the boot: memboot's boot-CPU phase
-//!   + its hand-off to the buddy + deferred init; Linux's early block + its
+//! - `memmap_ns`: all struct-page work of the boot: memboot's boot-CPU phase,
+//!   its hand-off to the buddy and deferred init; Linux's early block and its
 //!   slowest node's deferred init.
 //! - `allocatable_ns`: from kernel entry until every present page can be
 //!   allocated (memboot's summary key; Linux's last deferred-init line).

@@ -185,8 +185,8 @@ impl Boot {
         self.messages_with(needle).next().is_some()
     }
     /// RAM pages of the bootloader's memory map as the kernel printed it
-    /// (`[mem start-end] usable` / `usable (bootloader)` lines after the
-    /// map header), computed here as memblock defines present memory:
+    /// (the `BIOS-e820: [mem start-end] usable` lines after the map header;
+    /// the bootloader's regions are among them), computed here as memblock defines present memory:
     /// overlapping or adjacent RAM ranges merge, then round inward to whole
     /// 4 KiB pages. Independent of the kernel's own page counts.
     pub fn firmware_ram_pages(&self) -> u64 {
@@ -197,8 +197,8 @@ impl Boot {
             .unwrap_or_else(|| panic!("no memory-map header:\n{}", self.describe()));
         let mut ram: Vec<(u64, u64)> = self.lines[header + 1..]
             .iter()
-            .map_while(|(_, m)| parse_mem_line(m))
-            .filter(|(_, _, kind)| kind == "usable" || kind == "usable (bootloader)")
+            .map_while(|(_, m)| m.strip_prefix("BIOS-e820: ").and_then(parse_mem_line))
+            .filter(|(_, _, kind)| kind == "usable")
             .map(|(start, end, _)| (start, end))
             .collect();
         assert!(!ram.is_empty(), "no RAM lines in:\n{}", self.describe());
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn parses_memory_map_lines() {
         assert_eq!(
-            parse_mem_line("  [mem 0x0000000000000000-0x000000000009fbff] usable"),
+            parse_mem_line("BIOS-e820: [mem 0x0000000000000000-0x000000000009fbff] usable"),
             Some((0, 0x9fc00, "usable".into()))
         );
         assert_eq!(
@@ -326,11 +326,12 @@ mod tests {
 
     #[test]
     fn ram_pages_merge_adjacent_ranges_then_round_inward() {
-        let log = "[    0.1] BIOS-provided physical RAM map (via bootloader, 4 regions):\n\
-                   [    0.1]   [mem 0x0000000000000000-0x000000000009fbff] usable\n\
-                   [    0.1]   [mem 0x0000000000100000-0x0000000000100fff] usable (bootloader)\n\
-                   [    0.1]   [mem 0x0000000000101000-0x00000000001027ff] usable\n\
-                   [    0.1]   [mem 0x00000000000f0000-0x00000000000fffff] reserved\n\
+        let log = "[    0.1] BIOS-provided physical RAM map:\n\
+                   [    0.1] BIOS-e820: [mem 0x0000000000000000-0x000000000009fbff] usable\n\
+                   [    0.1] BIOS-e820: [mem 0x0000000000100000-0x0000000000100fff] usable\n\
+                   [    0.1] BIOS-e820: [mem 0x0000000000101000-0x00000000001027ff] usable\n\
+                   [    0.1] BIOS-e820: [mem 0x00000000000f0000-0x00000000000fffff] reserved\n\
+                   [    0.1] bootloader: [mem 0x0000000000100000-0x0000000000100fff] in use (kernel image, page tables, boot info)\n\
                    [    0.2] Memory: ...\n";
         let (lines, summary) = parse_log(
             &log.replace("0.1]", "0.100000]")

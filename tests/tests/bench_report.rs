@@ -84,7 +84,7 @@ fn rows_table_and_json_from_a_run_directory() {
     let line = |entry: &str| {
         table
             .lines()
-            .find(|l| l.starts_with(&format!("| 4G | ")) && l.contains(&format!(" | {entry} | ")))
+            .find(|l| l.starts_with("| 4G | ") && l.contains(&format!(" | {entry} | ")))
             .unwrap_or_else(|| panic!("no {entry} line in\n{table}"))
     };
     // Each entry's ratio to itself is 1.

@@ -12,7 +12,8 @@ use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
-use memboot_kernel::bootmap::{self, MapLine};
+use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
+use memboot_kernel::kernel_image::ImageSizes;
 use memboot_kernel::options::{self, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
@@ -136,13 +137,19 @@ mod heapless_line {
     }
 }
 
+/// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
+/// and `BIOS-e820:` lines), then memboot's lines for the regions the
+/// bootloader occupies.
 fn print_memory_map(regions: &MemoryRegions) {
-    kprintln!(
-        "BIOS-provided physical RAM map (via bootloader, {} regions):",
-        regions.len()
-    );
+    kprintln!("BIOS-provided physical RAM map:");
     for r in regions.iter() {
-        kprintln!("  {}", MapLine(r));
+        kprintln!("{}", E820Line(r));
+    }
+    for r in regions
+        .iter()
+        .filter(|r| r.kind == MemoryRegionKind::Bootloader)
+    {
+        kprintln!("{}", BootloaderLine(r));
     }
 }
 
@@ -381,7 +388,9 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let mem_bytes = bootmap::ram_bytes(regions);
     BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
     kprintln!(
-        "Memory: {}K usable RAM ({} MiB)",
+        // Not Linux's `Memory:` line (that one comes after the buddy
+        // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.
+        "memboot: {}K usable RAM ({} MiB) in the firmware map",
         mem_bytes >> 10,
         mem_bytes >> 20
     );
@@ -406,7 +415,22 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         .ap_online
         .store(smp.ap_online as u64, Ordering::Relaxed);
     smp::self_test()?;
-    run_pipeline(&opts, &acpi_info, regions, phys_offset, heap)
+    let image = kernel_image_sizes(boot_info, phys_offset);
+    run_pipeline(&opts, &acpi_info, regions, phys_offset, heap, image)
+}
+
+/// The loaded kernel's code, data and bss sizes from its ELF file, which the
+/// bootloader leaves in memory (`kernel_addr`, `kernel_len`).
+fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> ImageSizes {
+    let len = usize::try_from(boot_info.kernel_len).unwrap_or(0);
+    // SAFETY: the bootloader maps all physical memory at `phys_offset` and
+    // keeps the kernel's ELF file at `kernel_addr` for `kernel_len` bytes in
+    // a Bootloader region, which memblock reserves: nothing writes it while
+    // this shared borrow lives.
+    let elf = unsafe {
+        core::slice::from_raw_parts((phys_offset + boot_info.kernel_addr) as *const u8, len)
+    };
+    ImageSizes::from_elf(elf).unwrap_or_default()
 }
 
 /// The memory-init pipeline on this machine's hardware.
@@ -416,6 +440,7 @@ fn run_pipeline(
     regions: &MemoryRegions,
     phys_offset: u64,
     heap: EarlyReservation,
+    image: ImageSizes,
 ) -> Result<(), BootError> {
     let map = bootmap::firmware_entries(regions);
     let affinity: Vec<NodeAffinity> = acpi_info
@@ -440,6 +465,7 @@ fn run_pipeline(
         affinity: acpi_info.has_srat.then_some(&affinity[..]),
         phys_addr_bits: crate::hw::mm::phys_addr_bits(),
         reserve: &reserve,
+        image,
     };
     // SAFETY: the bootloader's physical-memory offset; from here on the
     // boot CPU alone edits the page tables (APs only run jobs, which do not

@@ -828,12 +828,13 @@ fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) -> SmpSummar
     let node_word = if nodes.len() == 1 { "node" } else { "nodes" };
     let cpu_word = if n == 1 { "CPU" } else { "CPUs" };
     let us = tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000;
+    // Linux's line (kernel/smp.c smp_init(): "Brought up %d node%s, %d
+    // CPU%s"), then memboot's own timing.
     kprintln!(
-        "smp: Brought up {} {node_word}, {n} {cpu_word} in {}.{:03} ms",
-        nodes.len(),
-        us / 1000,
-        us % 1000
+        "smp: Brought up {} {node_word}, {n} {cpu_word}",
+        nodes.len()
     );
+    kprintln!("smp: CPUs started in {}.{:03} ms", us / 1000, us % 1000);
     kprintln!("x86: Booted up {} {node_word}, {n} {cpu_word}", nodes.len());
     SmpSummary { ap_online: n - 1 }
 }

@@ -43,6 +43,7 @@ use memmap::store::{Memmap, WindowBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
+use crate::kernel_image::ImageSizes;
 use crate::options::{BlockSizeOption, Drain, Options, TestFault, Verify};
 use deferred_init::{DeferredInit, InitMode, PlanOptions};
 use error::PipelineError;
@@ -61,6 +62,8 @@ pub struct Input<'a> {
     pub affinity: Option<&'a [NodeAffinity]>,
     pub phys_addr_bits: u32,
     pub reserve: &'a [EarlyReservation],
+    /// The kernel image's parts, for Linux's `Memory:` line.
+    pub image: ImageSizes,
 }
 
 /// The hardware the pipeline runs on.
@@ -98,6 +101,7 @@ struct Ctx<'a> {
     log: &'a dyn Log,
     facts: &'a Facts,
     mode: ModePlan,
+    image: ImageSizes,
 }
 
 /// Run the whole pipeline; `facts` holds what it measured, also on failure.
@@ -113,6 +117,7 @@ pub fn run<M: VmemmapMapper>(
         log: machine.log,
         facts,
         mode: ModePlan::of(input.opts.memmap),
+        image: input.image,
     };
     facts.record(|f| f.strategy = input.opts.memmap.name());
     let timer = Timer {
@@ -341,10 +346,17 @@ fn finish_blocks(
         .sum();
     let present_pages = layout.present_pages();
     let available = free_pages + pool_free;
+    // Linux's line byte for byte (mm/page_alloc.c mem_init_print_info():
+    // free/physical pages, the image's parts, then physical − managed).
+    let kib = |bytes: u64| bytes >> 10;
     cx.log.line(format_args!(
-        "Memory: {}K/{}K available ({}K reserved)",
+        "Memory: {}K/{}K available ({}K kernel code, {}K rwdata, {}K rodata, 0K init, {}K bss, {}K reserved, 0K cma-reserved)",
         available * 4,
         present_pages * 4,
+        kib(cx.image.code_bytes),
+        kib(cx.image.rwdata_bytes),
+        kib(cx.image.rodata_bytes),
+        kib(cx.image.bss_bytes),
         (present_pages - available.min(present_pages)) * 4
     ));
     cx.facts.record(|f| {

@@ -4,13 +4,13 @@
 #![allow(dead_code)]
 
 use deferred_init::host::{StdClock, ThreadExecutor};
-use memboot_kernel::bootmap::kind_of_name;
+use memboot_kernel::bootmap::kind_of_e820_name;
 use memboot_kernel::options::{self, Options};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
-use memmap::firmware::{FirmwareEntry, NodeAffinity};
+use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::NodeId;
 
 /// A boot as its serial log describes it.
@@ -51,16 +51,28 @@ pub fn load(name: &'static str) -> Fixture {
         .iter()
         .position(|m| m.contains("physical RAM map"))
         .unwrap_or_else(|| panic!("{name}: no memory-map header"));
-    let map: Vec<FirmwareEntry> = msgs[header + 1..]
+    let mut map: Vec<FirmwareEntry> = msgs[header + 1..]
         .iter()
-        .map_while(|m| mem_range(m))
+        .map_while(|m| m.strip_prefix("BIOS-e820: ").and_then(mem_range))
         .map(|(start, end, kind)| {
-            let kind = kind.split(" (e820 type").next().unwrap();
-            let kind = kind.split(" (EFI type").next().unwrap();
-            let kind = kind_of_name(kind).unwrap_or_else(|| panic!("{name}: kind '{kind}'"));
+            let kind = kind_of_e820_name(kind).unwrap_or_else(|| panic!("{name}: kind '{kind}'"));
             FirmwareEntry::new(start, end - start, kind)
         })
         .collect();
+    // `bootloader: [mem …] in use` marks RAM regions of the map as the
+    // bootloader's.
+    for (start, end, _) in msgs
+        .iter()
+        .filter_map(|m| m.strip_prefix("bootloader: ").and_then(mem_range))
+    {
+        let entry = map
+            .iter_mut()
+            .find(|e| e.start == start && e.start + e.len_bytes == end)
+            .unwrap_or_else(|| {
+                panic!("{name}: bootloader region {start:#x}-{end:#x} not in the map")
+            });
+        *entry = FirmwareEntry::new(start, end - start, RegionKind::Bootloader);
+    }
     assert!(map.len() >= 3, "{name}: memory map too short");
     let affinity: Vec<NodeAffinity> = msgs
         .iter()
@@ -149,6 +161,8 @@ impl Fixture {
             affinity: self.affinity.as_deref(),
             phys_addr_bits: self.phys_addr_bits,
             reserve,
+            // Host replays have no kernel image; only the Memory: line shows it.
+            image: Default::default(),
         }
     }
     pub fn kernel(&self, key: &str) -> u64 {

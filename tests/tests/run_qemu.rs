@@ -170,3 +170,112 @@ fn sizes_beyond_what_qemu_starts_are_refused() {
     );
     assert_eq!(script(&["--dry-run", "-m", "64M"], 1 << 30).code, 64);
 }
+
+/// The QEMU arguments of a `--dry-run`, keeping `-append "a b c"` whole
+/// (printf %q writes its spaces as `\ `).
+fn dry_run_words(args: &[&str]) -> Vec<String> {
+    let mut all = vec!["--dry-run"];
+    all.extend_from_slice(args);
+    let out = script(&all, 1 << 30);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("qemu-system-x86_64 "))
+        .unwrap();
+    line.replace("\\ ", "\u{0}")
+        .split_whitespace()
+        .map(|a| a.replace("\\,", ",").replace('\u{0}', " "))
+        .collect()
+}
+
+/// Split a QEMU command into (machine arguments, boot arguments): the boot
+/// arguments are what a guest boots and reports through, each a flag and
+/// its value.
+fn split_boot_args(cmd: &[String]) -> (Vec<String>, Vec<(String, String)>) {
+    const BOOT_FLAGS: [&str; 7] = [
+        "-serial", "-device", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
+    ];
+    let (mut machine, mut boot) = (Vec::new(), Vec::new());
+    let mut it = cmd.iter();
+    while let Some(arg) = it.next() {
+        if BOOT_FLAGS.contains(&arg.as_str()) {
+            boot.push((arg.clone(), it.next().expect("a value").clone()));
+        } else {
+            machine.push(arg.clone());
+        }
+    }
+    (machine, boot)
+}
+
+#[test]
+fn linux_and_memboot_get_the_same_machine() {
+    // Any files do for a dry run: it checks they exist, it boots nothing.
+    let kernel = repo_root().join("Cargo.toml");
+    let initrd = repo_root().join("README.md");
+    let (kernel, initrd) = (kernel.to_str().unwrap(), initrd.to_str().unwrap());
+    for shape in [
+        &["-m", "1G", "--smp", "1"][..],
+        &["-m", "64G", "--smp", "4", "--nodes", "2"],
+        &["-m", "32T", "--smp", "2", "--nodes", "16"],
+    ] {
+        let memboot = dry_run_words(&[shape, &["--", "verify=off"]].concat());
+        let linux = dry_run_words(&[shape, &["--linux", kernel, "--initrd", initrd]].concat());
+        let (memboot_machine, memboot_boot) = split_boot_args(&memboot);
+        let (linux_machine, linux_boot) = split_boot_args(&linux);
+        assert_eq!(
+            memboot_machine, linux_machine,
+            "{shape:?}: the machines differ"
+        );
+        assert!(memboot_machine.iter().any(|a| a == "-numa") == shape.contains(&"--nodes"));
+        let flags = |b: &[(String, String)]| b.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            flags(&memboot_boot),
+            ["-serial", "-device", "-drive", "-fw_cfg"],
+            "{shape:?}"
+        );
+        assert_eq!(
+            flags(&linux_boot),
+            ["-serial", "-kernel", "-initrd", "-append"],
+            "{shape:?}"
+        );
+        let append = &linux_boot[3].1;
+        for want in [
+            "console=ttyS0",
+            "printk.time=1",
+            "ignore_loglevel",
+            "initcall_debug",
+            "tsc_early_khz=",
+        ] {
+            assert!(
+                append.contains(want),
+                "{shape:?}: Linux command line {append:?} lacks {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn linux_is_refused_where_its_struct_pages_do_not_fit() {
+    let kernel = repo_root().join("Cargo.toml");
+    let kernel = kernel.to_str().unwrap();
+    // 4T: 64 GiB of struct pages against 24 GiB available.
+    let out = script(
+        &[
+            "--dry-run",
+            "-m",
+            "4T",
+            "--linux",
+            kernel,
+            "--initrd",
+            kernel,
+        ],
+        24 << 10,
+    );
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("Linux") && out.stderr.contains("64 GiB"),
+        "{}",
+        out.stderr
+    );
+}

@@ -63,15 +63,6 @@ pub fn size_mib(size: &str) -> Result<u64, String> {
     }
 }
 
-fn host_rss_mib(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix("run-qemu.sh: host peak RSS ")?
-            .strip_suffix(" MiB")?
-            .parse()
-            .ok()
-    })
-}
-
 fn summary_of(text: &str) -> Result<Value, String> {
     let json = text
         .lines()
@@ -102,7 +93,7 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         boot_cpu_memmap_ns: boot_cpu,
         memmap_ns: boot_cpu + key(&s, "buddy_eager_ns")? + key(&s, "deferred_ns")?,
         allocatable_ns: key(&s, "allocatable_ns")?,
-        host_rss_mib: host_rss_mib(text),
+        host_rss_mib: crate::host_peak_rss_mib(text),
         boot_ns: key(&s, "total_ns")?,
     })
 }

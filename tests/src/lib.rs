@@ -145,12 +145,7 @@ impl Boot {
     /// QEMU's peak resident memory as run-qemu.sh reported it
     /// (`run-qemu.sh: host peak RSS N MiB`).
     pub fn host_peak_rss_mib(&self) -> Option<u64> {
-        self.run
-            .stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("run-qemu.sh: host peak RSS "))
-            .and_then(|rest| rest.strip_suffix(" MiB"))
-            .and_then(|n| n.parse().ok())
+        host_peak_rss_mib(&self.run.stderr)
     }
 
     pub fn summary(&self) -> &serde_json::Value {
@@ -223,6 +218,17 @@ impl Boot {
             self.run.exit_code, self.run.stdout, self.run.stderr
         )
     }
+}
+
+/// QEMU's peak resident memory from run-qemu.sh's line in `text`
+/// (`run-qemu.sh: host peak RSS N MiB`, on stderr and in `--log` files).
+pub fn host_peak_rss_mib(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix("run-qemu.sh: host peak RSS ")?
+            .strip_suffix(" MiB")?
+            .parse()
+            .ok()
+    })
 }
 
 /// Parse `[    5.123456] message` into (ns, message).

@@ -88,23 +88,13 @@ impl fmt::Display for LinuxLogError {
 
 impl std::error::Error for LinuxLogError {}
 
-/// `[    5.123456] message` → (ns, message); Linux pads seconds to 5 places.
-fn stamped(line: &str) -> Option<(u64, &str)> {
-    let (stamp, msg) = line.strip_prefix('[')?.split_once("] ")?;
-    let (secs, micros) = stamp.trim_start().split_once('.')?;
-    if micros.len() != 6 {
-        return None;
-    }
-    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000;
-    Some((ns, msg))
-}
-
-/// The console part of the log: stamped lines before the peer's dmesg dump.
-fn console_lines(text: &str) -> Vec<(u64, &str)> {
+/// The console part of the log: stamped lines before the peer's dmesg dump
+/// (Linux stamps as memboot does: `[    5.123456] message`).
+fn console_lines(text: &str) -> Vec<(u64, String)> {
     text.lines()
         .map(|l| l.trim_end_matches('\r'))
         .take_while(|l| !l.starts_with("linux-peer: dmesg begin"))
-        .filter_map(stamped)
+        .filter_map(crate::parse_stamped)
         .collect()
 }
 
@@ -116,7 +106,7 @@ fn deferred_line(msg: &str) -> Option<(u32, u64)> {
 }
 
 /// The early memmap block: (start ns, end ns).
-fn early_block(lines: &[(u64, &str)]) -> Result<(u64, u64), LinuxLogError> {
+fn early_block(lines: &[(u64, String)]) -> Result<(u64, u64), LinuxLogError> {
     let start = lines
         .iter()
         .position(|(_, m)| *m == "Zone ranges:")
@@ -143,7 +133,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         .ok_or(LinuxLogError::NoInit)?;
     let deferred: Vec<(u64, (u32, u64))> = lines
         .iter()
-        .filter_map(|&(ns, m)| deferred_line(m).map(|d| (ns, d)))
+        .filter_map(|(ns, m)| deferred_line(m).map(|d| (*ns, d)))
         .collect();
     let tsc_mhz = lines.iter().find_map(|(_, m)| {
         m.strip_prefix("tsc: Detected ")?
@@ -151,12 +141,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
             .parse()
             .ok()
     });
-    let host_peak_rss_mib = text.lines().find_map(|l| {
-        l.strip_prefix("run-qemu.sh: host peak RSS ")?
-            .strip_suffix(" MiB")?
-            .parse()
-            .ok()
-    });
+    let host_peak_rss_mib = crate::host_peak_rss_mib(text);
     Ok(LinuxBoot {
         zone_ranges_ns,
         early_memmap_ns: early_end_ns - zone_ranges_ns,

@@ -26,23 +26,6 @@ fn script(args: &[&str], available_mib: u64) -> Out {
     }
 }
 
-/// The QEMU arguments a `--dry-run` prints (one shell-quoted line; QEMU's
-/// option values here contain no spaces, so `\,` is the only quoting).
-fn dry_run(args: &[&str]) -> Vec<String> {
-    let mut all = vec!["--dry-run"];
-    all.extend_from_slice(args);
-    let out = script(&all, 1 << 30);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("qemu-system-x86_64 "))
-        .unwrap_or_else(|| panic!("no QEMU command in:\n{}", out.stderr));
-    line.split_whitespace()
-        .map(|a| a.replace("\\,", ","))
-        .collect()
-}
-
 fn value_of<'a>(cmd: &'a [String], flag: &str) -> Vec<&'a str> {
     cmd.windows(2)
         .filter(|w| w[0] == flag)
@@ -171,9 +154,10 @@ fn sizes_beyond_what_qemu_starts_are_refused() {
     assert_eq!(script(&["--dry-run", "-m", "64M"], 1 << 30).code, 64);
 }
 
-/// The QEMU arguments of a `--dry-run`, keeping `-append "a b c"` whole
-/// (printf %q writes its spaces as `\ `).
-fn dry_run_words(args: &[&str]) -> Vec<String> {
+/// The QEMU arguments a `--dry-run` prints (one shell-quoted line: QEMU's
+/// option values have `\,` for commas, and `-append "a b c"` has `\ ` for
+/// spaces, which stays one word here).
+fn dry_run(args: &[&str]) -> Vec<String> {
     let mut all = vec!["--dry-run"];
     all.extend_from_slice(args);
     let out = script(&all, 1 << 30);
@@ -219,8 +203,8 @@ fn linux_and_memboot_get_the_same_machine() {
         &["-m", "64G", "--smp", "4", "--nodes", "2"],
         &["-m", "32T", "--smp", "2", "--nodes", "16"],
     ] {
-        let memboot = dry_run_words(&[shape, &["--", "verify=off"]].concat());
-        let linux = dry_run_words(&[shape, &["--linux", kernel, "--initrd", initrd]].concat());
+        let memboot = dry_run(&[shape, &["--", "verify=off"]].concat());
+        let linux = dry_run(&[shape, &["--linux", kernel, "--initrd", initrd]].concat());
         let (memboot_machine, memboot_boot) = split_boot_args(&memboot);
         let (linux_machine, linux_boot) = split_boot_args(&linux);
         assert_eq!(

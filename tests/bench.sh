@@ -5,7 +5,7 @@
 # that each boot succeeded.
 #
 #   tests/bench.sh [--sizes "64G 1T"] [--smp N] [--nodes N]
-#                  [--modes "deferred regions perpfn touch ondemand"] [--linux]
+#                  [--modes "deferred regions perpfn touch ondemand ..."] [--linux]
 #                  [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
 #                  [-- EXTRA_RUN_QEMU_ARGS...]
 #
@@ -17,6 +17,8 @@
 # reversed, and so on. The table shows every round, the means, and the
 # ratios of means to Linux and to memmap=touch; compare rows of one run only.
 #
+# A mode may carry kernel options: ondemand+ondemand_drain=on boots
+# `memmap=ondemand ondemand_drain=on`.
 # Entries whose struct pages cannot fit this host at a size are not booted
 # (run-qemu.sh refuses them; the table says why). memboot boots run with
 # verify=off so the times are boot work only.
@@ -31,7 +33,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep=""
 extra=()
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --sizes) sizes=$2; shift 2 ;;
@@ -64,9 +66,13 @@ if [ "$linux" = 1 ]; then
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
 
-# boot_args ENTRY: run-qemu.sh arguments after the machine ones.
+# boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
+# entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on.
 boot_args() {
-    if [ "$1" = linux ]; then printf '%s\n' "${linux_args[@]}"; else printf '%s\n' -- "memmap=$1" verify=off; fi
+    if [ "$1" = linux ]; then printf '%s\n' "${linux_args[@]}"; return; fi
+    local mode=${1%%+*} opts=()
+    [[ "$1" == *+* ]] && IFS=+ read -ra opts <<<"${1#*+}"
+    printf '%s\n' -- "memmap=$mode" "${opts[@]}" verify=off
 }
 # boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
 boot() {
@@ -95,6 +101,7 @@ rm -f "$out"/*.skip
 if [ -n "$warm_entry" ]; then
     say "warm-up (not counted): -m $largest $warm_entry"
     boot "$largest" "$warm_entry" "$out/warmup.log"
+    echo "$largest $warm_entry" >"$out/warmup.entry"
 fi
 order_log=()
 for size in $sizes; do

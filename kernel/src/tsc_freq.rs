@@ -173,7 +173,7 @@ mod tests {
     fn fake_vendors_read_back() {
         let vendor = |v| {
             let cpuid = CpuId::with_cpuid_reader(FakeCpu::new(0x16, v));
-            format!("{}", cpuid.get_vendor_info().unwrap().as_str())
+            cpuid.get_vendor_info().unwrap().as_str().to_string()
         };
         assert_eq!(vendor(INTEL), "GenuineIntel");
         assert_eq!(vendor(AMD), "AuthenticAMD");

@@ -36,10 +36,14 @@ pub struct Row {
     pub round: u32,
     pub boot_cpu_memmap_ns: u64,
     pub memmap_ns: u64,
-    pub allocatable_ns: u64,
+    /// `None` for a mode that hands no page to the allocator (`touch`).
+    pub allocatable_ns: Option<u64>,
     pub host_rss_mib: Option<u64>,
     /// memboot: the summary's `total_ns`; Linux: when /init started.
     pub boot_ns: u64,
+    /// memboot's allocation test: order-0 p99 latency (none for Linux, or
+    /// with `alloc_test=0`).
+    pub order0_p99_ns: Option<u64>,
 }
 
 /// What a bench run compared.
@@ -92,10 +96,21 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         round,
         boot_cpu_memmap_ns: boot_cpu,
         memmap_ns: boot_cpu + key(&s, "buddy_eager_ns")? + key(&s, "deferred_ns")?,
-        allocatable_ns: key(&s, "allocatable_ns")?,
+        allocatable_ns: Some(key(&s, "allocatable_ns")?).filter(|&ns| ns > 0),
         host_rss_mib: crate::host_peak_rss_mib(text),
         boot_ns: key(&s, "total_ns")?,
+        order0_p99_ns: order0_p99_ns(&s),
     })
+}
+
+/// The order-0 entry of the summary's `alloc_p99_ns`, found by `alloc_orders`.
+fn order0_p99_ns(summary: &Value) -> Option<u64> {
+    let orders = summary["alloc_orders"].as_array()?;
+    let i = orders.iter().position(|o| o.as_u64() == Some(0))?;
+    if key(summary, "alloc_test_pages").ok()? == 0 {
+        return None; // alloc_test=0: the arrays hold no measurement
+    }
+    summary["alloc_p99_ns"][i].as_u64()
 }
 
 /// A Linux boot's row from its log.
@@ -109,9 +124,10 @@ fn linux_row(text: &str, size: &str, round: u32) -> Result<Row, String> {
         round,
         boot_cpu_memmap_ns: boot.early_memmap_ns,
         memmap_ns: boot.early_memmap_ns + boot.deferred_ms() * 1_000_000,
-        allocatable_ns: boot.allocatable_ns,
+        allocatable_ns: Some(boot.allocatable_ns),
         host_rss_mib: boot.host_peak_rss_mib,
         boot_ns: boot.init_started_ns,
+        order0_p99_ns: None,
     })
 }
 
@@ -127,6 +143,25 @@ pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<R
 pub struct Results {
     pub rows: Vec<Row>,
     pub skipped: Vec<(String, String, String)>,
+    /// The warm-up boot (`warmup.log`, its size and entry in
+    /// `warmup.entry`), shown but not counted: it is what the order effect
+    /// costs the first large guest.
+    pub warmup: Option<Row>,
+}
+
+fn read_warmup(dir: &Path) -> Result<Option<Row>, String> {
+    let Ok(what) = std::fs::read_to_string(dir.join("warmup.entry")) else {
+        return Ok(None);
+    };
+    let (size, entry) = what
+        .trim()
+        .split_once(' ')
+        .ok_or("warmup.entry: expected 'SIZE ENTRY'")?;
+    let path = dir.join("warmup.log");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    row_from_log(&text, size, entry, 0)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Read a bench run's directory.
@@ -134,6 +169,7 @@ pub fn read_dir(dir: &Path, plan: &Plan) -> Result<Results, String> {
     let mut results = Results {
         rows: Vec::new(),
         skipped: Vec::new(),
+        warmup: read_warmup(dir)?,
     };
     for size in plan.sizes {
         for entry in plan.entries {
@@ -184,17 +220,26 @@ fn ratio(value: Option<f64>, base: Option<f64>) -> String {
 fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
     let rs = series(rows, size, entry);
     let memmap_mean = |e: &str| mean(series(rows, size, e).iter().map(|r| r.memmap_ns));
-    let rounds: Vec<String> = rs.iter().map(|r| ms(r.memmap_ns as f64)).collect();
-    let rss =
-        mean(rs.iter().filter_map(|r| r.host_rss_mib)).map_or("–".into(), |m| format!("{m:.0}"));
-    let mean_of = |f: fn(&Row) -> u64| mean(rs.iter().map(|r| f(r))).map_or("–".into(), ms);
+    // Every round, then the mean: "r1 / r2 → mean".
+    let rounds_and_mean = |f: fn(&Row) -> Option<u64>| {
+        let each: Vec<String> = rs
+            .iter()
+            .map(|r| f(r).map_or("–".into(), |ns| ms(ns as f64)))
+            .collect();
+        let m = mean(rs.iter().filter_map(|r| f(r))).map_or("–".into(), ms);
+        format!("{} → {m}", each.join(" / "))
+    };
+    let optional_mean = |f: fn(&Row) -> Option<u64>| {
+        mean(rs.iter().filter_map(|r| f(r))).map_or("–".into(), |m| format!("{m:.0}"))
+    };
     format!(
-        "| {size} | {} | {entry} | {} | {} | {} | {} | {rss} | {} | {} |",
+        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} |",
         rs.first().map_or("", |r| r.kernel),
-        rounds.join(" / "),
-        mean_of(|r| r.memmap_ns),
-        mean_of(|r| r.boot_cpu_memmap_ns),
-        mean_of(|r| r.allocatable_ns),
+        rounds_and_mean(|r| Some(r.memmap_ns)),
+        rounds_and_mean(|r| r.allocatable_ns),
+        mean(rs.iter().map(|r| r.boot_cpu_memmap_ns)).map_or("–".into(), ms),
+        optional_mean(|r| r.host_rss_mib),
+        optional_mean(|r| r.order0_p99_ns),
         ratio(memmap_mean(entry), memmap_mean("linux")),
         ratio(memmap_mean(entry), memmap_mean("touch")),
     )
@@ -203,9 +248,9 @@ fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
 /// The markdown table (with a heading line saying how it was run).
 pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     let mut out = format!("{heading}\n\n");
-    out += "| size | kernel | mode | memmap ms, each round | memmap mean | boot-CPU memmap mean | \
-            until allocatable mean | host RSS MiB | × Linux | × touch |\n";
-    out += "|---|---|---|---|---|---|---|---|---|---|\n";
+    out += "| size | kernel | mode | memmap ms: each round → mean | until allocatable ms: each \
+            round → mean | boot-CPU memmap ms | host RSS MiB | order-0 p99 ns | × Linux | × touch |\n";
+    out += "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for size in plan.sizes {
         for entry in plan.entries {
             if !series(&results.rows, size, entry).is_empty() {
@@ -214,30 +259,42 @@ pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
             }
         }
     }
+    if let Some(w) = &results.warmup {
+        let _ = writeln!(
+            out,
+            "\nwarm-up boot (not counted): {} {}: memmap {} ms, until allocatable {} ms, host RSS {} MiB",
+            w.size,
+            w.mode,
+            ms(w.memmap_ns as f64),
+            w.allocatable_ns.map_or("–".into(), |ns| ms(ns as f64)),
+            w.host_rss_mib.map_or("–".into(), |m| m.to_string())
+        );
+    }
     for (size, entry, why) in &results.skipped {
         let _ = writeln!(out, "\n{size} {entry}: not booted: {why}");
     }
     out
 }
 
-/// The rows as JSON: `{"meta": {...}, "rows": [...], "skipped": [...]}`.
+fn row_json(r: &Row) -> Value {
+    json!({
+        "size": r.size, "mem_mib": r.mem_mib, "kernel": r.kernel, "mode": r.mode,
+        "round": r.round, "boot_cpu_memmap_ns": r.boot_cpu_memmap_ns,
+        "memmap_ns": r.memmap_ns, "allocatable_ns": r.allocatable_ns,
+        "host_rss_mib": r.host_rss_mib, "boot_ns": r.boot_ns,
+        "order0_p99_ns": r.order0_p99_ns,
+    })
+}
+
+/// The rows as JSON: `{"meta": {...}, "rows": [...], "skipped": [...],
+/// "warmup": row or null}`.
 pub fn to_json(results: &Results, meta: Value) -> Value {
-    let rows: Vec<Value> = results
-        .rows
-        .iter()
-        .map(|r| {
-            json!({
-                "size": r.size, "mem_mib": r.mem_mib, "kernel": r.kernel, "mode": r.mode,
-                "round": r.round, "boot_cpu_memmap_ns": r.boot_cpu_memmap_ns,
-                "memmap_ns": r.memmap_ns, "allocatable_ns": r.allocatable_ns,
-                "host_rss_mib": r.host_rss_mib, "boot_ns": r.boot_ns,
-            })
-        })
-        .collect();
+    let rows: Vec<Value> = results.rows.iter().map(row_json).collect();
     let skipped: Vec<Value> = results
         .skipped
         .iter()
         .map(|(size, entry, why)| json!({"size": size, "mode": entry, "why": why}))
         .collect();
-    json!({"meta": meta, "rows": rows, "skipped": skipped})
+    let warmup = results.warmup.as_ref().map(row_json);
+    json!({"meta": meta, "rows": rows, "skipped": skipped, "warmup": warmup})
 }

@@ -167,7 +167,9 @@ build() {
     (cd "$ROOT/runner" && RUSTC_BOOTSTRAP=1 cargo build -q --release --target-dir "$ROOT/target/runner") \
         || die_setup "disk-image tool build failed"
     "$image_tool" "$kernel_elf" "$image_dir" || die_setup "disk image creation failed"
-    if [ -n "$svg" ]; then
+    # The timeline tool: for --svg, and with --build-only so that later
+    # --no-build boots (the tests, the bench) can draw too.
+    if [ -n "$svg" ] || [ "$build_only" = 1 ]; then
         (cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-plot) \
             || die_setup "timeline tool (memboot-plot) build failed"
     fi

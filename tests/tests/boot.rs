@@ -287,3 +287,35 @@ fn panic_inside_kprintln_is_reported_through_emergency_log() {
         b.describe()
     );
 }
+
+/// `run-qemu.sh --svg FILE` draws the boot's timeline: an SVG with a lane
+/// per CPU and the pipeline's phases (the drawing itself is tested on
+/// committed logs in plot.rs; this is the script's end of it).
+#[test]
+fn svg_timeline_of_a_boot() {
+    let svg = std::env::temp_dir().join(format!("memboot-timeline-{}.svg", std::process::id()));
+    let path = svg.to_str().unwrap();
+    let b = boot(
+        &["-m", "1G", "--smp", "2", "--svg", path],
+        &["verify=off"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert!(
+        b.run
+            .stderr
+            .contains(&format!("boot timeline written to {path}")),
+        "{}",
+        b.describe()
+    );
+    let text = std::fs::read_to_string(&svg).unwrap_or_else(|e| panic!("{path}: {e}"));
+    std::fs::remove_file(&svg).unwrap();
+    assert!(
+        text.contains("<svg"),
+        "not an SVG: {}",
+        &text[..text.len().min(200)]
+    );
+    for want in ["CPU 0", "CPU 1", "eager_memmap", "deferred_init"] {
+        assert!(text.contains(want), "the timeline has no '{want}'");
+    }
+}

@@ -889,10 +889,20 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 
 // ---------------------------------------------------------------- scaling drawing
 
-const SC_WIDTH_PX: u32 = 1200;
+/// Width of a panel's plot; the legend column right of it is as wide as
+/// its longest label needs.
+const SC_PLOT_W_PX: u32 = 1100;
 const SC_PANEL_H_PX: u32 = 560;
 /// Length of a legend entry's line sample.
 pub const LEGEND_LINE_PX: i32 = 24;
+/// Legend rows: first row's centre below the panel's top, row pitch, left
+/// padding, gap between sample and label, and the advance of one character
+/// of the 15 px monospace label font (0.6 em, with a little to spare).
+const LEGEND_TOP_PX: i32 = 72;
+const LEGEND_ROW_PX: i32 = 22;
+const LEGEND_PAD_PX: i32 = 12;
+const LEGEND_GAP_PX: i32 = 8;
+const LEGEND_CHAR_PX: i32 = 10;
 
 /// How a line is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -996,13 +1006,25 @@ pub fn render_scaling(bench: &Bench) -> Result<String, PlotError> {
             lines: rss_lines,
         },
     ];
+    let longest_label = panels
+        .iter()
+        .flat_map(|p| &p.lines)
+        .map(|l| l.label.chars().count() as i32)
+        .max()
+        .unwrap_or(0);
+    let legend_w_px =
+        2 * LEGEND_PAD_PX + LEGEND_LINE_PX + LEGEND_GAP_PX + longest_label * LEGEND_CHAR_PX;
     let mut svg = String::new();
     {
-        let size = (SC_WIDTH_PX, 2 * SC_PANEL_H_PX);
+        let size = (SC_PLOT_W_PX + legend_w_px as u32, 2 * SC_PANEL_H_PX);
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
         for (area, panel) in root.split_evenly((2, 1)).iter().zip(&panels) {
-            draw_panel(area, panel)?;
+            // The legend has a column of its own: drawn over the plot, it
+            // hid the points under it.
+            let (plot, legend) = area.split_horizontally(SC_PLOT_W_PX);
+            draw_panel(&plot, panel)?;
+            draw_legend(&legend, &panel.lines)?;
         }
         root.present().map_err(draw_err)?;
     }
@@ -1099,17 +1121,46 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), PlotError> {
     for line in &panel.lines {
         draw_line(&mut chart, line)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .margin(12)
-        .legend_area_size(LEGEND_LINE_PX + 8)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("monospace", 15))
-        .draw()
-        .map_err(draw_err)?;
     Ok(())
+}
+
+/// One row per line: a stretch of the line with its marker, then the label.
+fn draw_legend(area: &Area<'_>, lines: &[PanelLine]) -> Result<(), PlotError> {
+    let label_style =
+        TextStyle::from(("monospace", 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (row, line) in lines.iter().enumerate() {
+        let y = LEGEND_TOP_PX + row as i32 * LEGEND_ROW_PX;
+        let style = line_style(line);
+        let sample = PathElement::new(
+            vec![(LEGEND_PAD_PX, y), (LEGEND_PAD_PX + LEGEND_LINE_PX, y)],
+            style,
+        );
+        area.draw(&sample).map_err(draw_err)?;
+        draw_marker(area, line, (LEGEND_PAD_PX + LEGEND_LINE_PX / 2, y))?;
+        let at = (LEGEND_PAD_PX + LEGEND_LINE_PX + LEGEND_GAP_PX, y);
+        area.draw(&Text::new(line.label.clone(), at, label_style.clone()))
+            .map_err(draw_err)?;
+    }
+    Ok(())
+}
+
+/// Draws a line's point marker at `at` (data coordinates on a chart's
+/// plotting area, pixels on the legend): round for thick lines, a
+/// triangle for thin ones.
+fn draw_marker<CT: CoordTranslate>(
+    area: &DrawingArea<SVGBackend<'_>, CT>,
+    line: &PanelLine,
+    at: CT::From,
+) -> Result<(), PlotError>
+where
+    CT::From: Clone,
+{
+    let fill = line_style(line).color.filled();
+    match line.kind {
+        LineKind::Thick => area.draw(&Circle::new(at, 4, fill)),
+        LineKind::Thin => area.draw(&TriangleMarker::new(at, 6, fill)),
+    }
+    .map_err(draw_err)
 }
 
 type LogChart<'a, 'b> = ChartContext<
@@ -1127,28 +1178,15 @@ fn line_style(line: &PanelLine) -> ShapeStyle {
 }
 
 fn draw_line<'a, 'b: 'a>(chart: &mut LogChart<'a, 'b>, line: &PanelLine) -> Result<(), PlotError> {
-    let style = line_style(line);
-    let fill = style.color.filled();
-    let anno = chart
-        .draw_series(LineSeries::new(line.points.iter().copied(), style))
-        .map_err(draw_err)?
-        .label(line.label.clone());
-    // The legend sample: a short stretch of the line with its marker.
-    let sample =
-        move |at| EmptyElement::at(at) + PathElement::new(vec![(0, 0), (LEGEND_LINE_PX, 0)], style);
-    let mid = (LEGEND_LINE_PX / 2, 0);
-    let points = line.points.iter().copied();
-    match line.kind {
-        LineKind::Thick => {
-            anno.legend(move |at| sample(at) + Circle::new(mid, 4, fill));
-            chart.draw_series(points.map(|p| Circle::new(p, 4, fill)))
-        }
-        LineKind::Thin => {
-            anno.legend(move |at| sample(at) + TriangleMarker::new(mid, 6, fill));
-            chart.draw_series(points.map(|p| TriangleMarker::new(p, 6, fill)))
-        }
+    chart
+        .draw_series(LineSeries::new(
+            line.points.iter().copied(),
+            line_style(line),
+        ))
+        .map_err(draw_err)?;
+    for &point in &line.points {
+        draw_marker(chart.plotting_area(), line, point)?;
     }
-    .map_err(draw_err)?;
     Ok(())
 }
 

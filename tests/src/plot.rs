@@ -43,7 +43,9 @@
 use std::fmt;
 use std::ops::Range;
 
+use plotters::chart::MeshStyle;
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -656,17 +658,12 @@ fn draw_timeline_chart(
     } else {
         usize::from(t_max_ms < 100.0)
     };
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .disable_y_mesh()
         .y_labels(0)
         .x_labels(16)
         .x_desc("time since kernel entry (ms)")
         .x_label_formatter(&|ms| format!("{ms:.decimals$}"))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .bold_line_style(BLACK.mix(0.12))
-        .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(draw_err)?;
     let separators = layout.lanes.iter().skip(1).map(|lane| {
@@ -1097,16 +1094,11 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), PlotError> {
         .y_label_area_size(72)
         .build_cartesian_2d(x_spec, y_spec)
         .map_err(draw_err)?;
-    chart
-        .configure_mesh()
+    house_style(&mut chart.configure_mesh())
         .x_desc("guest RAM (GiB, log)")
         .y_desc(panel.y_desc)
         .x_label_formatter(&|gib| fmt_gib(*gib))
         .y_label_formatter(&|v| fmt_axis(*v))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
-        .bold_line_style(BLACK.mix(0.12))
-        .light_line_style(BLACK.mix(0.04))
         .draw()
         .map_err(draw_err)?;
     if panel.lines.is_empty() {
@@ -1161,6 +1153,21 @@ where
         LineKind::Thin => area.draw(&TriangleMarker::new(at, 6, fill)),
     }
     .map_err(draw_err)
+}
+
+/// Fonts and grid lines of every chart's mesh.
+fn house_style<'m, 'a, 'b, X, Y, XT, YT, DB>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, DB>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: Ranged<ValueType = XT> + ValueFormatter<XT>,
+    Y: Ranged<ValueType = YT> + ValueFormatter<YT>,
+    DB: DrawingBackend,
+{
+    mesh.label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .bold_line_style(BLACK.mix(0.12))
+        .light_line_style(BLACK.mix(0.04))
 }
 
 type LogChart<'a, 'b> = ChartContext<

@@ -893,13 +893,12 @@ const SC_PANEL_H_PX: u32 = 560;
 /// Length of a legend entry's line sample.
 pub const LEGEND_LINE_PX: i32 = 24;
 /// Legend rows: first row's centre below the panel's top, row pitch, left
-/// padding, gap between sample and label, and the advance of one character
-/// of the 15 px monospace label font (0.6 em, with a little to spare).
+/// padding, gap between sample and label (the labels are in the
+/// timeline's label font, `LABEL_FONT_SIZE`, `LABEL_CHAR_W_PX` a character).
 const LEGEND_TOP_PX: i32 = 72;
 const LEGEND_ROW_PX: i32 = 22;
 const LEGEND_PAD_PX: i32 = 12;
 const LEGEND_GAP_PX: i32 = 8;
-const LEGEND_CHAR_PX: i32 = 10;
 
 /// How a line is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1006,11 +1005,11 @@ pub fn render_scaling(bench: &Bench) -> Result<String, PlotError> {
     let longest_label = panels
         .iter()
         .flat_map(|p| &p.lines)
-        .map(|l| l.label.chars().count() as i32)
+        .map(|l| l.label.chars().count())
         .max()
         .unwrap_or(0);
-    let legend_w_px =
-        2 * LEGEND_PAD_PX + LEGEND_LINE_PX + LEGEND_GAP_PX + longest_label * LEGEND_CHAR_PX;
+    let label_w_px = (longest_label as f64 * LABEL_CHAR_W_PX).ceil() as i32;
+    let legend_w_px = 2 * LEGEND_PAD_PX + LEGEND_LINE_PX + LEGEND_GAP_PX + label_w_px;
     let mut svg = String::new();
     {
         let size = (SC_PLOT_W_PX + legend_w_px as u32, 2 * SC_PANEL_H_PX);
@@ -1118,8 +1117,8 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), PlotError> {
 
 /// One row per line: a stretch of the line with its marker, then the label.
 fn draw_legend(area: &Area<'_>, lines: &[PanelLine]) -> Result<(), PlotError> {
-    let label_style =
-        TextStyle::from(("monospace", 15).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    let label_style = TextStyle::from(("monospace", LABEL_FONT_SIZE).into_font())
+        .pos(Pos::new(HPos::Left, VPos::Center));
     for (row, line) in lines.iter().enumerate() {
         let y = LEGEND_TOP_PX + row as i32 * LEGEND_ROW_PX;
         let style = line_style(line);

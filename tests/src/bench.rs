@@ -143,25 +143,45 @@ pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<R
 pub struct Results {
     pub rows: Vec<Row>,
     pub skipped: Vec<(String, String, String)>,
-    /// The warm-up boot (`warmup.log`, its size and entry in
-    /// `warmup.entry`), shown but not counted: it is what the order effect
-    /// costs the first large guest.
-    pub warmup: Option<Row>,
+    /// The warm-up boots, in the order they ran: shown, not counted.
+    pub warmups: Vec<Warmup>,
 }
 
-fn read_warmup(dir: &Path) -> Result<Option<Row>, String> {
-    let Ok(what) = std::fs::read_to_string(dir.join("warmup.entry")) else {
-        return Ok(None);
-    };
-    let (size, entry) = what
-        .trim()
-        .split_once(' ')
-        .ok_or("warmup.entry: expected 'SIZE ENTRY'")?;
-    let path = dir.join("warmup.log");
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    row_from_log(&text, size, entry, 0)
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+/// A boot run only so that the next counted boot finds the host's memory
+/// backed: what the order effect costs a large guest that follows idle time
+/// or a small guest.
+pub struct Warmup {
+    pub row: Row,
+    /// The counted boot it ran before, as `SIZE/ENTRY/ROUND`.
+    pub before: String,
+}
+
+/// `warmup-N.log` with `warmup-N.entry` (`SIZE ENTRY BEFORE`), N = 1, 2, …
+fn read_warmups(dir: &Path) -> Result<Vec<Warmup>, String> {
+    let mut warmups = Vec::new();
+    for n in 1.. {
+        let entry_path = dir.join(format!("warmup-{n}.entry"));
+        let Ok(what) = std::fs::read_to_string(&entry_path) else {
+            break;
+        };
+        let fields: Vec<&str> = what.split_whitespace().collect();
+        let [size, entry, before] = fields[..] else {
+            return Err(format!(
+                "{}: expected 'SIZE ENTRY BEFORE'",
+                entry_path.display()
+            ));
+        };
+        let path = dir.join(format!("warmup-{n}.log"));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let row =
+            row_from_log(&text, size, entry, 0).map_err(|e| format!("{}: {e}", path.display()))?;
+        warmups.push(Warmup {
+            row,
+            before: before.to_string(),
+        });
+    }
+    Ok(warmups)
 }
 
 /// Read a bench run's directory.
@@ -169,7 +189,7 @@ pub fn read_dir(dir: &Path, plan: &Plan) -> Result<Results, String> {
     let mut results = Results {
         rows: Vec::new(),
         skipped: Vec::new(),
-        warmup: read_warmup(dir)?,
+        warmups: read_warmups(dir)?,
     };
     for size in plan.sizes {
         for entry in plan.entries {
@@ -259,10 +279,10 @@ pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
             }
         }
     }
-    if let Some(w) = &results.warmup {
+    for Warmup { row: w, before } in &results.warmups {
         let _ = writeln!(
             out,
-            "\nwarm-up boot (not counted): {} {}: memmap {} ms, until allocatable {} ms, host RSS {} MiB",
+            "\nwarm-up boot (not counted) before {before}: {} {}: memmap {} ms, until allocatable {} ms, host RSS {} MiB",
             w.size,
             w.mode,
             ms(w.memmap_ns as f64),
@@ -287,7 +307,8 @@ fn row_json(r: &Row) -> Value {
 }
 
 /// The rows as JSON: `{"meta": {...}, "rows": [...], "skipped": [...],
-/// "warmup": row or null}`.
+/// "warmup": the first warm-up's row or null, "warmups": every warm-up's row
+/// with "before"}`.
 pub fn to_json(results: &Results, meta: Value) -> Value {
     let rows: Vec<Value> = results.rows.iter().map(row_json).collect();
     let skipped: Vec<Value> = results
@@ -295,6 +316,15 @@ pub fn to_json(results: &Results, meta: Value) -> Value {
         .iter()
         .map(|(size, entry, why)| json!({"size": size, "mode": entry, "why": why}))
         .collect();
-    let warmup = results.warmup.as_ref().map(row_json);
-    json!({"meta": meta, "rows": rows, "skipped": skipped, "warmup": warmup})
+    let warmup = results.warmups.first().map(|w| row_json(&w.row));
+    let warmups: Vec<Value> = results
+        .warmups
+        .iter()
+        .map(|w| {
+            let mut row = row_json(&w.row);
+            row["before"] = json!(w.before);
+            row
+        })
+        .collect();
+    json!({"meta": meta, "rows": rows, "skipped": skipped, "warmup": warmup, "warmups": warmups})
 }

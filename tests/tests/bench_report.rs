@@ -42,6 +42,18 @@ fn run_dir() -> PathBuf {
         .unwrap();
     }
     std::fs::write(dir.join("4G-regions.skip"), "needs 64 GiB of host memory\n").unwrap();
+    for (n, before) in [(1, "4G/deferred/1"), (2, "4G/touch/2")] {
+        std::fs::write(
+            dir.join(format!("warmup-{n}.log")),
+            fixture("kernel/tests/fixtures/4g-touch.log"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(format!("warmup-{n}.entry")),
+            format!("4G touch {before}\n"),
+        )
+        .unwrap();
+    }
     dir
 }
 
@@ -123,8 +135,35 @@ fn rows_table_and_json_from_a_run_directory() {
         "{table}"
     );
 
+    // Both warm-ups, in order, each naming the counted boot it preceded,
+    // with the touch fixture's memmap time (its summary's phases).
+    let touch_log = fixture("kernel/tests/fixtures/4g-touch.log");
+    let touch_memmap_ms = format!(
+        "{:.1}",
+        (summary_u64(&touch_log, "memmap_boot_ns")
+            + summary_u64(&touch_log, "buddy_eager_ns")
+            + summary_u64(&touch_log, "deferred_ns")) as f64
+            / 1e6
+    );
+    let warm: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("warm-up boot (not counted)"))
+        .collect();
+    assert_eq!(warm.len(), 2, "{table}");
+    for (line, before) in warm.iter().zip(["4G/deferred/1", "4G/touch/2"]) {
+        assert!(
+            line.starts_with(&format!(
+                "warm-up boot (not counted) before {before}: 4G touch: memmap {touch_memmap_ms} ms"
+            )),
+            "{line}"
+        );
+    }
+
     let json = bench::to_json(&results, serde_json::json!({}));
     assert_eq!(json["rows"].as_array().unwrap().len(), 6);
+    assert_eq!(json["warmups"].as_array().unwrap().len(), 2);
+    assert_eq!(json["warmups"][1]["before"], "4G/touch/2");
+    assert_eq!(json["warmup"]["mode"], json["warmups"][0]["mode"]);
     assert_eq!(json["rows"][0]["allocatable_ns"], d.allocatable_ns.unwrap());
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -2,6 +2,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -140,6 +141,20 @@ impl AcpiInfo {
 
     /// Boot log lines in the style of Linux's dmesg.
     pub fn report_lines(&self) -> impl Iterator<Item = String> {
+        let mut lines = self.table_lines();
+        lines.extend(self.madt_lines());
+        lines.extend(self.srat_lines());
+        let hotplug = self.cpus.iter().filter(|c| !c.enabled).count();
+        lines.push(format!(
+            "smpboot: Allowing {} CPUs, {} hotplug CPUs",
+            self.cpus.len(),
+            hotplug
+        ));
+        lines.into_iter()
+    }
+
+    /// RSDP, the root table, every valid table, and the warnings.
+    fn table_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         lines.push(format!(
             "ACPI: RSDP 0x{:016X} {:06X} (v{:02} {})",
@@ -157,6 +172,12 @@ impl AcpiInfo {
                 self.suppressed_warnings
             ));
         }
+        lines
+    }
+
+    /// The local APIC address, a line per usable CPU, what was ignored.
+    fn madt_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
         if self.has_madt {
             lines.push(format!(
                 "ACPI: Local APIC address {:#010x}",
@@ -167,24 +188,7 @@ impl AcpiInfo {
                 "ACPI: no valid MADT; only the boot CPU is known",
             ));
         }
-        for cpu in &self.cpus {
-            let state = if cpu.enabled {
-                "enabled"
-            } else {
-                "online-capable"
-            };
-            lines.push(if cpu.x2apic {
-                format!(
-                    "ACPI: X2APIC (apic_id[{:#04x}] uid[{:#04x}] {state})",
-                    cpu.apic_id, cpu.uid
-                )
-            } else {
-                format!(
-                    "ACPI: LAPIC (acpi_id[{:#04x}] lapic_id[{:#04x}] {state})",
-                    cpu.uid, cpu.apic_id
-                )
-            });
-        }
+        lines.extend(self.cpus.iter().map(|cpu| format!("{cpu}")));
         if self.ignored_cpus > 0 {
             lines.push(format!(
                 "ACPI: {} disabled or invalid processor entries ignored",
@@ -197,44 +201,81 @@ impl AcpiInfo {
                 self.duplicate_cpus
             ));
         }
-        if self.has_srat {
-            for a in &self.cpu_affinity {
-                lines.push(if a.x2apic {
-                    format!(
-                        "ACPI: SRAT: PXM {} -> x2APIC {:#06x} -> Node {}",
-                        a.proximity_domain, a.apic_id, a.node
-                    )
-                } else {
-                    format!(
-                        "ACPI: SRAT: PXM {} -> APIC {:#04x} -> Node {}",
-                        a.proximity_domain, a.apic_id, a.node
-                    )
-                });
-            }
-            for m in &self.mem_affinity {
-                // `length` is non-zero and base + length - 1 cannot wrap:
-                // both were checked when the entry was accepted.
-                let last = m.base.saturating_add(m.length.saturating_sub(1));
-                lines.push(format!(
-                    "ACPI: SRAT: Node {} PXM {} [mem {:#010x}-{:#010x}]{}{}",
-                    m.node,
-                    m.proximity_domain,
-                    m.base,
-                    last,
-                    if m.hotplug { " hotplug" } else { "" },
-                    if m.nonvolatile { " non-volatile" } else { "" }
-                ));
-            }
-            lines.push(format!("ACPI: SRAT: {} NUMA nodes", self.nr_nodes));
-        } else {
-            lines.push(String::from("ACPI: no SRAT; everything is on node 0"));
+        lines
+    }
+
+    /// A line per CPU and memory affinity and the node count, or that
+    /// there is no SRAT.
+    fn srat_lines(&self) -> Vec<String> {
+        if !self.has_srat {
+            return vec![String::from("ACPI: no SRAT; everything is on node 0")];
         }
-        let hotplug = self.cpus.iter().filter(|c| !c.enabled).count();
-        lines.push(format!(
-            "smpboot: Allowing {} CPUs, {} hotplug CPUs",
-            self.cpus.len(),
-            hotplug
-        ));
-        lines.into_iter()
+        let mut lines: Vec<String> = self.cpu_affinity.iter().map(|a| format!("{a}")).collect();
+        lines.extend(self.mem_affinity.iter().map(|m| format!("{m}")));
+        lines.push(format!("ACPI: SRAT: {} NUMA nodes", self.nr_nodes));
+        lines
+    }
+}
+
+impl fmt::Display for AcpiCpu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.enabled {
+            "enabled"
+        } else {
+            "online-capable"
+        };
+        if self.x2apic {
+            write!(
+                f,
+                "ACPI: X2APIC (apic_id[{:#04x}] uid[{:#04x}] {state})",
+                self.apic_id, self.uid
+            )
+        } else {
+            write!(
+                f,
+                "ACPI: LAPIC (acpi_id[{:#04x}] lapic_id[{:#04x}] {state})",
+                self.uid, self.apic_id
+            )
+        }
+    }
+}
+
+impl fmt::Display for CpuAffinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.x2apic {
+            write!(
+                f,
+                "ACPI: SRAT: PXM {} -> x2APIC {:#06x} -> Node {}",
+                self.proximity_domain, self.apic_id, self.node
+            )
+        } else {
+            write!(
+                f,
+                "ACPI: SRAT: PXM {} -> APIC {:#04x} -> Node {}",
+                self.proximity_domain, self.apic_id, self.node
+            )
+        }
+    }
+}
+
+impl fmt::Display for MemAffinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `length` is non-zero and base + length - 1 cannot wrap: both were
+        // checked when the entry was accepted.
+        let last = self.base.saturating_add(self.length.saturating_sub(1));
+        write!(
+            f,
+            "ACPI: SRAT: Node {} PXM {} [mem {:#010x}-{:#010x}]{}{}",
+            self.node,
+            self.proximity_domain,
+            self.base,
+            last,
+            if self.hotplug { " hotplug" } else { "" },
+            if self.nonvolatile {
+                " non-volatile"
+            } else {
+                ""
+            }
+        )
     }
 }

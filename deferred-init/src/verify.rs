@@ -835,6 +835,31 @@ pub enum HeadProblem {
     Unbacked,
 }
 
+impl fmt::Display for HeadProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            HeadProblem::NotBuddy => write!(f, "not PageBuddy"),
+            HeadProblem::WrongOrder => write!(f, "wrong order"),
+            HeadProblem::Misaligned => write!(f, "not aligned to its order"),
+            HeadProblem::WrongLinks => write!(f, "section/node/zone bits wrong"),
+            HeadProblem::Refcount => write!(f, "wrong refcount"),
+            HeadProblem::BrokenList { expected_prev } => {
+                write!(f, "lru.prev should be {expected_prev:#x}")
+            }
+            HeadProblem::Unbacked => write!(f, "no struct-page backing"),
+        }
+    }
+}
+
+/// `node N zone Z`, the place most mismatches are counted for.
+struct InZone(NodeId, ZoneType);
+
+impl fmt::Display for InZone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} zone {}", self.0, self.1.name())
+    }
+}
+
 /// A disagreement found by [`verify_buddy`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BuddyMismatch {
@@ -936,18 +961,7 @@ impl fmt::Display for BuddyMismatch {
                     "verify: pfn {pfn:#x}: expected head of a free order-{order} block of node {nid} zone {} (PageBuddy, order {order}, refcount 0), found {found} (",
                     zone.name()
                 )?;
-                match problem {
-                    HeadProblem::NotBuddy => write!(f, "not PageBuddy")?,
-                    HeadProblem::WrongOrder => write!(f, "wrong order")?,
-                    HeadProblem::Misaligned => write!(f, "not aligned to its order")?,
-                    HeadProblem::WrongLinks => write!(f, "section/node/zone bits wrong")?,
-                    HeadProblem::Refcount => write!(f, "wrong refcount")?,
-                    HeadProblem::BrokenList { expected_prev } => {
-                        write!(f, "lru.prev should be {expected_prev:#x}")?
-                    }
-                    HeadProblem::Unbacked => write!(f, "no struct-page backing")?,
-                }
-                write!(f, ")")
+                write!(f, "{problem})")
             }
             BuddyMismatch::BlockCount {
                 nid,
@@ -958,8 +972,8 @@ impl fmt::Display for BuddyMismatch {
                 counter,
             } => write!(
                 f,
-                "verify: node {nid} zone {} order {order}: {listed} blocks listed, {scanned} heads in the page scan, list counter {counter}",
-                zone.name()
+                "verify: {} order {order}: {listed} blocks listed, {scanned} heads in the page scan, list counter {counter}",
+                InZone(nid, zone)
             ),
             BuddyMismatch::FreePages {
                 nid,
@@ -969,8 +983,8 @@ impl fmt::Display for BuddyMismatch {
                 scanned,
             } => write!(
                 f,
-                "verify: node {nid} zone {}: nr_free_pages {counter}, {listed} pages in listed blocks, {scanned} free pages in the page scan",
-                zone.name()
+                "verify: {}: nr_free_pages {counter}, {listed} pages in listed blocks, {scanned} free pages in the page scan",
+                InZone(nid, zone)
             ),
             BuddyMismatch::Initialised {
                 nid,
@@ -979,8 +993,8 @@ impl fmt::Display for BuddyMismatch {
                 initialised,
             } => write!(
                 f,
-                "verify: node {nid} zone {}: {present} present, but {initialised} initialised",
-                zone.name()
+                "verify: {}: {present} present, but {initialised} initialised",
+                InZone(nid, zone)
             ),
             BuddyMismatch::Reserved {
                 nid,
@@ -989,8 +1003,8 @@ impl fmt::Display for BuddyMismatch {
                 found,
             } => write!(
                 f,
-                "verify: node {nid} zone {}: {found} reserved pages, memblock reserves {expected}",
-                zone.name()
+                "verify: {}: {found} reserved pages, memblock reserves {expected}",
+                InZone(nid, zone)
             ),
             BuddyMismatch::Free {
                 nid,
@@ -999,8 +1013,8 @@ impl fmt::Display for BuddyMismatch {
                 found,
             } => write!(
                 f,
-                "verify: node {nid} zone {}: {found} free pages, expected {expected} (present - reserved)",
-                zone.name()
+                "verify: {}: {found} free pages, expected {expected} (present - reserved)",
+                InZone(nid, zone)
             ),
             BuddyMismatch::PoolOverlap {
                 nid,
@@ -1009,8 +1023,8 @@ impl fmt::Display for BuddyMismatch {
                 order,
             } => write!(
                 f,
-                "verify: node {nid} zone {}: free order-{order} block {pfn:#x} lies in untouched pool memory",
-                zone.name()
+                "verify: {}: free order-{order} block {pfn:#x} lies in untouched pool memory",
+                InZone(nid, zone)
             ),
             BuddyMismatch::ClaimedPages {
                 nid,
@@ -1026,8 +1040,8 @@ impl fmt::Display for BuddyMismatch {
             ),
             BuddyMismatch::UnknownZone { nid, zone, pages } => write!(
                 f,
-                "verify: node {nid} zone {} is not in the zone layout but has {pages} pages",
-                zone.name()
+                "verify: {} is not in the zone layout but has {pages} pages",
+                InZone(nid, zone)
             ),
         }
     }

@@ -107,7 +107,9 @@ memmap_mode=$(kernel_opt memmap deferred)
 drain=$(kernel_opt ondemand_drain off)
 # Linux (--linux) initialises every struct page too, like memmap=deferred.
 [ -n "$linux_kernel" ] && memmap_mode=linux
+writes_all_struct_pages=0
 if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
+    writes_all_struct_pages=1
     memmap_mib=$((mem_mib / 64))
     available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
     [[ "$available_mib" =~ ^[0-9]+$ ]] || die_setup "cannot read MemAvailable from /proc/meminfo (set MEMBOOT_HOST_AVAILABLE_MIB)"
@@ -294,7 +296,15 @@ if [ "$print_cmd" = 1 ]; then
     printf '%q ' "${qemu[@]}" >&2
     echo >&2
 fi
-[ "$dry_run" = 1 ] && exit "$EXIT_OK"
+if [ "$dry_run" = 1 ]; then
+    # For tests/bench.sh's warm-ups: does this boot back RAM/64 of host memory?
+    if [ "$writes_all_struct_pages" = 1 ]; then
+        echo "run-qemu.sh: struct pages: every one written ($((mem_mib / 64)) MiB of host memory)" >&2
+    else
+        echo "run-qemu.sh: struct pages: initialised when first allocated" >&2
+    fi
+    exit "$EXIT_OK"
+fi
 
 # --- run ---------------------------------------------------------------------
 if (( mem_mib > LARGE_GUEST_MIB )); then

@@ -67,6 +67,7 @@ if [ "$linux" = 1 ]; then
     entries="$entries linux"
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
+rm -f "$out"/*.writes-all
 
 # boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
 # entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on.
@@ -91,15 +92,19 @@ boot() {
 fits() {
     local args
     mapfile -t args < <(boot_args "$2")
-    "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
-        >/dev/null 2>"$out/fit.err" && return 0
+    if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
+            >/dev/null 2>"$out/fit.err"; then
+        grep -q '^run-qemu.sh: struct pages: every one written' "$out/fit.err" && touch "$out/$1-$2.writes-all"
+        return 0
+    fi
     sed 's/^run-qemu.sh: //' "$out/fit.err" >"$out/$1-$2.skip"
     return 1
 }
 
-# writes_all ENTRY: does the boot write every struct page, so that it leaves
-# RAM/64 of host memory freshly backed? All but plain memmap=ondemand.
-writes_all() { [[ "$1" != ondemand* || "$1" == *ondemand_drain=on* ]]; }
+# writes_all SIZE ENTRY: does the boot write every struct page, so that it
+# leaves RAM/64 of host memory freshly backed? run-qemu.sh's --dry-run says
+# (fits recorded it).
+writes_all() { [ -e "$out/$1-$2.writes-all" ]; }
 
 # Warm-ups, not counted. This host is itself a VM with free page reporting:
 # memory a guest freed goes back to the outer hypervisor within a minute or
@@ -144,15 +149,15 @@ for size in $sizes; do
             if [ -n "$first_warm_up" ]; then
                 warm_up "$warm_size" "$warm_entry" "$size/$e/$round"
                 first_warm_up=""
-                writes_all "$warm_entry" && hot_mib=$("$tools/memboot-bench" mib "$warm_size")
+                writes_all "$warm_size" "$warm_entry" && hot_mib=$("$tools/memboot-bench" mib "$warm_size")
             fi
-            if writes_all "$e" && (( hot_mib < size_mib )); then
+            if writes_all "$size" "$e" && (( hot_mib < size_mib )); then
                 warm_up "$size" touch "$size/$e/$round"
             fi
             say "round $round: -m $size --smp $smp --nodes $nodes $e"
             boot "$size" "$e" "$out/$size-$e-$round.log"
             order_log+=("$size/$e/$round")
-            if writes_all "$e"; then hot_mib=$size_mib; else hot_mib=0; fi
+            if writes_all "$size" "$e"; then hot_mib=$size_mib; else hot_mib=0; fi
         done
     done
 done

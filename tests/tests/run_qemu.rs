@@ -263,3 +263,39 @@ fn linux_is_refused_where_its_struct_pages_do_not_fit() {
         out.stderr
     );
 }
+
+/// The line tests/bench.sh reads to place its warm-ups: every mode but plain
+/// `memmap=ondemand` writes all RAM/64 bytes of struct pages, Linux too.
+#[test]
+fn dry_run_says_whether_every_struct_page_is_written() {
+    let kernel = repo_root().join("Cargo.toml");
+    let kernel = kernel.to_str().unwrap();
+    let linux = ["--linux", kernel, "--initrd", kernel];
+    let cases: [(&[&str], bool); 5] = [
+        (&["--", "memmap=ondemand"], false),
+        (&["--", "memmap=ondemand", "ondemand_drain=on"], true),
+        (&["--", "memmap=deferred"], true),
+        (&["--", "memmap=touch"], true),
+        (&linux, true),
+    ];
+    let mib_64g = 64u64 << 10;
+    for (tail, writes_all) in cases {
+        let mut args = vec!["--dry-run", "-m", "64G"];
+        args.extend_from_slice(tail);
+        let out = script(&args, 1 << 30);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        let expected = if writes_all {
+            format!(
+                "run-qemu.sh: struct pages: every one written ({} MiB of host memory)",
+                mib_64g / 64
+            )
+        } else {
+            "run-qemu.sh: struct pages: initialised when first allocated".to_string()
+        };
+        assert!(
+            out.stderr.lines().any(|l| l == expected),
+            "{args:?}: no line {expected:?} in\n{}",
+            out.stderr
+        );
+    }
+}

@@ -537,24 +537,91 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         }
     }
 
+    /// Number of (node, zone) slots: `slot(nid, zone) < nr_slots()` for
+    /// every (node, zone) the allocator has lists for.
+    pub fn nr_slots(&self) -> usize {
+        self.zones.len()
+    }
+
     /// Walk every free list, calling `f(nid, zone, head_pfn, order)` per
     /// block, one zone lock at a time. `f` must not call the allocator.
+    /// A list whose links leave its (node, zone) is walked up to that link.
     pub fn for_each_free_block(&self, mut f: impl FnMut(NodeId, ZoneType, Pfn, u32)) {
-        for (s, zl) in self.zones.iter().enumerate() {
+        for s in 0..self.zones.len() {
             let (nid, zone) = slot_key(s);
-            let zf = zl.lock();
             for order in 0..=MAX_ORDER {
-                let mut pfn = zf.lists[order as usize].head;
-                let mut left = zf.lists[order as usize].nr_blocks;
-                while pfn != PFN_NONE && left > 0 {
+                self.walk_free_list(nid, zone, order, |pfn| {
                     f(nid, zone, pfn, order);
-                    // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
-                    pfn = unsafe { self.with_page(pfn, |p| p.lru.next) };
-                    left -= 1;
-                }
+                    true
+                });
             }
         }
     }
+
+    /// Walk the order-`order` list of (nid, zone) under its lock, calling
+    /// `visit(head_pfn)` per block; `visit` returns whether to follow that
+    /// block's `lru.next` (verification stops at a head it does not trust).
+    /// Never reads a struct page outside the list's (node, zone) and never
+    /// visits more than one block past the list's block counter: a corrupt
+    /// list ends the walk and says how ([`ListEnd`]).
+    pub fn walk_free_list(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        mut visit: impl FnMut(Pfn) -> bool,
+    ) -> ListEnd {
+        let s = slot(nid, zone);
+        let Some(zl) = self.zones.get(s).filter(|_| order <= MAX_ORDER) else {
+            return ListEnd::Complete;
+        };
+        let zf = zl.lock();
+        let list = zf.lists[order as usize];
+        let mut pfn = list.head;
+        let mut walked = 0;
+        let mut from = PFN_NONE;
+        while pfn != PFN_NONE {
+            if self.range_of(pfn).is_none_or(|(_, ps)| ps != s) {
+                return ListEnd::BadLink { from, to: pfn };
+            }
+            // One block past the count is still visited, so the visitor sees
+            // what a bad link points at; a second one is a runaway list.
+            if walked > list.nr_blocks {
+                return ListEnd::TooLong { after: from };
+            }
+            walked += 1;
+            if !visit(pfn) {
+                return ListEnd::Stopped { at: pfn };
+            }
+            from = pfn;
+            // SAFETY: `pfn` is managed by this (node, zone) (checked above),
+            // so its struct page is backed; it is on this zone's list, whose
+            // lock we hold.
+            pfn = unsafe { self.with_page(pfn, |p| p.lru.next) };
+        }
+        if walked < list.nr_blocks {
+            ListEnd::TooShort { walked }
+        } else {
+            ListEnd::Complete
+        }
+    }
+}
+
+/// How a walk of one free list ended ([`BuddyAllocator::walk_free_list`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListEnd {
+    /// `PFN_NONE` after exactly the list's block count.
+    Complete,
+    /// The visitor stopped at `at`.
+    Stopped { at: Pfn },
+    /// Head `from`'s `lru.next` (or the list head, `from == PFN_NONE`)
+    /// points at `to`, which is not memory of this (node, zone).
+    BadLink { from: Pfn, to: Pfn },
+    /// Blocks still linked after one past the counter (a cycle?); `after`
+    /// is the last block visited.
+    TooLong { after: Pfn },
+    /// The list ended after `walked` blocks, fewer than the counter says.
+    TooShort { walked: u64 },
 }
 
 /// Split `range` into the largest naturally aligned blocks of order ≤

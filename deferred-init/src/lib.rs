@@ -29,6 +29,7 @@
 extern crate alloc;
 
 pub mod buddy;
+pub mod faults;
 pub mod handoff;
 pub mod plan;
 pub mod run;
@@ -47,20 +48,20 @@ mod tests;
 mod verify_tests;
 
 pub use buddy::{
-    AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ORDERS, PFN_NONE,
+    AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, NR_ORDERS, PFN_NONE,
 };
 pub use plan::{
     ChunkWindows, CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions,
     WorkerAssignment, WINDOW_NR_PAGES,
 };
 pub use run::{
-    Allocation, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode, PoolPiece,
-    GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
+    Allocation, ChunkInits, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode,
+    PoolPiece, GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
 };
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{
     alloc_free_selftest, verify_buddy, verify_buddy_with_pool, verify_pages, verify_scan_range,
-    BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem, PageCheck, PageMismatch,
-    PageWords, PoolCheck, Problem, ScanRange, SelftestError, SelftestReport, ZoneCheck,
-    ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
+    BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem, ListProblem, PageCheck,
+    PageMismatch, PageWords, PoolCheck, Problem, ScanRange, SelftestError, SelftestReport,
+    ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
 };

@@ -31,6 +31,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use memmap::page::MAX_NUMNODES;
+
+use crate::buddy::NR_ZONES;
 use memmap::{pfn_to_section_nr, DeferredRange, NodeId, Pfn, PfnRange, ZoneType};
 
 /// A CPU number as the executor understands it (the kernel uses its logical
@@ -113,6 +115,9 @@ pub struct NodePlan {
     pieces: Vec<Piece>,
     /// Chunk `i` is `pieces[chunk_bounds[i]..chunk_bounds[i + 1]]`.
     chunk_bounds: Vec<u32>,
+    /// `zone_chunk_end[z]`: the end of zone `z`'s run of chunks, which
+    /// starts where zone `z - 1`'s ends (see [`NodePlan::zone_chunks`]).
+    zone_chunk_end: [u32; NR_ZONES],
     nr_pages: u64,
     nr_reserved_pages: u64,
     nr_workers: usize,
@@ -145,6 +150,45 @@ impl NodePlan {
             base,
             nr: ((end - base) / WINDOW_NR_PAGES) as u32,
         }
+    }
+    /// The zone a chunk serves: the highest zone of its pieces. A chunk can
+    /// only hold two zones if it groups sections across a zone boundary
+    /// (`sections_per_chunk` > 1); all its memory can then serve requests
+    /// of the higher zone (Linux's fallback order), not of the lower one.
+    pub fn chunk_zone(&self, chunk: usize) -> ZoneType {
+        self.chunk_pieces(chunk)
+            .iter()
+            .map(|p| p.zone)
+            .max()
+            .unwrap_or(ZoneType::Dma)
+    }
+    /// The chunks whose zone ([`chunk_zone`](Self::chunk_zone)) is `zone`:
+    /// one contiguous run, since pieces are sorted by PFN and zones by PFN
+    /// too. Growth for a request of `zone` claims only from such runs.
+    pub fn zone_chunks(&self, zone: ZoneType) -> core::ops::Range<usize> {
+        let z = zone as usize;
+        let start = if z == 0 {
+            0
+        } else {
+            self.zone_chunk_end[z - 1]
+        };
+        start as usize..self.zone_chunk_end[z] as usize
+    }
+    /// The chunk whose windows hold `pfn`, if any (binary search: chunks
+    /// ascend by PFN).
+    pub fn chunk_of(&self, pfn: Pfn) -> Option<usize> {
+        let (mut lo, mut hi) = (0, self.nr_chunks());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.chunk_windows(mid).base <= pfn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let chunk = lo.checked_sub(1)?;
+        let windows = self.chunk_windows(chunk);
+        (pfn < windows.from(0).end).then_some(chunk)
     }
     /// Window `w` of chunk `chunk` and the pieces that intersect it.
     pub fn window_pieces(&self, chunk: usize, w: u32) -> (PfnRange, &[Piece]) {
@@ -434,15 +478,25 @@ impl DeferredPlan {
         if !pieces.is_empty() {
             chunk_bounds.push(pieces.len() as u32);
         }
-        NodePlan {
+        let mut plan = NodePlan {
             nid,
             pieces,
             chunk_bounds,
+            zone_chunk_end: [0; NR_ZONES],
             nr_pages,
             nr_reserved_pages,
             nr_workers: 0,
             has_local_cpus: false,
+        };
+        // Chunk zones never decrease (pieces ascend by PFN), so each zone's
+        // chunks end where the first chunk of a higher zone starts.
+        let nr_chunks = plan.nr_chunks();
+        for zone in ZoneType::ALL {
+            plan.zone_chunk_end[zone as usize] = (0..nr_chunks)
+                .take_while(|&c| plan.chunk_zone(c) <= zone)
+                .count() as u32;
         }
+        plan
     }
 
     /// Nodes with deferred memory, ascending by node id.

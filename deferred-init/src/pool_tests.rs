@@ -132,7 +132,10 @@ fn allocations_race_draining_workers_on_the_pool() {
         PfnRange::new(41 * S + 1, 41 * S + 2050),
     ];
     let node_cpus = vec![cpus(0, &[0, 1]), cpus(1, &[2])];
-    let mut partial_runs = 0;
+    // Two allocating threads per node, so growers race each other on a
+    // node's claims as well as the drain workers.
+    let allocators: [(NodeId, u64); 4] = [(0, 1), (0, 2), (1, 3), (1, 4)];
+    let (mut partial_runs, mut contended) = (0, 0);
     for run in 0..200u64 {
         let mm = memmap_for(&ranges);
         let plan =
@@ -141,7 +144,7 @@ fn allocations_race_draining_workers_on_the_pool() {
         let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
         let clock = StdClock::new();
-        let barrier = Barrier::new(nr_workers + 2);
+        let barrier = Barrier::new(nr_workers + allocators.len());
         // Drain a few claims per worker, varying by run: some runs leave
         // most of the pool, some drain it all.
         let drain_steps = (run % 7) as usize;
@@ -157,13 +160,13 @@ fn allocations_race_draining_workers_on_the_pool() {
                     }
                 });
             }
-            let handles: Vec<_> = [0u32, 1]
+            let handles: Vec<_> = allocators
                 .into_iter()
-                .map(|nid| {
+                .map(|(nid, k)| {
                     let (di, barrier) = (&di, &barrier);
                     s.spawn(move || {
                         barrier.wait();
-                        allocate(di, nid, run * 7 + nid as u64 + 1, 120)
+                        allocate(di, nid, run * 7 + k, 120)
                     })
                 })
                 .collect();
@@ -173,6 +176,12 @@ fn allocations_race_draining_workers_on_the_pool() {
                 .collect()
         });
         partial_runs += u64::from(di.pool_pages() > 0);
+        contended += di
+            .report()
+            .nodes
+            .iter()
+            .map(|n| n.nr_contended_growth_steps)
+            .sum::<u64>();
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
             di.free_pages(pfn, order).unwrap();
@@ -189,6 +198,12 @@ fn allocations_race_draining_workers_on_the_pool() {
     assert!(
         partial_runs >= 20,
         "runs that ended with pool left: {partial_runs} of 200"
+    );
+    // The race itself: growth steps that ran while another claim of the same
+    // node (a drain worker's or the other allocator's) was in progress.
+    assert!(
+        contended > 0,
+        "no growth step overlapped another claim of its node in 200 runs: the race was not exercised"
     );
 }
 

@@ -5,23 +5,36 @@
 //! Each node's deferred memory is a list of chunks (a section each by
 //! default, see [`crate::plan`]), and each chunk a run of block windows:
 //! `MAX_ORDER`-aligned 1024-page ranges, the largest buddy block. A window
-//! is the unit of claiming. Every chunk has an atomic `next` counter of its
-//! windows and every node a `cursor`, the first chunk that may still have
-//! unclaimed windows. Claiming `k` windows is `next[cursor].fetch_add(k)`:
-//! the returned index `w` hands windows `w..w+k` (clipped to the chunk) to
-//! the claimant alone; if `w` is past the chunk's end the claimant moves
-//! `cursor` on with a compare-exchange and tries again. The read-modify-write
-//! gives every window to exactly one claimant, so none is initialised twice,
-//! and since the cursor passes a chunk only after all of its windows were
-//! handed out and workers claim until the cursor runs off the end, none is
-//! missed. Unclaimed windows are always a suffix of each chunk: that suffix
-//! *is* the pool of untouched memory ([`DeferredInit::pool_pages`]), O(one
+//! is the unit of claiming. A node's chunks ascend by PFN, so each zone's
+//! chunks form one run ([`NodePlan::zone_chunks`](crate::NodePlan::zone_chunks)).
+//! Every chunk has an atomic `next` counter of its windows and every (node,
+//! zone) a `cursor`, the first chunk of the zone's run that may still have
+//! unclaimed windows. Claiming `k` windows of a zone is
+//! `next[cursor].fetch_add(k)`: the returned index `w` hands windows
+//! `w..w+k` (clipped to the chunk) to the claimant alone; if `w` is past the
+//! chunk's end the claimant moves `cursor` on with a compare-exchange and
+//! tries again. The read-modify-write gives every window to exactly one
+//! claimant, so none is initialised twice, and since the cursor passes a
+//! chunk only after all of its windows were handed out and workers claim
+//! (zone by zone) until every cursor runs off its run, none is missed.
+//! Unclaimed windows are always a suffix of each chunk: that suffix *is*
+//! the pool of untouched memory ([`DeferredInit::pool_pages`]), O(one
 //! counter per chunk), and nothing reads its struct pages.
 //!
 //! Workers claim [`WORKER_CLAIM_WINDOWS`] windows (a section) at a time,
-//! allocations one. Finishing a window bumps the node's `windows_done` with
-//! `Release`; `windows_done == nr_windows` read with `Acquire` means every
-//! page of the node is initialised and freed.
+//! allocations one. Finishing a window bumps its (node, zone)'s
+//! `windows_done` with `Release`; `windows_done == nr_windows` read with
+//! `Acquire` means every page of that zone of the node is initialised and
+//! freed.
+//!
+//! # Counting initialisations
+//! The claim protocol is what makes init exactly-once; the count makes it
+//! checkable. Every window goes through one init path
+//! (`DeferredInit::init_window`), which bumps its chunk's `initialised`
+//! counter; verification checks, per chunk, initialised = claimed
+//! ([`DeferredInit::chunk_inits`]), so a window initialised twice (which
+//! writes the same bytes and is invisible to a page scan) or a claimed one
+//! never initialised fails the boot, naming the section.
 //!
 //! # Work per window ([`InitMode::InitAndFree`])
 //! As Linux's `deferred_init_maxorder`: first every page of the window is
@@ -32,16 +45,21 @@
 //! so merging only ever reads pages the claimant has just initialised.
 //!
 //! # Grow on demand
-//! [`DeferredInit::alloc_pages`] first tries the buddy lists. If they are
-//! empty for the request it claims one window of the node (Linux
+//! [`DeferredInit::alloc_pages`] serves a request of a zone from that zone
+//! or a lower one, in Linux's fallback order (Normal, then DMA32, then
+//! DMA). For each zone it first tries the buddy lists; if they are empty
+//! for the request it claims one window of *that zone* of the node (Linux
 //! `deferred_grow_zone`, but at most 4 MiB per step instead of a section),
 //! initialises and frees it on the calling CPU, and retries, until the
-//! allocation succeeds or nothing is left to claim. Growers and workers race
-//! on the same claims. When nothing is left the caller gets
-//! [`AllocError::InitInProgress`] if some claimed windows are not done
-//! (their pages will appear), else [`AllocError::OutOfMemory`];
-//! `windows_done` is read *before* the last allocation attempt so "out of
-//! memory" is never reported while a worker's frees could have been missed.
+//! allocation succeeds or the zone has nothing left to claim; then it falls
+//! back to the next lower zone. It never claims a window of a zone above
+//! the request's, so a request no pool can serve fails at once, having
+//! initialised nothing. Growers and workers race on the same claims. When
+//! nothing is left the caller gets [`AllocError::InitInProgress`] if some
+//! claimed windows of those zones are not done (their pages will appear),
+//! else [`AllocError::OutOfMemory`]; a zone's `windows_done` is read
+//! *before* its last allocation attempt so "out of memory" is never
+//! reported while a worker's frees could have been missed.
 //!
 //! # Executor and clock
 //! Workers are plain calls of [`DeferredInit::run_worker`] (or, one claim at
@@ -58,10 +76,13 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::buddy::{
-    for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange,
+    for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ZONES,
 };
 use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
+
+/// `double_init_pfn` before the armed double init hit a window.
+const PFN_NOT_DOUBLED: Pfn = Pfn::MAX;
 
 /// Windows a worker claims at once: one section, as Linux's padata jobs.
 pub const WORKER_CLAIM_WINDOWS: u32 = (memmap::PAGES_PER_SECTION / WINDOW_NR_PAGES) as u32;
@@ -149,14 +170,65 @@ impl From<BuddyError> for DeferredInitError {
 }
 
 struct NodeRuntime {
-    /// First chunk that may still have unclaimed windows.
-    cursor: AtomicUsize,
+    /// Per zone: the first chunk of the zone's run
+    /// ([`NodePlan::zone_chunks`](crate::NodePlan::zone_chunks)) that may
+    /// still have unclaimed windows.
+    cursors: [AtomicUsize; NR_ZONES],
     /// Per chunk: the next window index to hand out (may run past the end).
     next: Vec<AtomicU32>,
-    nr_windows: u64,
-    windows_done: AtomicU64,
+    /// Per chunk: windows initialised, counted by the one init path
+    /// ([`DeferredInit::init_window`]); verification checks it equals the
+    /// windows claimed, so a window initialised twice (or never) shows.
+    initialised: Vec<AtomicU32>,
+    /// Per zone: block windows, and those processed (initialised and freed).
+    nr_windows: [u64; NR_ZONES],
+    windows_done: [AtomicU64; NR_ZONES],
+    /// Claims of this node being processed right now (by anyone).
+    claims_in_flight: AtomicU32,
     nr_grown_windows: AtomicU64,
     nr_grown_pages: AtomicU64,
+    /// Growth steps that began while another claim of the node was being
+    /// processed: the grower raced a worker or another grower.
+    nr_contended_growth_steps: AtomicU64,
+}
+
+impl NodeRuntime {
+    fn new(plan: &crate::NodePlan) -> Self {
+        let mut nr_windows = [0; NR_ZONES];
+        for zone in ZoneType::ALL {
+            nr_windows[zone as usize] = plan
+                .zone_chunks(zone)
+                .map(|c| plan.chunk_windows(c).nr as u64)
+                .sum();
+        }
+        NodeRuntime {
+            cursors: ZoneType::ALL.map(|z| AtomicUsize::new(plan.zone_chunks(z).start)),
+            next: (0..plan.nr_chunks()).map(|_| AtomicU32::new(0)).collect(),
+            initialised: (0..plan.nr_chunks()).map(|_| AtomicU32::new(0)).collect(),
+            nr_windows,
+            windows_done: ZoneType::ALL.map(|_| AtomicU64::new(0)),
+            claims_in_flight: AtomicU32::new(0),
+            nr_grown_windows: AtomicU64::new(0),
+            nr_grown_pages: AtomicU64::new(0),
+            nr_contended_growth_steps: AtomicU64::new(0),
+        }
+    }
+
+    fn nr_windows_total(&self) -> u64 {
+        self.nr_windows.iter().sum()
+    }
+
+    fn windows_done_total(&self) -> u64 {
+        self.windows_done
+            .iter()
+            .map(|d| d.load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// Every window of `zone` processed (true for a zone without windows).
+    fn zone_done(&self, zone: ZoneType) -> bool {
+        self.windows_done[zone as usize].load(Ordering::Acquire) == self.nr_windows[zone as usize]
+    }
 }
 
 struct WorkerRuntime {
@@ -175,6 +247,8 @@ struct WorkerRuntime {
 pub struct Claim {
     pub chunk: usize,
     pub windows: core::ops::Range<u32>,
+    /// The zone the chunk serves ([`crate::NodePlan::chunk_zone`]).
+    pub zone: ZoneType,
 }
 
 /// An allocation and how many growth steps it took.
@@ -183,6 +257,19 @@ pub struct Allocation {
     pub pfn: Pfn,
     /// Windows this allocation initialised (0: served from the free lists).
     pub growth_steps: u32,
+}
+
+/// One chunk's claimed windows and how often the init path ran on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkInits {
+    pub nid: NodeId,
+    /// The section the chunk starts in.
+    pub section_nr: u64,
+    pub nr_windows: u32,
+    /// Windows handed out by claims.
+    pub claimed: u32,
+    /// Windows the init path initialised (once per claimed window).
+    pub initialised: u32,
 }
 
 /// A piece of deferred memory still in the pool: nobody has claimed it, its
@@ -205,6 +292,11 @@ pub struct DeferredInit<'m, B> {
     buddy: BuddyAllocator<'m, B>,
     nodes: Vec<NodeRuntime>,
     workers: Vec<WorkerRuntime>,
+    /// `test_fault=double_init`: the next window processed is initialised
+    /// twice (see [`DeferredInit::arm_double_init`]); then the window's
+    /// first PFN, for the log.
+    double_init_armed: AtomicBool,
+    double_init_pfn: AtomicU64,
     /// Test-only: called with every range a worker or grower initialises.
     #[cfg(test)]
     pub(crate) init_hook: Option<InitHook>,
@@ -234,20 +326,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         }
         let buddy =
             BuddyAllocator::new(memmap, plan.managed_ranges().chain(eager.iter().copied()))?;
-        let nodes = plan
-            .nodes()
-            .iter()
-            .map(|n| NodeRuntime {
-                cursor: AtomicUsize::new(0),
-                next: (0..n.nr_chunks()).map(|_| AtomicU32::new(0)).collect(),
-                nr_windows: (0..n.nr_chunks())
-                    .map(|c| n.chunk_windows(c).nr as u64)
-                    .sum(),
-                windows_done: AtomicU64::new(0),
-                nr_grown_windows: AtomicU64::new(0),
-                nr_grown_pages: AtomicU64::new(0),
-            })
-            .collect();
+        let nodes = plan.nodes().iter().map(NodeRuntime::new).collect();
         let workers = plan
             .workers()
             .iter()
@@ -267,6 +346,8 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             buddy,
             nodes,
             workers,
+            double_init_armed: AtomicBool::new(false),
+            double_init_pfn: AtomicU64::new(PFN_NOT_DOUBLED),
             #[cfg(test)]
             init_hook: None,
         })
@@ -385,20 +466,32 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             rt.finished.store(true, Ordering::Release);
             return Ok(false);
         };
-        rt.nr_pages
-            .fetch_add(self.process_claim(pos, &claim), Ordering::Relaxed);
+        let (nr_pages, _) = self.process_claim(pos, &claim);
+        rt.nr_pages.fetch_add(nr_pages, Ordering::Relaxed);
         rt.nr_claims.fetch_add(1, Ordering::Relaxed);
         Ok(true)
     }
 
-    /// Claim up to `k` windows of node position `pos` (see the module docs).
+    /// Claim up to `k` windows of node position `pos`, of any zone, lowest
+    /// zone first (workers: they initialise everything).
     #[inline]
     pub(crate) fn claim(&self, pos: usize, k: u32) -> Option<Claim> {
+        ZoneType::ALL
+            .into_iter()
+            .find_map(|zone| self.claim_in_zone(pos, zone, k))
+    }
+
+    /// Claim up to `k` windows of zone `zone`'s run of chunks of node
+    /// position `pos` (see the module docs).
+    #[inline]
+    pub(crate) fn claim_in_zone(&self, pos: usize, zone: ZoneType, k: u32) -> Option<Claim> {
         let plan = &self.plan.nodes()[pos];
         let rt = &self.nodes[pos];
+        let run_end = plan.zone_chunks(zone).end;
+        let cursor = &rt.cursors[zone as usize];
         loop {
-            let chunk = rt.cursor.load(Ordering::Acquire);
-            if chunk >= plan.nr_chunks() {
+            let chunk = cursor.load(Ordering::Acquire);
+            if chunk >= run_end {
                 return None;
             }
             let nr = plan.chunk_windows(chunk).nr;
@@ -410,30 +503,49 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     return Some(Claim {
                         chunk,
                         windows: w..(w + k).min(nr),
+                        zone,
                     });
                 }
             }
-            let _ =
-                rt.cursor
-                    .compare_exchange(chunk, chunk + 1, Ordering::AcqRel, Ordering::Acquire);
+            let _ = cursor.compare_exchange(chunk, chunk + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
     /// Initialise (and free) the windows of a claim; returns its present
-    /// pages.
-    pub(crate) fn process_claim(&self, pos: usize, claim: &Claim) -> u64 {
+    /// pages and whether another claim of the node was being processed
+    /// when this one began (a race between claimants).
+    pub(crate) fn process_claim(&self, pos: usize, claim: &Claim) -> (u64, bool) {
         let node = &self.plan.nodes()[pos];
+        let rt = &self.nodes[pos];
+        let contended = rt.claims_in_flight.fetch_add(1, Ordering::AcqRel) > 0;
         let mut nr_pages = 0;
         for w in claim.windows.clone() {
             let (window, pieces) = node.window_pieces(claim.chunk, w);
-            nr_pages += self.process_window(window, pieces, node.nid());
-            self.nodes[pos].windows_done.fetch_add(1, Ordering::Release);
+            nr_pages += self.init_window(pos, claim.chunk, window, pieces);
+            if self.double_init_armed.load(Ordering::Relaxed)
+                && self.double_init_armed.swap(false, Ordering::AcqRel)
+            {
+                // test_fault=double_init: the same window once more through
+                // the one init path, bypassing the claim. The bytes come out
+                // identical; only the init counter can tell.
+                self.init_window(pos, claim.chunk, window, pieces);
+                self.double_init_pfn.store(window.start, Ordering::Release);
+            }
+            if self.mode == InitMode::InitAndFree {
+                self.free_window(window, pieces);
+            }
+            rt.windows_done[claim.zone as usize].fetch_add(1, Ordering::Release);
         }
-        nr_pages
+        rt.claims_in_flight.fetch_sub(1, Ordering::AcqRel);
+        (nr_pages, contended)
     }
 
-    /// The windowed init-then-free walk described in the module docs.
-    fn process_window(&self, window: PfnRange, pieces: &[Piece], nid: NodeId) -> u64 {
+    /// The one init path of claimed memory: write the struct pages of the
+    /// pieces in `window` (of chunk `chunk` of node position `pos`) as the
+    /// mode says, and count the window in the chunk's init counter.
+    /// Returns the window's present pages.
+    fn init_window(&self, pos: usize, chunk: usize, window: PfnRange, pieces: &[Piece]) -> u64 {
+        let nid = self.plan.nodes()[pos].nid();
         let mut nr_pages = 0;
         for p in pieces {
             let Some(r) = p.pfns.intersect(&window) else {
@@ -446,14 +558,34 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                 InitMode::InitAndFree => self.init_range(p, r, nid, true),
             }
         }
-        if self.mode == InitMode::InitAndFree {
-            for p in pieces.iter().filter(|p| !p.reserved) {
-                if let Some(r) = p.pfns.intersect(&window) {
-                    for_each_max_block(r, |pfn, order| self.buddy.free_prepared_block(pfn, order));
-                }
+        self.nodes[pos].initialised[chunk].fetch_add(1, Ordering::Relaxed);
+        nr_pages
+    }
+
+    /// Free the window's free pieces in the largest aligned blocks (after
+    /// [`init_window`](Self::init_window), as Linux's
+    /// `deferred_init_maxorder` frees after initialising).
+    fn free_window(&self, window: PfnRange, pieces: &[Piece]) {
+        for p in pieces.iter().filter(|p| !p.reserved) {
+            if let Some(r) = p.pfns.intersect(&window) {
+                for_each_max_block(r, |pfn, order| self.buddy.free_prepared_block(pfn, order));
             }
         }
-        nr_pages
+    }
+
+    /// `test_fault=double_init`: initialise the next window anyone
+    /// processes twice, through the counted init path, as a claim bug
+    /// would. Verification must catch it (the window's chunk counts one
+    /// initialisation more than it has claims).
+    pub fn arm_double_init(&self) {
+        self.double_init_armed.store(true, Ordering::Release);
+    }
+
+    /// The first PFN of the window an armed double init hit, once a window
+    /// was processed after [`arm_double_init`](Self::arm_double_init).
+    pub fn double_init_window(&self) -> Option<Pfn> {
+        let pfn = self.double_init_pfn.load(Ordering::Acquire);
+        (pfn != PFN_NOT_DOUBLED).then_some(pfn)
     }
 
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`
@@ -499,9 +631,15 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         }
     }
 
-    /// Allocate `1 << order` pages of (nid, zone), initialising windows of
-    /// the node on this CPU, one per growth step, while the free lists
-    /// cannot serve the request.
+    /// Allocate `1 << order` pages for a request of (nid, zone), in Linux's
+    /// zone fallback order: `zone` first, then each lower zone (a Normal
+    /// request may be served from DMA32 or DMA, never the other way round).
+    /// Before falling back from a zone, its windows still in the pool are
+    /// initialised on this CPU, one per growth step, while its free lists
+    /// cannot serve the request (Linux grows the zone it is trying,
+    /// `_deferred_grow_zone`). Growth never claims a window of a zone above
+    /// `zone`, so a request no pool can serve fails at once and initialises
+    /// nothing.
     pub fn alloc_pages(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
         self.alloc_pages_counted(nid, zone, order).map(|a| a.pfn)
     }
@@ -514,41 +652,57 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         zone: ZoneType,
         order: u32,
     ) -> Result<Allocation, AllocError> {
-        let Some(pos) = self.plan.node_pos(nid) else {
-            return self.buddy.alloc(nid, zone, order).map(|pfn| Allocation {
-                pfn,
-                growth_steps: 0,
-            });
-        };
-        let rt = &self.nodes[pos];
+        let pos = self.plan.node_pos(nid);
+        let can_grow = self.mode == InitMode::InitAndFree;
         let mut growth_steps = 0;
-        loop {
-            let all_done = rt.windows_done.load(Ordering::Acquire) == rt.nr_windows;
-            match self.buddy.alloc(nid, zone, order) {
-                Err(AllocError::OutOfMemory { .. }) => {}
-                other => return other.map(|pfn| Allocation { pfn, growth_steps }),
-            }
-            if self.mode == InitMode::InitAndFree {
-                if let Some(claim) = self.claim(pos, GROW_CLAIM_WINDOWS) {
-                    let nr_pages = self.process_claim(pos, &claim);
-                    rt.nr_grown_windows
-                        .fetch_add(claim.windows.len() as u64, Ordering::Relaxed);
-                    rt.nr_grown_pages.fetch_add(nr_pages, Ordering::Relaxed);
-                    growth_steps += 1;
-                    continue;
+        let mut in_flight = false;
+        for z in zone_fallback(zone) {
+            loop {
+                // Read before the attempt: if every window of the zone was
+                // done by then, a failed attempt cannot have missed frees.
+                let all_done = pos.is_none_or(|p| self.nodes[p].zone_done(z));
+                match self.buddy.alloc(nid, z, order) {
+                    Err(AllocError::OutOfMemory { .. }) => {}
+                    other => return other.map(|pfn| Allocation { pfn, growth_steps }),
                 }
+                let Some(pos) = pos.filter(|_| can_grow) else {
+                    break;
+                };
+                let Some(claim) = self.claim_in_zone(pos, z, GROW_CLAIM_WINDOWS) else {
+                    in_flight |= !all_done;
+                    break;
+                };
+                self.grow(pos, &claim);
+                growth_steps += 1;
             }
-            return Err(if all_done || self.mode != InitMode::InitAndFree {
-                AllocError::OutOfMemory { nid, zone, order }
-            } else {
-                AllocError::InitInProgress {
-                    nid,
-                    zone,
-                    order,
-                    windows_in_flight: rt.nr_windows
-                        - rt.windows_done.load(Ordering::Acquire).min(rt.nr_windows),
-                }
+        }
+        if let Some(windows_in_flight) = pos.filter(|_| in_flight).map(|p| {
+            let rt = &self.nodes[p];
+            zone_fallback(zone)
+                .map(|z| {
+                    rt.nr_windows[z as usize] - rt.windows_done[z as usize].load(Ordering::Acquire)
+                })
+                .sum()
+        }) {
+            return Err(AllocError::InitInProgress {
+                nid,
+                zone,
+                order,
+                windows_in_flight,
             });
+        }
+        Err(AllocError::OutOfMemory { nid, zone, order })
+    }
+
+    /// One growth step: process `claim` on this CPU and count it.
+    fn grow(&self, pos: usize, claim: &Claim) {
+        let rt = &self.nodes[pos];
+        let (nr_pages, contended) = self.process_claim(pos, claim);
+        rt.nr_grown_windows
+            .fetch_add(claim.windows.len() as u64, Ordering::Relaxed);
+        rt.nr_grown_pages.fetch_add(nr_pages, Ordering::Relaxed);
+        if contended {
+            rt.nr_contended_growth_steps.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -562,7 +716,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     pub fn is_node_done(&self, nid: NodeId) -> bool {
         self.plan.node_pos(nid).is_none_or(|pos| {
             let rt = &self.nodes[pos];
-            rt.windows_done.load(Ordering::Acquire) == rt.nr_windows
+            rt.windows_done_total() == rt.nr_windows_total()
         })
     }
 
@@ -587,9 +741,9 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     /// Is every claimed window of `nid` processed, i.e. is nobody working
     /// on the node right now? (Verification and the self-test need that.)
     pub fn is_node_quiescent(&self, nid: NodeId) -> bool {
-        self.plan.node_pos(nid).is_none_or(|pos| {
-            self.nodes[pos].windows_done.load(Ordering::Acquire) == self.claimed_windows(pos)
-        })
+        self.plan
+            .node_pos(nid)
+            .is_none_or(|pos| self.nodes[pos].windows_done_total() == self.claimed_windows(pos))
     }
 
     /// The pool: every deferred piece nobody has claimed, ascending per node
@@ -600,17 +754,58 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             .iter()
             .zip(&self.nodes)
             .flat_map(move |(plan, rt)| {
-                let first = rt.cursor.load(Ordering::Acquire);
-                (first..plan.nr_chunks()).flat_map(move |c| {
-                    let windows = plan.chunk_windows(c);
-                    let claimed = rt.next[c].load(Ordering::Acquire).min(windows.nr);
-                    let untouched = windows.from(claimed);
-                    plan.chunk_pieces(c).iter().filter_map(move |p| {
-                        p.pfns.intersect(&untouched).map(|pfns| PoolPiece {
-                            nid: plan.nid(),
-                            piece: Piece { pfns, ..*p },
+                ZoneType::ALL.into_iter().flat_map(move |zone| {
+                    let first = rt.cursors[zone as usize].load(Ordering::Acquire);
+                    (first..plan.zone_chunks(zone).end).flat_map(move |c| {
+                        let windows = plan.chunk_windows(c);
+                        let claimed = rt.next[c].load(Ordering::Acquire).min(windows.nr);
+                        let untouched = windows.from(claimed);
+                        plan.chunk_pieces(c).iter().filter_map(move |p| {
+                            p.pfns.intersect(&untouched).map(|pfns| PoolPiece {
+                                nid: plan.nid(),
+                                piece: Piece { pfns, ..*p },
+                            })
                         })
                     })
+                })
+            })
+    }
+
+    /// Is `pfn` in a window of `nid`'s deferred memory that someone claimed
+    /// (so its struct page was initialised by a worker or a grower)?
+    pub fn is_claimed(&self, nid: NodeId, pfn: Pfn) -> bool {
+        let Some(pos) = self.plan.node_pos(nid) else {
+            return false;
+        };
+        let plan = &self.plan.nodes()[pos];
+        let Some(chunk) = plan.chunk_of(pfn) else {
+            return false;
+        };
+        let windows = plan.chunk_windows(chunk);
+        let w = (pfn - windows.base) / WINDOW_NR_PAGES;
+        let claimed = self.nodes[pos].next[chunk]
+            .load(Ordering::Acquire)
+            .min(windows.nr);
+        w < claimed as u64
+    }
+
+    /// Every chunk's claims against its initialisations (O(chunks); reads
+    /// no struct page), for verification: they must be equal.
+    pub fn chunk_inits(&self) -> impl Iterator<Item = ChunkInits> + '_ {
+        self.plan
+            .nodes()
+            .iter()
+            .zip(&self.nodes)
+            .flat_map(|(plan, rt)| {
+                (0..plan.nr_chunks()).map(move |c| {
+                    let windows = plan.chunk_windows(c);
+                    ChunkInits {
+                        nid: plan.nid(),
+                        section_nr: pfn_to_section_nr(windows.base),
+                        nr_windows: windows.nr,
+                        claimed: rt.next[c].load(Ordering::Acquire).min(windows.nr),
+                        initialised: rt.initialised[c].load(Ordering::Acquire),
+                    }
                 })
             })
     }
@@ -672,21 +867,28 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     nr_pages: n.nr_pages(),
                     nr_reserved_pages: n.nr_reserved_pages(),
                     nr_chunks: n.nr_chunks() as u64,
-                    nr_windows: rt.nr_windows,
+                    nr_windows: rt.nr_windows_total(),
                     nr_claimed_windows: self.claimed_windows(pos),
                     nr_workers: n.nr_workers(),
                     has_local_cpus: n.has_local_cpus(),
                     nr_worker_pages: mine().map(|w| w.nr_pages).sum(),
                     nr_grown_windows: rt.nr_grown_windows.load(Ordering::Relaxed),
                     nr_grown_pages: rt.nr_grown_pages.load(Ordering::Relaxed),
+                    nr_contended_growth_steps: rt.nr_contended_growth_steps.load(Ordering::Relaxed),
                     wall_ns: match (start, end) {
                         (Some(s), Some(e)) => e.saturating_sub(s),
                         _ => 0,
                     },
-                    done: rt.windows_done.load(Ordering::Acquire) == rt.nr_windows,
+                    done: rt.windows_done_total() == rt.nr_windows_total(),
                 }
             })
             .collect();
         DeferredReport::new(nodes, workers)
     }
+}
+
+/// The zones a request of `zone` may be served from, in Linux's order:
+/// `zone` itself, then each lower one (`ZONELIST_FALLBACK` within a node).
+fn zone_fallback(zone: ZoneType) -> impl Iterator<Item = ZoneType> + Clone {
+    ZoneType::ALL[..=zone as usize].iter().rev().copied()
 }

@@ -52,6 +52,9 @@ pub struct NodeStats {
     /// Windows / pages initialised by allocating callers (grow on demand).
     pub nr_grown_windows: u64,
     pub nr_grown_pages: u64,
+    /// Growth steps that began while another claim of the node (a worker's
+    /// or another grower's) was being processed: the races that happened.
+    pub nr_contended_growth_steps: u64,
     /// First worker start to last worker end (workers that claimed work).
     pub wall_ns: u64,
     /// Every chunk processed.

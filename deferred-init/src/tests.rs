@@ -362,7 +362,7 @@ fn grow_on_demand_races_with_workers() {
         (0, ZoneType::Normal),
         (1, ZoneType::Normal),
     ];
-    let mut nr_grown_total = 0;
+    let (mut nr_grown_total, mut nr_contended) = (0, 0);
     for run in 0..200u64 {
         let mm = memmap_for(&ranges);
         let plan =
@@ -425,11 +425,12 @@ fn grow_on_demand_races_with_workers() {
                 .flat_map(|h| h.join().unwrap())
                 .collect()
         });
-        nr_grown_total += di
-            .report()
+        let report = di.report();
+        nr_grown_total += report.nodes.iter().map(|n| n.nr_grown_windows).sum::<u64>();
+        nr_contended += report
             .nodes
             .iter()
-            .map(|n| n.nr_grown_windows)
+            .map(|n| n.nr_contended_growth_steps)
             .sum::<u64>();
         verify_complete(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
@@ -437,8 +438,14 @@ fn grow_on_demand_races_with_workers() {
         }
         assert_fully_merged(&di, &ranges, &reserved);
     }
+    // The race this test is named for: growth steps that ran while a worker
+    // or another grower was initialising a claim of the same node.
     std::println!(
-        "grow-on-demand race: {nr_grown_total} windows grown by allocators over 200 runs"
+        "grow-on-demand race: {nr_grown_total} windows grown by allocators, {nr_contended} growth steps contended, over 200 runs"
+    );
+    assert!(
+        nr_contended > 0,
+        "no growth step overlapped another claim of its node in 200 runs ({nr_grown_total} grown): the race was not exercised"
     );
 }
 
@@ -664,17 +671,21 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     assert_eq!(rep.nodes[1].nr_grown_windows, 1);
     assert_eq!(rep.nodes[1].nr_grown_pages, 1024 - 3);
     assert_eq!(rep.nodes[0].nr_grown_windows, 0);
-    // Node 0's Normal memory starts at section 32, its 4th chunk: the 3
-    // DMA/DMA32 chunks' 96 windows are claimed (and freed) on the way, then
-    // one window of section 32 holds a free 4 MiB block.
+    // Node 0's Normal memory starts at section 32, after 3 DMA/DMA32
+    // chunks: a Normal request grows the Normal zone it tries first
+    // (Linux's order), one window of section 32 holding a free 4 MiB
+    // block, and leaves the DMA32 windows in the pool.
+    let dma32_pool = di.pool_free_pages(0, ZoneType::Dma32);
+    assert!(dma32_pool > 0);
     let b = di
         .alloc_pages_counted(0, ZoneType::Normal, MAX_ORDER)
         .unwrap();
-    assert_eq!(b.growth_steps, 3 * 32 + 1);
+    assert_eq!(b.growth_steps, 1);
     let b = b.pfn;
     assert_eq!(b, 32 * S, "the first window of Normal memory");
-    assert_eq!(di.report().nodes[0].nr_grown_windows, 97);
-    assert!(di.buddy().nr_free_pages(0, ZoneType::Dma32) > 0);
+    assert_eq!(di.report().nodes[0].nr_grown_windows, 1);
+    assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Dma32), 0);
+    assert_eq!(di.pool_free_pages(0, ZoneType::Dma32), dma32_pool);
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
     verify_complete(
@@ -690,6 +701,116 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     assert_fully_merged(&di, &sc.ranges, &sc.reserved);
 }
 
+/// Free pages a request of `zone` on `nid` could ever get, counted per PFN
+/// from the ranges under Linux's fallback rule (the zone or a lower one):
+/// the model [`DeferredInit::alloc_pages`] must agree with.
+fn servable_pages(
+    ranges: &[DeferredRange],
+    reserved: &[PfnRange],
+    nid: NodeId,
+    zone: ZoneType,
+) -> u64 {
+    ranges
+        .iter()
+        .filter(|r| r.nid == nid)
+        .flat_map(|r| r.pfns.start..r.pfns.end)
+        .filter(|&pfn| ZoneType::of_pfn(pfn) <= zone && !is_reserved_pfn(reserved, pfn))
+        .count() as u64
+}
+
+/// Growth claims only windows that can serve the request: a DMA32 request
+/// never initialises Normal memory, and once DMA32 is used up it fails at
+/// once, initialising nothing, while Normal's pool is still full. A Normal
+/// request falls back to DMA32 (never the other way round).
+#[test]
+fn growth_respects_the_zone_fallback_order() {
+    let ranges = [dr(0, 2 * S, 4 * S), dr(0, 33 * S, 35 * S)];
+    let reserved = [PfnRange::new(3 * S, 3 * S + 5)];
+    let mm = memmap_for(&ranges);
+    let plan =
+        DeferredPlan::new(&ranges, &reserved, &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let normal_pool = di.pool_free_pages(0, ZoneType::Normal);
+    assert_eq!(normal_pool, 2 * S);
+    // Exhaust DMA32 with order-0 requests: exactly its free pages, by growth.
+    let mut held = Vec::new();
+    while let Ok(pfn) = di.alloc_pages(0, ZoneType::Dma32, 0) {
+        assert_eq!(ZoneType::of_pfn(pfn), ZoneType::Dma32, "{pfn:#x}");
+        held.push(pfn);
+    }
+    assert_eq!(
+        held.len() as u64,
+        servable_pages(&ranges, &reserved, 0, ZoneType::Dma32)
+    );
+    assert_eq!(di.pool_free_pages(0, ZoneType::Normal), normal_pool);
+    // Normal's pool is full; a DMA32 request fails at once and grows nothing.
+    let grown = di.report().nodes[0].nr_grown_pages;
+    assert_eq!(
+        di.alloc_pages_counted(0, ZoneType::Dma32, 0),
+        Err(AllocError::OutOfMemory {
+            nid: 0,
+            zone: ZoneType::Dma32,
+            order: 0
+        })
+    );
+    assert_eq!(di.report().nodes[0].nr_grown_pages, grown);
+    assert_eq!(di.pool_free_pages(0, ZoneType::Normal), normal_pool);
+    assert_eq!(
+        di.alloc_pages_counted(0, ZoneType::Dma, 3),
+        Err(AllocError::OutOfMemory {
+            nid: 0,
+            zone: ZoneType::Dma,
+            order: 3
+        })
+    );
+    // Give DMA32 back; a Normal request now takes Normal memory first (it
+    // grows its own zone before falling back), then DMA32's free pages.
+    for pfn in held.drain(..) {
+        di.free_pages(pfn, 0).unwrap();
+    }
+    let mut zones = HashMap::new();
+    while let Ok(pfn) = di.alloc_pages(0, ZoneType::Normal, 0) {
+        *zones.entry(ZoneType::of_pfn(pfn)).or_insert(0u64) += 1;
+        // No DMA32 page before Normal is exhausted.
+        if ZoneType::of_pfn(pfn) == ZoneType::Dma32 {
+            assert_eq!(zones.get(&ZoneType::Normal), Some(&normal_pool));
+        }
+        held.push(pfn);
+    }
+    assert_eq!(
+        held.len() as u64,
+        servable_pages(&ranges, &reserved, 0, ZoneType::Normal)
+    );
+    assert!(di.is_done());
+}
+
+/// A lower-zone request on a node whose pool holds only a higher zone
+/// initialises nothing (before the fix it initialised the whole pool, 4 MiB
+/// at a time, and then failed).
+#[test]
+fn a_request_no_pool_can_serve_fails_at_once() {
+    let ranges = [dr(0, 33 * S, 37 * S)];
+    let mm = memmap_for(&ranges);
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let counter = with_counter(&mut di, span_of(&ranges));
+    for zone in [ZoneType::Dma, ZoneType::Dma32] {
+        for order in [0, MAX_ORDER] {
+            assert_eq!(
+                di.alloc_pages_counted(0, zone, order),
+                Err(AllocError::OutOfMemory {
+                    nid: 0,
+                    zone,
+                    order
+                })
+            );
+        }
+    }
+    assert_eq!(di.pool_pages(), 4 * S);
+    assert!((33 * S..37 * S).all(|pfn| counter.get(pfn) == 0));
+    assert_eq!(di.report().nodes[0].nr_grown_windows, 0);
+}
+
 #[test]
 fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     let ranges = [dr(0, 33 * S, 35 * S)];
@@ -702,7 +823,8 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
         claim,
         Claim {
             chunk: 0,
-            windows: 0..32
+            windows: 0..32,
+            zone: ZoneType::Normal,
         }
     );
     assert_eq!(di.pool_pages(), S, "chunk 1 is still untouched");

@@ -52,7 +52,7 @@ use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use crate::buddy::{
-    slot, slot_key, AllocError, BuddyAllocator, FreeError, NR_ORDERS, NR_ZONES, PFN_NONE,
+    slot, slot_key, AllocError, BuddyAllocator, FreeError, ListEnd, NR_ORDERS, NR_ZONES, PFN_NONE,
 };
 use crate::run::DeferredInit;
 
@@ -851,6 +851,43 @@ impl fmt::Display for HeadProblem {
     }
 }
 
+/// What is wrong with a free list as a list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListProblem {
+    /// Head `from`'s `lru.next` (the list head if `from` is `PFN_NONE`)
+    /// points at `to`, which is not memory of the list's node and zone.
+    LeavesZone { from: Pfn, to: Pfn },
+    /// More blocks are linked than the list's counter says; `after` is the
+    /// last one counted.
+    TooLong { after: Pfn },
+    /// The links end after `walked` blocks, before the counter says.
+    TooShort { walked: u64 },
+}
+
+impl fmt::Display for ListProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ListProblem::LeavesZone { from, to } if from == PFN_NONE => {
+                write!(
+                    f,
+                    "the list head points at pfn {to:#x}, outside the zone's memory"
+                )
+            }
+            ListProblem::LeavesZone { from, to } => write!(
+                f,
+                "pfn {from:#x}'s lru.next points at pfn {to:#x}, outside the zone's memory"
+            ),
+            ListProblem::TooLong { after } => write!(
+                f,
+                "more blocks linked than counted, after pfn {after:#x} (a cycle?)"
+            ),
+            ListProblem::TooShort { walked } => {
+                write!(f, "the links end after {walked} blocks, before the counter")
+            }
+        }
+    }
+}
+
 /// `node N zone Z`, the place most mismatches are counted for.
 struct InZone(NodeId, ZoneType);
 
@@ -914,6 +951,13 @@ pub enum BuddyMismatch {
         expected: u64,
         found: u64,
     },
+    /// A free list's links are broken.
+    List {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        problem: ListProblem,
+    },
     /// A block on a free list lies in the untouched pool.
     PoolOverlap {
         nid: NodeId,
@@ -927,6 +971,14 @@ pub enum BuddyMismatch {
         nid: NodeId,
         claimed: u64,
         initialised: u64,
+    },
+    /// A chunk's windows were initialised a different number of times than
+    /// they were claimed: some window twice (or one never).
+    WindowInits {
+        nid: NodeId,
+        section_nr: u64,
+        claimed: u32,
+        initialised: u32,
     },
     /// Verification ran while windows of the node were still in flight.
     InFlight { nid: NodeId },
@@ -1016,6 +1068,16 @@ impl fmt::Display for BuddyMismatch {
                 "verify: {}: {found} free pages, expected {expected} (present - reserved)",
                 InZone(nid, zone)
             ),
+            BuddyMismatch::List {
+                nid,
+                zone,
+                order,
+                problem,
+            } => write!(
+                f,
+                "verify: {} order-{order} free list: {problem}",
+                InZone(nid, zone)
+            ),
             BuddyMismatch::PoolOverlap {
                 nid,
                 zone,
@@ -1033,6 +1095,20 @@ impl fmt::Display for BuddyMismatch {
             } => write!(
                 f,
                 "verify: node {nid}: {claimed} pages in claimed windows, but claimants initialised {initialised}: a window was initialised twice or not at all"
+            ),
+            BuddyMismatch::WindowInits {
+                nid,
+                section_nr,
+                claimed,
+                initialised,
+            } => write!(
+                f,
+                "verify: node {nid} section {section_nr}: {claimed} block windows claimed, but the init path ran {initialised} times: {}",
+                if initialised > claimed {
+                    "a window was initialised twice"
+                } else {
+                    "a claimed window was never initialised"
+                }
             ),
             BuddyMismatch::InFlight { nid } => write!(
                 f,
@@ -1126,6 +1202,14 @@ impl PoolCheck {
             }
         }
         pool.ranges.sort_unstable();
+        for c in di.chunk_inits().filter(|c| c.claimed != c.initialised) {
+            pool.problems.push(BuddyMismatch::WindowInits {
+                nid: c.nid,
+                section_nr: c.section_nr,
+                claimed: c.claimed,
+                initialised: c.initialised,
+            });
+        }
         for n in di.report().nodes {
             if !di.is_node_quiescent(n.nid) {
                 pool.problems.push(BuddyMismatch::InFlight { nid: n.nid });
@@ -1296,62 +1380,96 @@ struct ListWalk {
 }
 
 /// Walk every free list once, counting blocks and checking each head's
-/// struct page, without reading struct pages that lie in the pool.
+/// struct page, without reading struct pages that lie in the pool and
+/// without following links out of a head that is not a proper one.
 fn walk_free_lists<B: MemmapBacking>(
     buddy: &BuddyAllocator<'_, B>,
     memmap: &Memmap<B>,
     pool: &PoolCheck,
 ) -> ListWalk {
     let mut walk = ListWalk {
-        listed: Vec::new(),
+        listed: alloc::vec![[0; NR_ORDERS]; buddy.nr_slots()],
         head_problems: Vec::new(),
         nr_head_problems: 0,
     };
-    let mut prev: Option<(NodeId, ZoneType, u32, Pfn)> = None;
-    buddy.for_each_free_block(|nid, zone, pfn, order| {
-        let s = slot(nid, zone);
-        if walk.listed.len() <= s {
-            walk.listed.resize(s + 1, [0; NR_ORDERS]);
-        }
-        walk.listed[s][order as usize] += 1;
-        let expected_prev = match prev {
-            Some((n, z, o, p)) if (n, z, o) == (nid, zone, order) => p,
-            _ => PFN_NONE,
-        };
-        prev = Some((nid, zone, order, pfn));
-        let problem = if pool.contains(pfn) {
-            // Its struct page is untouched: do not read it.
-            Some(BuddyMismatch::PoolOverlap {
-                nid,
-                zone,
-                pfn,
-                order,
-            })
-        } else {
-            let (problem, found) = match memmap.page(pfn) {
-                None => (Some(HeadProblem::Unbacked), PageWords::default()),
-                Some(p) => (
-                    head_problem(p, pfn, nid, zone, order, expected_prev),
-                    PageWords::of(p),
-                ),
+    for s in 0..buddy.nr_slots() {
+        let (nid, zone) = slot_key(s);
+        for order in 0..=MAX_ORDER {
+            let mut expected_prev = PFN_NONE;
+            let end = buddy.walk_free_list(nid, zone, order, |pfn| {
+                walk.listed[s][order as usize] += 1;
+                let problem =
+                    listed_head_problem(memmap, pool, nid, zone, pfn, order, expected_prev);
+                expected_prev = pfn;
+                let ok = problem.is_none();
+                if let Some(m) = problem {
+                    walk.record(m);
+                }
+                ok
+            });
+            let link = match end {
+                ListEnd::Complete | ListEnd::Stopped { .. } => None,
+                ListEnd::BadLink { from, to } => Some(ListProblem::LeavesZone { from, to }),
+                ListEnd::TooLong { after } => Some(ListProblem::TooLong { after }),
+                ListEnd::TooShort { walked } => Some(ListProblem::TooShort { walked }),
             };
-            problem.map(|problem| BuddyMismatch::ListedHead {
-                nid,
-                zone,
-                pfn,
-                order,
-                problem,
-                found,
-            })
-        };
-        if let Some(m) = problem {
-            walk.nr_head_problems += 1;
-            if walk.head_problems.len() < MAX_RECORDED_MISMATCHES {
-                walk.head_problems.push(m);
+            if let Some(problem) = link {
+                walk.record(BuddyMismatch::List {
+                    nid,
+                    zone,
+                    order,
+                    problem,
+                });
             }
         }
-    });
+    }
     walk
+}
+
+impl ListWalk {
+    fn record(&mut self, m: BuddyMismatch) {
+        self.nr_head_problems += 1;
+        if self.head_problems.len() < MAX_RECORDED_MISMATCHES {
+            self.head_problems.push(m);
+        }
+    }
+}
+
+/// What is wrong with listed block `pfn`, if anything: it lies in the pool
+/// (its struct page is then not read), has no backing, or is not a proper
+/// head of a free block of its list.
+fn listed_head_problem<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    pool: &PoolCheck,
+    nid: NodeId,
+    zone: ZoneType,
+    pfn: Pfn,
+    order: u32,
+    expected_prev: Pfn,
+) -> Option<BuddyMismatch> {
+    if pool.contains(pfn) {
+        return Some(BuddyMismatch::PoolOverlap {
+            nid,
+            zone,
+            pfn,
+            order,
+        });
+    }
+    let (problem, found) = match memmap.page(pfn) {
+        None => (Some(HeadProblem::Unbacked), PageWords::default()),
+        Some(p) => (
+            head_problem(p, pfn, nid, zone, order, expected_prev),
+            PageWords::of(p),
+        ),
+    };
+    problem.map(|problem| BuddyMismatch::ListedHead {
+        nid,
+        zone,
+        pfn,
+        order,
+        problem,
+        found,
+    })
 }
 
 /// What is wrong with the struct page of a listed block head, if anything.

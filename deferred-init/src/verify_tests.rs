@@ -63,6 +63,17 @@ struct World<'a> {
 /// Boot the map: memmap init (Deferred), hand the eager free pages to the
 /// buddy, run deferred init with threads, then call `f`.
 fn with_world<R>(f: impl FnOnce(&World<'_>) -> R) -> R {
+    with_world_setup(|_| {}, true, f)
+}
+
+/// [`with_world`] with `before_run` called on the deferred-init state before
+/// the workers start, and the workers run only if `run_workers` (otherwise
+/// the deferred memory stays an untouched pool, as `memmap=ondemand`).
+fn with_world_setup<R>(
+    before_run: impl FnOnce(&DeferredInit<'_, VecBacking>),
+    run_workers: bool,
+    f: impl FnOnce(&World<'_>) -> R,
+) -> R {
     let mb = memblock();
     let layout = ZoneLayout::new(&mb);
     let mut mm = Memmap::new(VecBacking::for_ranges(layout.present_section_ranges()));
@@ -85,9 +96,12 @@ fn with_world<R>(f: impl FnOnce(&World<'_>) -> R) -> R {
     // SAFETY: the eager pages were initialised by init_memmap, are on no
     // list, and nothing else touches them.
     unsafe { crate::handoff::free_eager_pages(di.buddy(), &mb, &out.eager) }.unwrap();
-    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
-        .unwrap();
-    assert!(di.is_done());
+    before_run(&di);
+    if run_workers {
+        di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+            .unwrap();
+        assert!(di.is_done());
+    }
     let w = World {
         mb: &mb,
         layout: &layout,
@@ -132,6 +146,23 @@ impl World<'_> {
     }
     fn verify(&self, pages: &PageCheck) -> Result<BuddySummary, BuddyFailure> {
         verify_buddy(self.di.buddy(), self.mm, self.layout, self.mb, pages)
+    }
+    /// Everything the kernel's verification stage checks, pool and claims
+    /// included: the scan over the non-pool memory, then the lists.
+    fn verify_with_pool(&self) -> Result<BuddySummary, BuddyFailure> {
+        let pool = PoolCheck::new(&self.di);
+        let mut pages = PageCheck::new(self.layout);
+        for r in pool.scan_ranges(self.layout) {
+            pages.merge(verify_scan_range(self.mm, self.mb, self.layout, r));
+        }
+        verify_buddy_with_pool(
+            self.di.buddy(),
+            self.mm,
+            self.layout,
+            self.mb,
+            &pages,
+            &pool,
+        )
     }
     /// Corrupt one struct page.
     fn corrupt(&self, pfn: Pfn, f: impl FnOnce(&mut StructPage)) {
@@ -475,4 +506,202 @@ fn incomplete_scan_and_mismatch_cap() {
             .to_string()
             .ends_with("40 mismatches (first 16 shown)"));
     });
+}
+
+// ------------------------------------------------------------ test faults
+
+/// One window initialised twice through the init path writes the same
+/// bytes, so the page scan passes; the per-chunk init counter must not.
+#[test]
+fn double_init_is_caught_by_the_init_counter() {
+    with_world_setup(
+        |di| di.arm_double_init(),
+        true,
+        |w| {
+            let doubled_pfn = w.di.double_init_window().expect("a window was processed");
+            let pages = w.scan_all_parallel();
+            assert!(
+                pages.is_ok(),
+                "identical bytes: the scan cannot see it\n{pages}"
+            );
+            let doubled: Vec<ChunkInits> =
+                w.di.chunk_inits()
+                    .filter(|c| c.initialised != c.claimed)
+                    .collect();
+            assert_eq!(doubled.len(), 1, "{doubled:?}");
+            let c = doubled[0];
+            assert_eq!(c.initialised, c.claimed + 1);
+            assert_eq!(c.section_nr, memmap::pfn_to_section_nr(doubled_pfn));
+            let f = w
+                .verify_with_pool()
+                .expect_err("verification must catch it");
+            assert!(f.mismatches.contains(&BuddyMismatch::WindowInits {
+                nid: c.nid,
+                section_nr: c.section_nr,
+                claimed: c.claimed,
+                initialised: c.initialised,
+            }));
+            let text = f.to_string();
+            let want = format!("verify: node {} section {}: ", c.nid, c.section_nr);
+            assert!(
+                text.contains(&want) && text.contains("initialised twice"),
+                "{text}"
+            );
+        },
+    );
+    // Not armed: every chunk's count equals its claims.
+    with_world(|w| {
+        assert!(w
+            .di
+            .chunk_inits()
+            .all(|c| c.initialised == c.claimed && c.claimed == c.nr_windows));
+        w.verify_with_pool().unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// A free-list link to a page that is not a free block head (a tail of the
+/// same block): the walk names that page and does not follow its links.
+#[test]
+fn list_link_to_a_non_head_is_caught() {
+    with_world(|w| {
+        // SAFETY: workers have returned; nothing else uses the allocator.
+        let (head, target) = unsafe { faults::corrupt_list_link(w.di.buddy(), w.mm) }.unwrap();
+        assert_eq!(target, head + 1);
+        let f = w
+            .verify_with_pool()
+            .expect_err("verification must catch it");
+        assert!(
+            f.mismatches.iter().any(|m| matches!(
+                m,
+                BuddyMismatch::ListedHead {
+                    pfn,
+                    problem: HeadProblem::NotBuddy,
+                    ..
+                } if *pfn == target
+            )),
+            "{f}"
+        );
+        assert!(
+            f.to_string()
+                .contains(&format!("verify: pfn {target:#x}: ")),
+            "{f}"
+        );
+    });
+}
+
+/// A link leaving the zone's memory (here: into the other node) ends the
+/// walk with a list problem naming both PFNs, without reading the target.
+#[test]
+fn list_link_out_of_the_zone_is_caught() {
+    with_world(|w| {
+        let blocks = w.blocks();
+        let from = blocks.iter().find(|b| b.0 == 0).unwrap().2;
+        let to = blocks.iter().find(|b| b.0 == 1).unwrap().2;
+        w.corrupt(from, |p| p.lru.next = to);
+        let f = w
+            .verify_with_pool()
+            .expect_err("verification must catch it");
+        let text = f.to_string();
+        assert!(
+            f.mismatches.iter().any(|m| matches!(
+                m,
+                BuddyMismatch::List {
+                    nid: 0,
+                    problem: ListProblem::LeavesZone { from: a, to: b },
+                    ..
+                } if (*a, *b) == (from, to)
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("pfn {from:#x}'s lru.next points at pfn {to:#x}")),
+            "{text}"
+        );
+    });
+}
+
+/// A free block inside the untouched pool: the walk names it, and reads
+/// nothing else of the pool.
+#[test]
+fn free_block_in_the_pool_is_caught() {
+    with_world_setup(
+        |_| {},
+        false,
+        |w| {
+            w.verify_with_pool()
+                .unwrap_or_else(|e| panic!("clean pool state: {e}"));
+            // SAFETY: nothing runs: no workers were started, no allocation is made.
+            let pfn = unsafe { faults::place_free_block_in_pool(&w.di, w.mm) }.unwrap();
+            let f = w
+                .verify_with_pool()
+                .expect_err("verification must catch it");
+            assert!(
+                f.mismatches.iter().any(|m| matches!(
+                    m,
+                    BuddyMismatch::PoolOverlap { pfn: p, order: 0, .. } if *p == pfn
+                )),
+                "{f}"
+            );
+            assert!(
+                f.to_string().contains(&format!(
+                    "free order-0 block {pfn:#x} lies in untouched pool memory"
+                )),
+                "{f}"
+            );
+        },
+    );
+}
+
+/// A page initialised by growth, corrupted after it was freed back: the
+/// page scan (over initialised memory only) names it.
+#[test]
+fn corrupt_grown_page_is_caught() {
+    with_world_setup(
+        |_| {},
+        false,
+        |w| {
+            // Node 1's eager section serves the first blocks; allocate until
+            // one block needs a growth step.
+            let mut held = Vec::new();
+            let a = loop {
+                let a =
+                    w.di.alloc_pages_counted(1, ZoneType::Normal, MAX_ORDER)
+                        .unwrap();
+                held.push(a.pfn);
+                if a.growth_steps > 0 {
+                    break a;
+                }
+            };
+            assert_eq!(a.growth_steps, 1, "one window grown");
+            for pfn in held {
+                w.di.free_pages(pfn, MAX_ORDER).unwrap();
+            }
+            let pfn = faults::free_page_in_claimed_windows(&w.di).unwrap();
+            assert_eq!(
+                pfn,
+                a.pfn + (1 << MAX_ORDER) - 1,
+                "the last page of the grown window"
+            );
+            w.verify_with_pool()
+                .unwrap_or_else(|e| panic!("clean: {e}"));
+            // SAFETY: nothing else runs.
+            assert!(unsafe { faults::corrupt_page(w.mm, pfn) });
+            let f = w
+                .verify_with_pool()
+                .expect_err("verification must catch it");
+            assert!(
+                f.mismatches
+                    .iter()
+                    .any(|m| matches!(m, BuddyMismatch::PageScan { .. })),
+                "{f}"
+            );
+            let pool = PoolCheck::new(&w.di);
+            let mut pages = PageCheck::new(w.layout);
+            for r in pool.scan_ranges(w.layout) {
+                pages.merge(verify_scan_range(w.mm, w.mb, w.layout, r));
+            }
+            assert_eq!(pages.mismatches[0].pfn, pfn, "{pages}");
+            assert_eq!(pages.mismatches[0].problem, Problem::WrongLinks);
+        },
+    );
 }

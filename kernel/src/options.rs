@@ -6,6 +6,7 @@
 //! [`OptionError`] and the boot fails with that message, because a silently
 //! ignored option would make a measurement lie about what it measured.
 
+use alloc::vec::Vec;
 use core::fmt;
 
 /// A fault the kernel raises on purpose, so tests can check that the
@@ -24,9 +25,60 @@ pub enum TestFault {
     PageFault,
     /// `ud2` (#UD, vector 6).
     InvalidOpcode,
-    /// After deferred init, flip the node bits of one free page's struct
-    /// page, so verification must catch it and fail the boot.
+    /// Before verification, flip a node bit of one free page's struct page
+    /// (with `memmap=ondemand` a page initialised by growth), so the page
+    /// scan must catch it and fail the boot.
     CorruptPage,
+    /// Initialise the first block window processed after boot twice,
+    /// bypassing the claim: identical bytes, so only the per-chunk init
+    /// counter can catch it.
+    DoubleInit,
+    /// Before verification, point a free-list link at a page that is not
+    /// the head of a free block (a tail of the same block).
+    ListCorrupt,
+    /// Before verification, put a free block inside the untouched pool
+    /// (`memmap=ondemand` only).
+    PoolOverlap,
+}
+
+impl TestFault {
+    /// The faults that damage Linux state for verification to find.
+    pub const fn damages_state(self) -> bool {
+        matches!(
+            self,
+            TestFault::CorruptPage
+                | TestFault::DoubleInit
+                | TestFault::ListCorrupt
+                | TestFault::PoolOverlap
+        )
+    }
+
+    /// The option value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TestFault::None => "none",
+            TestFault::Panic => "panic",
+            TestFault::PanicInLog => "panic_in_log",
+            TestFault::PageFault => "page_fault",
+            TestFault::InvalidOpcode => "invalid_opcode",
+            TestFault::CorruptPage => "corrupt_page",
+            TestFault::DoubleInit => "double_init",
+            TestFault::ListCorrupt => "list_corrupt",
+            TestFault::PoolOverlap => "pool_overlap",
+        }
+    }
+
+    pub const ALL: [TestFault; 9] = [
+        TestFault::None,
+        TestFault::Panic,
+        TestFault::PanicInLog,
+        TestFault::PageFault,
+        TestFault::InvalidOpcode,
+        TestFault::CorruptPage,
+        TestFault::DoubleInit,
+        TestFault::ListCorrupt,
+        TestFault::PoolOverlap,
+    ];
 }
 
 /// How struct pages are initialised (`memmap=`).
@@ -167,6 +219,31 @@ pub enum OptionError<'a> {
     },
     /// The same key twice: which one was meant is ambiguous.
     Repeated { key: &'a str },
+    /// Two settings that cannot both be meant: `option` would be silently
+    /// ignored (or could not act) under `other`.
+    Conflict {
+        option: &'a str,
+        other: Setting<'a>,
+        why: &'static str,
+    },
+}
+
+/// An option as the user gave it, or the default that applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setting<'a> {
+    /// The `key=value` token from the command line.
+    Given(&'a str),
+    /// The default, spelled `key=value`.
+    Default(&'static str),
+}
+
+impl fmt::Display for Setting<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Setting::Given(token) => f.write_str(token),
+            Setting::Default(token) => write!(f, "{token} (the default)"),
+        }
+    }
 }
 
 impl fmt::Display for OptionError<'_> {
@@ -189,9 +266,16 @@ impl fmt::Display for OptionError<'_> {
                 write!(f, "option {key}={value}: expected {expected}")
             }
             OptionError::Repeated { key } => write!(f, "option '{key}' given more than once"),
+            OptionError::Conflict { option, other, why } => {
+                write!(f, "option {option} does nothing with {other}: {why}")
+            }
         }
     }
 }
+
+/// `test_fault=` values, for the error message.
+const TEST_FAULTS: &str =
+    "none|panic|panic_in_log|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap";
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
@@ -200,20 +284,140 @@ pub const KNOWN_KEYS: &str =
 /// Parse a kernel command line.
 pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
     let mut options = Options::default();
-    let mut seen: [&str; 8] = [""; 8];
-    for (nr_seen, token) in cmdline.split_ascii_whitespace().enumerate() {
+    let mut given = Given::default();
+    for token in cmdline.split_ascii_whitespace() {
         let (key, value) = token
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
         set_option(&mut options, key, value)?;
-        // set_option accepted the key, so it is one of the known ones and
-        // `seen` (one slot per known key) cannot overflow.
-        if seen[..nr_seen].contains(&key) {
+        // set_option accepted the key, so it is one of the known ones.
+        if given.tokens.iter().any(|(k, _)| *k == key) {
             return Err(OptionError::Repeated { key });
         }
-        seen[nr_seen] = key;
+        given.tokens.push((key, token));
     }
+    check_combination(&options, &given)?;
     Ok(options)
+}
+
+/// The tokens of the options the command line set, by key.
+#[derive(Default)]
+struct Given<'a> {
+    tokens: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Given<'a> {
+    /// `key`'s token if given, else `default` (spelled `key=value`).
+    fn setting(&self, key: &str, default: &'static str) -> Setting<'a> {
+        self.token(key)
+            .map_or(Setting::Default(default), Setting::Given)
+    }
+    fn token(&self, key: &str) -> Option<&'a str> {
+        self.tokens.iter().find(|(k, _)| *k == key).map(|(_, t)| *t)
+    }
+}
+
+/// Refuse settings that would be silently ignored, or that could not act,
+/// given the others: every option the user gives must change what the boot
+/// does (README "Kernel options"). Defaults never conflict.
+fn check_combination<'a>(o: &Options, given: &Given<'a>) -> Result<(), OptionError<'a>> {
+    let memmap = given.setting("memmap", "memmap=deferred");
+    let conflict = |key: &str, other: Setting<'a>, why: &'static str| {
+        given.token(key).map_or(Ok(()), |option| {
+            Err(OptionError::Conflict { option, other, why })
+        })
+    };
+    let pool = o.memmap == MemmapMode::OnDemand;
+    if o.ondemand_drain == Drain::On && !pool {
+        conflict(
+            "ondemand_drain",
+            memmap,
+            "the drain initialises memmap=ondemand's untouched pool, which this mode does not have",
+        )?;
+    }
+    // Which modes run deferred-init workers at all.
+    match o.memmap {
+        MemmapMode::Regions | MemmapMode::PerPfn => conflict(
+            "threads_per_node",
+            memmap,
+            "this mode initialises every page on the boot CPU; no deferred-init workers run",
+        )?,
+        MemmapMode::OnDemand if o.ondemand_drain == Drain::Off => conflict(
+            "threads_per_node",
+            given.setting("ondemand_drain", "ondemand_drain=off"),
+            "memmap=ondemand runs workers only to drain the pool (ondemand_drain=on)",
+        )?,
+        _ => {}
+    }
+    if o.memmap == MemmapMode::Touch {
+        if o.alloc_test_bytes > 0 {
+            conflict(
+                "alloc_test",
+                memmap,
+                "memmap=touch builds no allocator to test (use alloc_test=0)",
+            )?;
+        }
+        if o.verify == Verify::Full {
+            conflict(
+                "verify",
+                memmap,
+                "memmap=touch writes no Linux state to verify (use verify=off)",
+            )?;
+        }
+    }
+    check_test_fault(o, given, memmap)
+}
+
+/// The faults that damage state need verification on, a mode with Linux
+/// state, and something of the kind they damage.
+fn check_test_fault<'a>(
+    o: &Options,
+    given: &Given<'a>,
+    memmap: Setting<'a>,
+) -> Result<(), OptionError<'a>> {
+    let fault = o.test_fault;
+    let Some(option) = given.token("test_fault").filter(|_| fault.damages_state()) else {
+        return Ok(());
+    };
+    let refuse = |other, why| Err(OptionError::Conflict { option, other, why });
+    if o.memmap == MemmapMode::Touch {
+        return refuse(
+            memmap,
+            "memmap=touch has no Linux state or allocator to damage",
+        );
+    }
+    if o.verify == Verify::Off {
+        return refuse(
+            given.setting("verify", "verify=full"),
+            "nothing would check the damage",
+        );
+    }
+    let pool = o.memmap == MemmapMode::OnDemand;
+    let drain = o.ondemand_drain == Drain::On;
+    match fault {
+        TestFault::PoolOverlap if !pool => {
+            refuse(memmap, "only memmap=ondemand has an untouched pool to put a block in")
+        }
+        TestFault::PoolOverlap if drain => refuse(
+            given.setting("ondemand_drain", "ondemand_drain=off"),
+            "the drain leaves no untouched pool by the time verification runs",
+        ),
+        TestFault::DoubleInit if matches!(o.memmap, MemmapMode::Regions | MemmapMode::PerPfn) => {
+            refuse(
+                memmap,
+                "this mode initialises everything on the boot CPU: no block window is claimed to initialise twice",
+            )
+        }
+        TestFault::CorruptPage | TestFault::DoubleInit
+            if pool && !drain && o.alloc_test_bytes == 0 =>
+        {
+            refuse(
+                given.setting("alloc_test", "alloc_test=1G"),
+                "with memmap=ondemand it damages a block window initialised by growth, and alloc_test=0 grows none",
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Apply one `key=value` to `options`.
@@ -229,19 +433,10 @@ fn set_option<'a>(
     };
     match key {
         "test_fault" => {
-            options.test_fault = match value {
-                "none" => TestFault::None,
-                "panic" => TestFault::Panic,
-                "panic_in_log" => TestFault::PanicInLog,
-                "page_fault" => TestFault::PageFault,
-                "invalid_opcode" => TestFault::InvalidOpcode,
-                "corrupt_page" => TestFault::CorruptPage,
-                _ => {
-                    return Err(bad(
-                        "none|panic|panic_in_log|page_fault|invalid_opcode|corrupt_page",
-                    ))
-                }
-            };
+            options.test_fault = TestFault::ALL
+                .into_iter()
+                .find(|f| f.name() == value)
+                .ok_or(bad(TEST_FAULTS))?;
         }
         "memmap" => {
             options.memmap = MemmapMode::ALL
@@ -367,11 +562,14 @@ mod tests {
 
     #[test]
     fn parses_memmap_options() {
-        let o = parse("memmap=regions threads_per_node=1 memory_block_size=2G verify=off").unwrap();
+        let o = parse("memmap=regions memory_block_size=2G verify=off").unwrap();
         assert_eq!(o.memmap, MemmapMode::Regions);
-        assert_eq!(o.threads_per_node, Some(1));
         assert_eq!(o.memory_block_size, BlockSizeOption::Bytes(2 << 30));
         assert_eq!(o.verify, Verify::Off);
+        assert_eq!(
+            parse("threads_per_node=1").unwrap().threads_per_node,
+            Some(1)
+        );
         assert_eq!(parse("memmap=touch").unwrap().memmap, MemmapMode::Touch);
         assert_eq!(parse("memmap=perpfn").unwrap().memmap, MemmapMode::PerPfn);
         assert_eq!(
@@ -438,5 +636,135 @@ mod tests {
             parse("verify=off verify=full"),
             Err(OptionError::Repeated { key: "verify" })
         );
+    }
+
+    /// Every combination the README lists as refused: the message names
+    /// the option and the setting it conflicts with (given or default).
+    #[test]
+    fn refuses_options_that_would_do_nothing() {
+        let cases: [(&str, &str, &str); 16] = [
+            (
+                "ondemand_drain=on",
+                "ondemand_drain=on",
+                "memmap=deferred (the default)",
+            ),
+            (
+                "memmap=touch ondemand_drain=on",
+                "ondemand_drain=on",
+                "memmap=touch",
+            ),
+            (
+                "memmap=regions threads_per_node=2",
+                "threads_per_node=2",
+                "memmap=regions",
+            ),
+            (
+                "threads_per_node=1 memmap=perpfn",
+                "threads_per_node=1",
+                "memmap=perpfn",
+            ),
+            (
+                "memmap=ondemand threads_per_node=1",
+                "threads_per_node=1",
+                "ondemand_drain=off (the default)",
+            ),
+            (
+                "memmap=touch alloc_test=64M",
+                "alloc_test=64M",
+                "memmap=touch",
+            ),
+            ("memmap=touch verify=full", "verify=full", "memmap=touch"),
+            (
+                "test_fault=corrupt_page verify=off",
+                "test_fault=corrupt_page",
+                "verify=off",
+            ),
+            (
+                "test_fault=double_init verify=off",
+                "test_fault=double_init",
+                "verify=off",
+            ),
+            (
+                "memmap=touch test_fault=list_corrupt",
+                "test_fault=list_corrupt",
+                "memmap=touch",
+            ),
+            (
+                "test_fault=pool_overlap",
+                "test_fault=pool_overlap",
+                "memmap=deferred (the default)",
+            ),
+            (
+                "memmap=ondemand ondemand_drain=on test_fault=pool_overlap",
+                "test_fault=pool_overlap",
+                "ondemand_drain=on",
+            ),
+            (
+                "memmap=regions test_fault=double_init",
+                "test_fault=double_init",
+                "memmap=regions",
+            ),
+            (
+                "memmap=ondemand alloc_test=0 test_fault=corrupt_page",
+                "test_fault=corrupt_page",
+                "alloc_test=0",
+            ),
+            (
+                "memmap=ondemand alloc_test=0 test_fault=double_init",
+                "test_fault=double_init",
+                "alloc_test=0",
+            ),
+            (
+                "memmap=perpfn test_fault=pool_overlap",
+                "test_fault=pool_overlap",
+                "memmap=perpfn",
+            ),
+        ];
+        for (cmdline, option, other) in cases {
+            let err = parse(cmdline).expect_err(cmdline);
+            assert!(
+                matches!(err, OptionError::Conflict { option: o, .. } if o == option),
+                "{cmdline}: {err:?}"
+            );
+            let msg = alloc::format!("{err}");
+            assert!(
+                msg.starts_with(&alloc::format!(
+                    "option {option} does nothing with {other}: "
+                )),
+                "{cmdline}: {msg}"
+            );
+        }
+    }
+
+    /// The same options where they do act are accepted, and defaults never
+    /// conflict (touch keeps its default alloc_test and verify).
+    #[test]
+    fn accepts_the_combinations_that_act() {
+        for ok in [
+            "memmap=touch",
+            "memmap=touch alloc_test=0 verify=off threads_per_node=1",
+            "memmap=ondemand ondemand_drain=on threads_per_node=1",
+            "memmap=ondemand ondemand_drain=off",
+            "memmap=deferred threads_per_node=1",
+            "memmap=touch threads_per_node=2",
+            "test_fault=corrupt_page",
+            "memmap=regions test_fault=corrupt_page",
+            "memmap=perpfn test_fault=list_corrupt",
+            "memmap=ondemand test_fault=corrupt_page",
+            "memmap=ondemand test_fault=double_init",
+            "memmap=ondemand alloc_test=0 ondemand_drain=on test_fault=double_init",
+            "memmap=ondemand test_fault=pool_overlap alloc_test=0",
+            "memmap=ondemand test_fault=list_corrupt",
+            "test_fault=double_init",
+            "test_fault=panic verify=off memmap=touch",
+        ] {
+            assert!(parse(ok).is_ok(), "{ok}: {:?}", parse(ok));
+        }
+        for f in TestFault::ALL {
+            let line = alloc::format!("test_fault={}", f.name());
+            if f != TestFault::PoolOverlap {
+                assert_eq!(parse(&line).unwrap().test_fault, f, "{line}");
+            }
+        }
     }
 }

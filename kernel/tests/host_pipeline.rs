@@ -176,3 +176,57 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     );
     assert!(lines.iter().any(|l| l.starts_with("ondemand: ")));
 }
+
+/// Every state-damaging `test_fault=` on the 4G map, in `deferred` and in
+/// `ondemand`: the pipeline logs what it damaged, and verification fails
+/// naming the same PFN or section. The expectation is read from the
+/// fault's own line, not from verification's.
+#[test]
+fn every_test_fault_is_caught_by_verification() {
+    use memboot_kernel::options::{MemmapMode, TestFault};
+    use memboot_kernel::pipeline::error::PipelineError;
+    let cases = [
+        (MemmapMode::Deferred, TestFault::CorruptPage),
+        (MemmapMode::Deferred, TestFault::DoubleInit),
+        (MemmapMode::Deferred, TestFault::ListCorrupt),
+        (MemmapMode::OnDemand, TestFault::CorruptPage),
+        (MemmapMode::OnDemand, TestFault::DoubleInit),
+        (MemmapMode::OnDemand, TestFault::ListCorrupt),
+        (MemmapMode::OnDemand, TestFault::PoolOverlap),
+    ];
+    for (mode, fault) in cases {
+        let mut fx = load("4g-deferred");
+        fx.opts.memmap = mode;
+        fx.opts.test_fault = fault;
+        let (result, mm, lines, _) = common::try_run_on_host(&fx);
+        let what = format!("{} {}", mode.name(), fault.name());
+        let err = match result {
+            Err(e @ PipelineError::Verify(_)) => e,
+            other => panic!("{what}: expected a verification failure, got {other:?}\n{lines:#?}"),
+        };
+        assert_eq!(err.status(), "verify");
+        assert_eq!(mm.verify, VerifyOutcome::Failed, "{what}");
+        let damaged = lines
+            .iter()
+            .find(|l| l.starts_with("test_fault: "))
+            .unwrap_or_else(|| panic!("{what}: no test_fault line\n{lines:#?}"));
+        // The PFN (or section) the fault names must appear in the failure.
+        let hex = |after: &str| {
+            let rest = &damaged[damaged.find(after).unwrap() + after.len()..];
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+            u64::from_str_radix(&digits, 16).unwrap()
+        };
+        let text = format!("{err}");
+        let needle = match fault {
+            TestFault::CorruptPage => format!("verify: pfn {:#x}: ", hex("pfn 0x")),
+            TestFault::ListCorrupt => format!("verify: pfn {:#x}: ", hex("at pfn 0x")),
+            TestFault::PoolOverlap => format!("block {:#x} lies in untouched pool", hex("pfn 0x")),
+            TestFault::DoubleInit => format!(" section {}: ", hex("pfn 0x") >> 15),
+            _ => unreachable!(),
+        };
+        assert!(text.contains(&needle), "{what}: '{needle}' not in\n{text}\n{damaged}");
+        if mode == MemmapMode::OnDemand && fault == TestFault::CorruptPage {
+            assert!(mm.grown_pages > 0, "{what}: growth initialised the page");
+        }
+    }
+}

@@ -203,8 +203,12 @@ fn grow_heap_for_cpus(regions: &MemoryRegions, heap: &mut EarlyReservation, nr_c
 
 fn trigger_test_fault(fault: TestFault) {
     match fault {
-        // Raised by the memory-init pipeline, where there is a page to corrupt.
-        TestFault::None | TestFault::CorruptPage => {}
+        // Raised by the memory-init pipeline, where there is state to damage.
+        TestFault::None
+        | TestFault::CorruptPage
+        | TestFault::DoubleInit
+        | TestFault::ListCorrupt
+        | TestFault::PoolOverlap => {}
         TestFault::Panic => panic!("test_fault=panic requested on the command line"),
         TestFault::PanicInLog => {
             /// Panics when formatted, i.e. inside `serial::log` with the

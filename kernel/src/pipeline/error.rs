@@ -9,7 +9,7 @@ use memmap::memory_block::BlockError;
 
 use super::s1_memblock::MemblockStageError;
 use super::s3_vmemmap::VmemmapError;
-use super::s8_verify::VerifyError;
+use super::s8_verify::{FaultNotApplied, VerifyError};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineError {
@@ -21,6 +21,8 @@ pub enum PipelineError {
     BuddyHandoff(FreeError),
     MemoryBlock(BlockError),
     Verify(VerifyError),
+    /// A `test_fault=` that found nothing to damage on this machine.
+    TestFault(FaultNotApplied),
 }
 
 impl PipelineError {
@@ -35,6 +37,7 @@ impl PipelineError {
             PipelineError::BuddyHandoff(_) => "buddy_handoff",
             PipelineError::MemoryBlock(_) => "memory_block",
             PipelineError::Verify(_) => "verify",
+            PipelineError::TestFault(_) => "bad_option",
         }
     }
 }
@@ -53,6 +56,7 @@ impl fmt::Display for PipelineError {
             ),
             PipelineError::MemoryBlock(e) => write!(f, "memory blocks: {e}"),
             PipelineError::Verify(e) => write!(f, "{e}"),
+            PipelineError::TestFault(e) => write!(f, "{e}"),
         }
     }
 }

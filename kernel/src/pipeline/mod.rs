@@ -139,6 +139,9 @@ pub fn run<M: VmemmapMapper>(
         plan_opts,
         cx.mode.workers,
     )?;
+    if cx.opts.test_fault == TestFault::DoubleInit {
+        di.arm_double_init();
+    }
     let (freed, buddy_eager_ns) = timer.phase(Phase::BuddyHandoff, || {
         s5_handoff::hand_off(&di, &mb, &outcome)
     });
@@ -171,14 +174,22 @@ fn verify_stage(
         cx.facts.record(|f| f.verify = VerifyOutcome::Off);
         return Ok(());
     }
-    if cx.opts.test_fault == TestFault::CorruptPage {
-        s8_verify::corrupt_one_free_page(memmap, mb, &outcome.eager, cx.log);
-    }
+    s8_verify::apply_fault(
+        cx.opts.test_fault,
+        cx.mode.deferral == Deferral::Pool,
+        memmap,
+        mb,
+        &outcome.eager,
+        di,
+        cx.log,
+    )
+    .map_err(PipelineError::TestFault)?;
     let timer = Timer {
         clock: cx.clock,
         facts: cx.facts,
     };
     let (verdict, verify_ns) = timer.phase(Phase::Verify, || {
+        s8_verify::check_eager(outcome)?;
         s8_verify::verify(cx.executor, memmap, mb, layout, di, cx.log)
     });
     cx.facts.record(|f| {

@@ -11,14 +11,16 @@ use core::fmt;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use deferred_init::{
-    alloc_free_selftest, verify_buddy_with_pool, verify_scan_range, DeferredInit, Executor,
+    alloc_free_selftest, faults, verify_buddy_with_pool, verify_scan_range, DeferredInit, Executor,
     PageCheck, PoolCheck, ScanRange,
 };
-use memmap::init::EagerRange;
+use memmap::init::{EagerRange, InitOutcome};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
-use memmap::PfnRange;
+use memmap::{Pfn, PfnRange};
+
+use crate::options::TestFault;
 
 use super::seams::{log_lines, Log};
 
@@ -129,30 +131,116 @@ pub fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
     }
 }
 
-/// `test_fault=corrupt_page`: give the last free page the boot CPU
-/// initialised the wrong node bits, as a stray write would, so that
-/// verification must fail. (An eager page: every mode initialises those,
-/// while deferred memory may still be untouched.)
-pub fn corrupt_one_free_page<B: MemmapBacking>(
+/// The boot CPU's share is initialised exactly once: its ranges are
+/// disjoint and the strategy's count of pages written equals their size.
+/// (Deferred memory is proven by the per-chunk init counters instead.)
+pub fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
+    let mut sorted: Vec<PfnRange> = outcome.eager.iter().map(|e| e.pfns).collect();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[1].start < w[0].end) {
+        return Err(failed(format_args!(
+            "verify: eager ranges [{:#x}, {:#x}) and [{:#x}, {:#x}) overlap: those pages were initialised twice",
+            w[0].start, w[0].end, w[1].start, w[1].end
+        )));
+    }
+    let ranged: u64 = sorted.iter().map(|r| r.nr_pages()).sum();
+    if ranged != outcome.stats.eager_pages {
+        return Err(failed(format_args!(
+            "verify: the boot CPU initialised {} pages, its ranges hold {ranged}: a range was initialised twice or skipped",
+            outcome.stats.eager_pages
+        )));
+    }
+    Ok(ranged)
+}
+
+/// A `test_fault=` that could not damage anything on this machine: the
+/// boot must not then report a verification that proved nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultNotApplied {
+    pub fault: TestFault,
+    pub why: &'static str,
+}
+
+impl fmt::Display for FaultNotApplied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Kernel command line rejected: test_fault={}: {}; nothing was damaged, so this boot cannot test verification (use a larger -m, or alloc_test= so that growth initialises memory)",
+            self.fault.name(),
+            self.why
+        )
+    }
+}
+
+/// Apply the state-damaging `test_fault=` (see `deferred_init::faults`)
+/// right before verification, log what was damaged, and say whether it
+/// could be. `pool_mode`: the mode keeps an untouched pool (`ondemand`),
+/// where `corrupt_page` picks a page initialised by growth.
+pub fn apply_fault<B: MemmapBacking>(
+    fault: TestFault,
+    pool_mode: bool,
     memmap: &Memmap<B>,
     mb: &Memblock,
     eager: &[EagerRange],
+    di: &DeferredInit<'_, B>,
     log: &dyn Log,
-) {
-    let last_free = mb
-        .free_ranges(None)
-        .flat_map(|(free, _)| eager.iter().filter_map(move |e| free.intersect(&e.pfns)))
-        .last();
-    let Some(free) = last_free else {
-        return;
-    };
-    let pfn = free.end - 1;
-    // SAFETY: every worker has finished and nothing else holds a reference
-    // to this struct page; the write is the deliberate corruption.
-    if let Some(pages) = unsafe { memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) } {
-        pages[0].flags ^= 1 << memmap::page::NODES_PGSHIFT;
-        log.line(format_args!(
-            "test_fault: flipped a node bit in the struct page of pfn {pfn:#x}"
-        ));
+) -> Result<(), FaultNotApplied> {
+    let not_applied = |why| FaultNotApplied { fault, why };
+    match fault {
+        TestFault::CorruptPage => {
+            let pfn = if pool_mode {
+                faults::free_page_in_claimed_windows(di).ok_or(not_applied(
+                    "no free page in a block window initialised after boot",
+                ))?
+            } else {
+                last_free_eager_page(mb, eager)
+                    .ok_or(not_applied("no free page initialised by the boot CPU"))?
+            };
+            // SAFETY: every worker and allocation has returned and
+            // verification has not started: nothing references this page.
+            if !unsafe { faults::corrupt_page(memmap, pfn) } {
+                return Err(not_applied("the chosen page has no struct-page backing"));
+            }
+            log.line(format_args!(
+                "test_fault: flipped a node bit in the struct page of pfn {pfn:#x}"
+            ));
+        }
+        TestFault::DoubleInit => {
+            let pfn = di
+                .double_init_window()
+                .ok_or(not_applied("no block window was initialised after boot"))?;
+            log.line(format_args!(
+                "test_fault: initialised the block window at pfn {pfn:#x} (section {}) twice, bypassing its claim",
+                memmap::pfn_to_section_nr(pfn)
+            ));
+        }
+        TestFault::ListCorrupt => {
+            // SAFETY: as above; the allocator is not used again before
+            // verification reports.
+            let (head, target) = unsafe { faults::corrupt_list_link(di.buddy(), memmap) }
+                .ok_or(not_applied("no free block of order 1 or more"))?;
+            log.line(format_args!(
+                "test_fault: pointed the free-list link of pfn {head:#x} at pfn {target:#x}, a tail page of its block"
+            ));
+        }
+        TestFault::PoolOverlap => {
+            // SAFETY: as above.
+            let pfn = unsafe { faults::place_free_block_in_pool(di, memmap) }
+                .ok_or(not_applied("the untouched pool has no free page left"))?;
+            log.line(format_args!(
+                "test_fault: freed pfn {pfn:#x}, in the untouched pool, onto a free list"
+            ));
+        }
+        _ => {}
     }
+    Ok(())
+}
+
+/// The last free page the boot CPU initialised: every mode initialises
+/// those, while deferred memory may still be untouched.
+fn last_free_eager_page(mb: &Memblock, eager: &[EagerRange]) -> Option<Pfn> {
+    mb.free_ranges(None)
+        .flat_map(|(free, _)| eager.iter().filter_map(move |e| free.intersect(&e.pfns)))
+        .last()
+        .map(|free| free.end - 1)
 }

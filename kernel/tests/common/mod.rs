@@ -6,6 +6,7 @@
 use deferred_init::host::{StdClock, ThreadExecutor};
 use memboot_kernel::bootmap::kind_of_e820_name;
 use memboot_kernel::options::{self, Options};
+use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
@@ -174,6 +175,15 @@ impl Fixture {
 
 /// Run the whole pipeline as the kernel did; return its facts and log.
 pub fn run_on_host(fx: &Fixture) -> (MmFacts, Vec<String>, HostMapper) {
+    let (result, mm, lines, mapper) = try_run_on_host(fx);
+    result.unwrap_or_else(|e| panic!("{}: host pipeline failed: {e}\n{lines:#?}", fx.name));
+    (mm, lines, mapper)
+}
+
+/// [`run_on_host`] for runs that may fail: the pipeline's result too.
+pub fn try_run_on_host(
+    fx: &Fixture,
+) -> (Result<(), PipelineError>, MmFacts, Vec<String>, HostMapper) {
     let reserve = fx.reserve();
     let input = fx.input(&reserve);
     let mut mapper = HostMapper::new();
@@ -186,8 +196,7 @@ pub fn run_on_host(fx: &Fixture) -> (MmFacts, Vec<String>, HostMapper) {
         log: &log,
         cpu_nodes: &fx.cpu_nodes,
     };
-    pipeline::run(&input, machine, &facts)
-        .unwrap_or_else(|e| panic!("{}: host pipeline failed: {e}\n{:#?}", fx.name, log.lines()));
+    let result = pipeline::run(&input, machine, &facts);
     let mm = facts.with(|f| f.clone()).unwrap();
-    (mm, log.lines(), mapper)
+    (result, mm, log.lines(), mapper)
 }

@@ -36,34 +36,61 @@ note() { echo "run-qemu.sh: $*" >&2; }
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
 linux_kernel="" linux_initrd="" svg=""
 kernel_opts=()
+# once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
+# wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
+declare -A given=()
+once() {
+    if [ -n "${given[$1]+set}" ]; then
+        [ -n "${2:-}${given[$1]}" ] && die_usage "$1 given twice ($1 ${given[$1]}, then $1 ${2:-}): give it once"
+        die_usage "$1 given twice: give it once"
+    fi
+    given[$1]=${2:-}
+}
 while [ $# -gt 0 ]; do
     case "$1" in
-        -m|--mem) [ $# -ge 2 ] || die_usage "$1 needs a size"; mem=$2; shift 2 ;;
-        --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; smp=$2; shift 2 ;;
-        --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; nodes=$2; shift 2 ;;
-        --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; accel=$2; shift 2 ;;
-        --uefi) uefi=1; shift ;;
-        --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
-        --log) [ $# -ge 2 ] || die_usage "--log needs a file"; log=$2; shift 2 ;;
-        --print-cmd) print_cmd=1; shift ;;
-        --dry-run) dry_run=1; print_cmd=1; shift ;;
-        --build-only) build_only=1; shift ;;
-        --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; linux_kernel=$2; shift 2 ;;
-        --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; linux_initrd=$2; shift 2 ;;
-        --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; svg=$2; shift 2 ;;
-        --no-build) no_build=1; shift ;;
+        -m|--mem) [ $# -ge 2 ] || die_usage "$1 needs a size"; once -m "$2"; mem=$2; shift 2 ;;
+        --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; once "$1" "$2"; smp=$2; shift 2 ;;
+        --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; once "$1" "$2"; nodes=$2; shift 2 ;;
+        --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; once "$1" "$2"; accel=$2; shift 2 ;;
+        --uefi) once "$1"; uefi=1; shift ;;
+        --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; once "$1" "$2"; timeout_s=$2; shift 2 ;;
+        --log) [ $# -ge 2 ] || die_usage "--log needs a file"; once "$1" "$2"; log=$2; shift 2 ;;
+        --print-cmd) once "$1"; print_cmd=1; shift ;;
+        --dry-run) once "$1"; dry_run=1; print_cmd=1; shift ;;
+        --build-only) once "$1"; build_only=1; shift ;;
+        --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; once "$1" "$2"; linux_kernel=$2; shift 2 ;;
+        --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; once "$1" "$2"; linux_initrd=$2; shift 2 ;;
+        --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; once "$1" "$2"; svg=$2; shift 2 ;;
+        --no-build) once "$1"; no_build=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
     esac
 done
 
-is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
-is_count "$smp" || die_usage "--smp '$smp' is not a positive integer"
-is_count "$nodes" || die_usage "--nodes '$nodes' is not a positive integer"
-is_count "$timeout_s" || die_usage "--timeout '$timeout_s' is not a positive integer"
-[ "$nodes" -le 64 ] || die_usage "--nodes $nodes: memboot supports at most 64 nodes"
-[ "$smp" -le 255 ] || die_usage "--smp $smp: at most 255 vCPUs"
+# Numbers are read as decimal, whatever their leading zeros (bash arithmetic
+# would take 010 for octal 8 and fail on 08), and bounded by their digits
+# before any arithmetic: bash's integers are 64-bit and wrap silently.
+MAX_DIGITS=18 # every 18-digit number fits in bash's signed 64 bits
+# decimal_digits VALUE: VALUE's digits without leading zeros (at least one
+# digit) in `digits`; fails unless VALUE is all decimal digits.
+decimal_digits() {
+    [[ "$1" =~ ^0*([0-9]+)$ ]] || return 1
+    digits=${BASH_REMATCH[1]}
+}
+# parse_count VAR FLAG MAX WHAT: the count in $VAR (a flag's value) checked to
+# be 1..MAX and written back without leading zeros.
+parse_count() {
+    local var=$1 flag=$2 max=$3 what=$4 value=${!1} digits
+    decimal_digits "$value" || die_usage "$flag '$value' is not a positive integer"
+    (( ${#digits} <= MAX_DIGITS )) || die_usage "$flag $value: too large (at most $max $what)"
+    (( 10#$digits <= max )) || die_usage "$flag $value: too large (at most $max $what)"
+    (( 10#$digits >= 1 )) || die_usage "$flag $value: must be at least 1"
+    printf -v "$var" '%d' "$((10#$digits))"
+}
+parse_count smp --smp 255 vCPUs
+parse_count nodes --nodes 64 "nodes (memboot's limit)"
+parse_count timeout_s --timeout 999999999999999999 seconds
 case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
 if [ -n "$linux_kernel" ]; then
     [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
@@ -74,22 +101,59 @@ elif [ -n "$linux_initrd" ]; then
     die_usage "--initrd is for --linux"
 fi
 
-# SIZE in QEMU syntax: a number with an optional K/M/G/T suffix (no suffix = MiB).
-[[ "$mem" =~ ^([0-9]+)([KkMmGgTt]?)[Bb]?$ ]] || die_usage "-m '$mem': expected a size like 512M, 64G or 1T"
-num=${BASH_REMATCH[1]} suffix=${BASH_REMATCH[2]^^}
-case "$suffix" in
-    K) (( num % 1024 == 0 )) || die_usage "-m $mem: not a whole number of MiB"; mem_mib=$((num / 1024)) ;;
-    ""|M) mem_mib=$num ;;
-    G) mem_mib=$((num * 1024)) ;;
-    T) mem_mib=$((num * 1024 * 1024)) ;;
+# parse_size VAR VALUE UNIT_SHIFT: VALUE, a decimal number with an optional
+# K/M/G/T suffix (B: bytes; no suffix: units of 1 << UNIT_SHIFT bytes), into
+# VAR in bytes. Status 1: VALUE is not such a size; 2: it is above 2^62 bytes
+# (checked on the digits, then against the suffix's bound, before multiplying).
+# One reader for -m and for the kernel's alloc_test=.
+MAX_SIZE_BYTES=$((1 << 62))
+parse_size() {
+    local var=$1 digits unit suffix
+    [[ "$2" =~ ^([0-9]+)([KkMmGgTtBb]?)$ ]] || return 1
+    suffix=${BASH_REMATCH[2]^^}
+    decimal_digits "${BASH_REMATCH[1]}"
+    case "$suffix" in
+        "") unit=$3 ;; B) unit=0 ;; K) unit=10 ;; M) unit=20 ;; G) unit=30 ;; T) unit=40 ;;
+    esac
+    (( ${#digits} <= MAX_DIGITS )) || return 2
+    (( 10#$digits <= MAX_SIZE_BYTES >> unit )) || return 2
+    printf -v "$var" '%d' "$(( 10#$digits << unit ))"
+}
+# -m in QEMU's syntax: no suffix = MiB; a B after the suffix (1GB) is allowed.
+mem_size=$mem
+[[ "$mem_size" =~ ^(.*[KkMmGgTt])[Bb]$ ]] && mem_size=${BASH_REMATCH[1]}
+parse_size mem_bytes "$mem_size" 20
+case $? in
+    1) die_usage "-m '$mem': expected a size like 512M, 64G or 1T (decimal)" ;;
+    2) die_usage "-m $mem: too large (at most 59T)" ;;
 esac
+(( mem_bytes % (1 << 20) == 0 )) || die_usage "-m $mem: not a whole number of MiB"
+mem_mib=$((mem_bytes >> 20))
 (( mem_mib >= 128 )) || die_usage "-m $mem: memboot needs at least 128M"
 # QEMU 7.2 builds its SMBIOS tables and then asserts in smbios_get_tables()
 # from 60T on, whatever the entry point (checked: 59T starts, 60T aborts); see the README ("Large guests").
 MAX_MEM_MIB=$((59 * 1024 * 1024))
 (( mem_mib <= MAX_MEM_MIB )) || die_usage "-m $mem: at most 59T: QEMU 7.2 fails an assertion in smbios_get_tables() from 60T (its SMBIOS memory-device tables outgrow their fixed area)"
-(( mem_mib % nodes == 0 )) || die_usage "-m $mem does not split evenly (in MiB) over $nodes nodes"
-node_mib=$((mem_mib / nodes))
+# split_nodes: node_mib[i], the RAM of NUMA node i, split the way QEMU split
+# it by itself when no node was given a size (numa_default_auto_assign_ram()
+# in hw/core/numa.c, gone since QEMU 5.2, where every node needs a memdev):
+# every node but the last gets RAM / nodes rounded down to 8 MiB
+# (numa_mem_align_shift 23: Linux wants node borders 8 MiB-aligned), the last
+# node the rest. So any -m and --nodes QEMU once took boot, with one backend
+# per node of exactly that size.
+NODE_ALIGN_MIB=8
+split_nodes() {
+    local i part=$(( mem_mib / nodes / NODE_ALIGN_MIB * NODE_ALIGN_MIB ))
+    node_mib=()
+    if (( nodes > 1 && part == 0 )); then
+        # QEMU 7.2 refuses a memory-backend-ram of size 0 ("property 'size' of
+        # memory-backend-ram doesn't take value '0'").
+        die_usage "-m $mem over $nodes nodes leaves nodes empty: QEMU's split gives every node but the last RAM / nodes rounded down to 8 MiB, 0 here, and QEMU refuses a memory backend of size 0. Give -m at least $(( nodes * NODE_ALIGN_MIB ))M for $nodes nodes, or at most $(( mem_mib / NODE_ALIGN_MIB )) nodes at -m $mem."
+    fi
+    for ((i = 0; i < nodes - 1; i++)); do node_mib+=("$part"); done
+    node_mib+=("$(( mem_mib - part * (nodes - 1) ))")
+}
+split_nodes
 
 # --- host memory: refuse guests whose struct pages cannot fit ----------------
 # Every mode but memmap=ondemand (without ondemand_drain=on) writes a 64-byte
@@ -213,12 +277,13 @@ phys_bits_for() {
     while (( (1 << (bits - 20)) < need_mib )); do bits=$((bits + 1)); done
     echo "$bits"
 }
-# qemu_machine_args MEM_MIB SMP NODES ACCEL: appends to the `qemu` array
+# qemu_machine_args SMP ACCEL NODE_MIB...: appends to the `qemu` array
 # everything that defines the virtual machine (accelerator, CPU, RAM, NUMA,
 # SMBIOS) but not what it boots, so every guest of the same shape gets the
-# same machine.
+# same machine. One NODE_MIB per NUMA node: its RAM in MiB (split_nodes).
 qemu_machine_args() {
-    local mem_mib=$1 smp=$2 nodes=$3 accel=$4 node_mib=$(($1 / $3)) machine=pc i first next cpus
+    local smp=$1 accel=$2 node_mib=("${@:3}") mem_mib=0 nodes=$(($# - 2)) machine=pc i first next cpus
+    for i in "${node_mib[@]}"; do mem_mib=$((mem_mib + i)); done
     # The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
     qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
     if [ "$accel" = tcg ]; then
@@ -231,7 +296,7 @@ qemu_machine_args() {
     # exceeds 65535"); the 3.0 (64-bit) entry point has no such cap.
     (( mem_mib > (8 << 20) )) && machine+=",smbios-entry-point-type=64"
     # Guest RAM from memory backends with reserve=off: hosts without overcommit
-    # refuse a plain `-m 1T`. One backend per NUMA node, RAM split evenly.
+    # refuse a plain `-m 1T`. One backend per NUMA node, of its NODE_MIB.
     if [ "$nodes" = 1 ]; then
         qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
                -machine "$machine,memory-backend=mem0" -m "${mem_mib}M")
@@ -245,7 +310,7 @@ qemu_machine_args() {
         next=$(( ((i + 1) * smp + nodes - 1) / nodes ))
         cpus=""
         (( next > first )) && cpus=",cpus=$first-$((next - 1))"
-        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib}M,reserve=off"
+        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib[i]}M,reserve=off"
                -numa "node,nodeid=$i,memdev=mem$i$cpus")
     done
 }
@@ -289,7 +354,7 @@ linux_boot_args() {
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/memboot-run.XXXXXX")
 trap 'rm -rf "$tmpdir"' EXIT
 qemu=(qemu-system-x86_64)
-qemu_machine_args "$mem_mib" "$smp" "$nodes" "$accel"
+qemu_machine_args "$smp" "$accel" "${node_mib[@]}"
 if [ -n "$linux_kernel" ]; then linux_boot_args; else memboot_boot_args; fi
 
 if [ "$print_cmd" = 1 ]; then
@@ -318,7 +383,7 @@ fi
 # --svg reads the serial log back: keep one even without --log.
 [ -n "$svg" ] && [ -z "$log" ] && log=$tmpdir/serial.log
 [ -n "$log" ] && : >"$log"
-note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
+note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && printf ' of %s' "$(printf '%sM ' "${node_mib[@]}" | sed 's/ $//')"), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
 # GNU time outside timeout: wait4() reports the largest RSS among timeout and
 # its waited-for child, i.e. QEMU's own peak resident memory.
 run=(/usr/bin/time -f %M -o "$tmpdir/maxrss_kib" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")

@@ -299,3 +299,159 @@ fn dry_run_says_whether_every_struct_page_is_written() {
         );
     }
 }
+
+/// The backend sizes (MiB) of a dry run's `-object memory-backend-ram,…`
+/// arguments, in command-line order.
+fn backend_sizes_mib(cmd: &[String]) -> Vec<u64> {
+    value_of(cmd, "-object")
+        .iter()
+        .map(|o| {
+            let size = o
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("size="))
+                .unwrap_or_else(|| panic!("no size in {o}"));
+            size.strip_suffix('M')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("size {size} is not whole MiB"))
+        })
+        .collect()
+}
+
+/// Sizes are decimal whatever their leading zeros, as QEMU reads them
+/// (bash arithmetic would read 010 as octal 8 and fail on 08).
+#[test]
+fn sizes_and_counts_are_decimal() {
+    for (size, mib) in [("010G", 10u64 << 10), ("08G", 8 << 10), ("0128M", 128)] {
+        let cmd = dry_run(&["-m", size, "--", "memmap=ondemand"]);
+        assert_eq!(value_of(&cmd, "-m"), [format!("{mib}M")], "-m {size}");
+        assert_eq!(backend_sizes_mib(&cmd), [mib], "-m {size}");
+    }
+    // 0127 is 127 MiB (no suffix: MiB), below memboot's minimum, not octal 87.
+    let out = script(&["--dry-run", "-m", "0127"], 1 << 30);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(out.stderr.contains("at least 128M"), "{}", out.stderr);
+    let cmd = dry_run(&["--smp", "08", "--nodes", "02", "--timeout", "0900"]);
+    assert_eq!(value_of(&cmd, "-smp"), ["8"]);
+    assert_eq!(value_of(&cmd, "-numa").len(), 2);
+}
+
+/// A number too large for bash's 64-bit arithmetic is a usage error naming
+/// its flag, never a wrapped value.
+#[test]
+fn overflow_is_a_usage_error_naming_the_flag() {
+    // 2^44 + 1 TiB in MiB is 2^64 + 2^20: in 64 bits it wraps to 1T.
+    let wraps = 17_592_186_044_417u128 << 20;
+    assert_eq!(wraps as u64, 1 << 20, "the premise: it would wrap to 1T");
+    let huge = "99999999999999999999999";
+    for (flag, value) in [
+        ("-m", "17592186044417T".to_string()),
+        ("-m", format!("{huge}M")),
+        ("-m", huge.to_string()),
+        ("--smp", huge.to_string()),
+        ("--nodes", huge.to_string()),
+        ("--timeout", huge.to_string()),
+    ] {
+        let out = script(&["--dry-run", flag, &value], 1 << 30);
+        assert_eq!(out.code, 64, "{flag} {value}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{flag} {value}: too large")),
+            "{flag} {value}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// A flag given twice is ambiguous: a usage error naming it, not "the last
+/// one wins".
+#[test]
+fn repeated_flags_are_usage_errors_naming_the_flag() {
+    for (args, flag) in [
+        (&["-m", "1G", "-m", "2G"][..], "-m"),
+        (&["-m", "1G", "--mem", "2G"], "-m"),
+        (&["--smp", "2", "--smp", "4"], "--smp"),
+        (&["--nodes", "2", "--nodes", "2"], "--nodes"),
+        (&["--timeout", "9", "--timeout", "10"], "--timeout"),
+        (&["--accel", "tcg", "--accel", "kvm"], "--accel"),
+        (&["--log", "/dev/null", "--log", "/dev/null"], "--log"),
+        (&["--uefi", "--uefi"], "--uefi"),
+        (&["--print-cmd", "--print-cmd"], "--print-cmd"),
+    ] {
+        let out = script(&[&["--dry-run"], args].concat(), 1 << 30);
+        assert_eq!(out.code, 64, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{flag} given twice")),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// QEMU's own split of RAM over nodes when none was given a size (QEMU ≤
+/// 5.1, `numa_default_auto_assign_ram()`): every node but the last gets
+/// RAM / nodes rounded down to 8 MiB (`numa_mem_align_shift` 23), the last
+/// the rest. In bytes, as QEMU computes it.
+fn qemu_node_split_mib(ram_mib: u64, nodes: u64) -> Vec<u64> {
+    let ram = ram_mib << 20;
+    let part = (ram / nodes) & !((1u64 << 23) - 1);
+    let mut sizes = vec![part; nodes as usize - 1];
+    sizes.push(ram - part * (nodes - 1));
+    sizes.into_iter().map(|b| b >> 20).collect()
+}
+
+#[test]
+fn uneven_node_splits_follow_qemu() {
+    assert_eq!(
+        qemu_node_split_mib(1000, 3),
+        [328, 328, 344],
+        "the example in the README"
+    );
+    for (size, ram_mib, nodes) in [
+        ("1000M", 1000u64, 3u64),
+        ("1G", 1024, 3),
+        ("64G", 64 << 10, 5),
+        ("136M", 136, 17),
+        ("513M", 513, 64),
+        ("59T", 59 << 20, 7),
+    ] {
+        let n = nodes.to_string();
+        let cmd = dry_run(&["-m", size, "--nodes", &n, "--", "memmap=ondemand"]);
+        let want = qemu_node_split_mib(ram_mib, nodes);
+        assert_eq!(backend_sizes_mib(&cmd), want, "-m {size} --nodes {nodes}");
+        assert_eq!(want.iter().sum::<u64>(), ram_mib);
+        assert_eq!(value_of(&cmd, "-m"), [format!("{ram_mib}M")]);
+        assert_eq!(value_of(&cmd, "-numa").len() as u64, nodes);
+    }
+}
+
+/// Below 8 MiB per node QEMU's split leaves every node but the last empty,
+/// and QEMU 7.2 refuses a memory backend of size 0: a usage error giving
+/// the smallest -m for that many nodes.
+#[test]
+fn nodes_that_would_be_empty_are_refused() {
+    for (size, nodes) in [("128M", 17u64), ("511M", 64)] {
+        let n = nodes.to_string();
+        let out = script(&["--dry-run", "-m", size, "--nodes", &n], 1 << 30);
+        assert_eq!(out.code, 64, "-m {size} --nodes {nodes}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("at least {}M for {nodes} nodes", nodes * 8)),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}

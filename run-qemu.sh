@@ -11,7 +11,7 @@
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
 # e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
-# or a guest whose struct pages would not fit this host (see "Large guests").
+# or a guest whose host-memory need would not fit this host ("Large guests").
 # --linux boots a stock Linux kernel on the same virtual machine (tests/bench.sh
 # --linux); exit 0 when it powered the machine off, 2 otherwise.
 set -uo pipefail
@@ -26,7 +26,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -155,33 +155,142 @@ split_nodes() {
 }
 split_nodes
 
-# --- host memory: refuse guests whose struct pages cannot fit ----------------
-# Every mode but memmap=ondemand (without ondemand_drain=on) writes a 64-byte
-# struct page for every 4 KiB guest page, and QEMU backs each written byte
-# with host memory: RAM/64 of host memory, 16 GiB at 1T. Refuse such a boot
-# before QEMU starts rather than let the host run out of memory.
-kernel_opt() { # kernel_opt KEY DEFAULT: the value of KEY= in the kernel options
-    local value=$2 opt
-    for opt in "${kernel_opts[@]}"; do
-        [[ "$opt" == "$1="* ]] && value=${opt#"$1="}
+# --- kernel options, read as the kernel reads them ---------------------------
+# kernel/src/options.rs gets the words after -- joined by spaces into one
+# command line (memboot_boot_args passes exactly that) and splits it on ASCII
+# whitespace (Rust's split_ascii_whitespace: space, \t, \n, \f, \r), each
+# token key=value; so one word "verify=off ondemand_drain=on" is two
+# options there, and here. kopt[KEY] is KEY's value. A repeated key is a
+# usage error here (the kernel would fail the boot with bad_option). A token
+# without =, an unknown key or a bad value is left to the kernel, which
+# rejects the command line (bad_option, exit 1) before it writes any struct
+# page. --linux does not read them: they are Linux's, where repeats are legal.
+declare -A kopt=()
+read_kernel_options() {
+    local line="${kernel_opts[*]}" token key
+    local -a tokens=()
+    line=${line//[$'\f\r']/ }
+    IFS=$' \t\n' read -r -d '' -a tokens <<<"$line"
+    for token in "${tokens[@]}"; do
+        key=${token%%=*}
+        # Not key=value, or a key no option has: the kernel's to reject.
+        [[ "$token" == *=* && "$key" =~ ^[A-Za-z0-9_]+$ ]] || continue
+        [ -z "${kopt[$key]+set}" ] || die_usage "kernel option '$key' given twice ($key=${kopt[$key]}, then $token): the kernel would refuse the command line (bad_option); give it once"
+        kopt[$key]=${token#*=}
     done
-    echo "$value"
 }
-memmap_mode=$(kernel_opt memmap deferred)
-drain=$(kernel_opt ondemand_drain off)
-# Linux (--linux) initialises every struct page too, like memmap=deferred.
-[ -n "$linux_kernel" ] && memmap_mode=linux
-writes_all_struct_pages=0
-if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
-    writes_all_struct_pages=1
-    memmap_mib=$((mem_mib / 64))
-    available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
-    [[ "$available_mib" =~ ^[0-9]+$ ]] || die_setup "cannot read MemAvailable from /proc/meminfo (set MEMBOOT_HOST_AVAILABLE_MIB)"
-    if (( memmap_mib > available_mib )); then
-        what="memmap=$memmap_mode"
-        [ "$memmap_mode" = ondemand ] && what="memmap=ondemand ondemand_drain=on"
-        [ "$memmap_mode" = linux ] && what="Linux"
-        die_usage "-m $mem with $what initialises every struct page: that needs $((memmap_mib / 1024)) GiB of host memory (RAM/64) and this host has $((available_mib / 1024)) GiB available. Boot it with memmap=ondemand (struct pages initialised when first allocated), or a smaller -m."
+[ -n "$linux_kernel" ] || read_kernel_options
+
+# --- host memory: refuse a boot that cannot fit this host --------------------
+# QEMU backs every guest byte the boot writes with host memory, on top of its
+# own. So the need is QEMU's own + the struct pages the boot writes (64 bytes
+# per 4 KiB page) + for --linux what Linux writes besides them, in MiB, and a
+# boot that needs more than MemAvailable is refused before QEMU starts
+# rather than let the host run out of memory. Every constant is an upper
+# bound of what this host measured: host peak RSS (host_rss_mib) of every
+# boot in tests/bench-results/1-node/bench.json and 16-nodes/bench.json, and
+# the 48T and 59T ondemand boots of the README ("Large guests"); the dry-run
+# test checks the model against both bench.json files.
+#
+# QEMU's own, QEMU_BASE_MIB + QEMU_PER_TIB_MIB per TiB of guest RAM: QEMU,
+# its TCG code buffer, the firmware, the kernel's page tables and heap.
+# The base covers the small guests, RSS minus the RAM/64 they wrote: 64G
+# deferred 1097 - 1024 = 73 MiB (1 node), 1099 - 1024 = 75 MiB (16 nodes).
+QEMU_BASE_MIB=192
+# Per TiB, covering (with the base) 1T deferred 16551 - 16384 = 167 MiB (1
+# node), 16583 - 16384 = 199 MiB (16 nodes), and the large ondemand guests
+# over 16 nodes less their ~354 MiB of struct pages and the base: 32T
+# 3639 MiB (~97 MiB per TiB), 48T 5.3 GiB and 59T 6.4 GiB (~102 per TiB).
+QEMU_PER_TIB_MIB=112
+# Linux 6.1's own (--linux), LINUX_BASE_MIB + LINUX_PER_TIB_MIB per TiB:
+# what it writes beyond struct pages, Linux's RSS minus memboot deferred's
+# on the same machine. The base covers 64G: 1434 - 1097 = 337 MiB (1 node),
+# 1556 - 1099 = 457 MiB (16 nodes).
+LINUX_BASE_MIB=512
+# Per TiB, covering (with the base) 1T: 17189 - 16551 = 638 MiB (1 node),
+# 17311 - 16583 = 728 MiB (16 nodes). Measured up to 1T only.
+LINUX_PER_TIB_MIB=384
+# What plain memmap=ondemand writes eagerly, at most: the low zones below
+# 4 GiB and one 128 MiB section per node (the rest of each node is the pool);
+# and per CPU per node, the 4 MiB block window the allocation test may have
+# claimed beyond what it allocated.
+LOW_ZONES_MIB=4096 SECTION_MIB=128 WINDOW_MIB=4
+# alloc_test='s default (kernel/src/options.rs ALLOC_TEST_DEFAULT_BYTES).
+ALLOC_TEST_DEFAULT=1G
+
+ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
+# per_tib MIB_PER_TIB: that many MiB per TiB of this guest's RAM, rounded up.
+per_tib() { ceil_div $(( $1 * mem_mib )) $(( 1 << 20 )); }
+
+# alloc_test_ram_mib: guest RAM the allocation test of plain memmap=ondemand
+# initialises, in MiB: alloc_test=SIZE on every node (read like -m, but no
+# suffix = bytes, as the kernel reads it), at most half of each node (the
+# kernel caps it there), plus a block window per CPU per node. A value the
+# kernel cannot read fails the boot before any struct page: nothing.
+alloc_test_ram_mib() {
+    local value=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} bytes=0 per_node_mib i total=0
+    parse_size bytes "$value" 0
+    case $? in
+        0) per_node_mib=$(ceil_div "$bytes" $(( 1 << 20 ))) ;;
+        1) echo 0; return ;;
+        2) per_node_mib=$mem_mib ;; # above 2^62 bytes: the kernel's cap decides
+    esac
+    (( per_node_mib > 0 )) || { echo 0; return; }
+    for i in "${node_mib[@]}"; do
+        total=$(( total + (per_node_mib < i / 2 ? per_node_mib : i / 2) ))
+    done
+    echo $(( total + smp * nodes * WINDOW_MIB ))
+}
+
+memmap_mode=${kopt[memmap]-deferred}
+drain=${kopt[ondemand_drain]-off}
+# What the boot is, for messages.
+what="memmap=$memmap_mode"
+[ -n "${kopt[memmap]+set}" ] || what="memmap=deferred (the default)"
+[ "$memmap_mode" = ondemand ] && [ "$drain" = on ] && what="memmap=ondemand ondemand_drain=on"
+[ -n "$linux_kernel" ] && what="Linux"
+all_struct_mib=$(ceil_div "$mem_mib" 64)
+qemu_own_mib=$(( QEMU_BASE_MIB + $(per_tib "$QEMU_PER_TIB_MIB") ))
+linux_own_mib=0
+[ -n "$linux_kernel" ] && linux_own_mib=$(( LINUX_BASE_MIB + $(per_tib "$LINUX_PER_TIB_MIB") ))
+# Every faithful mode (deferred, regions, perpfn, touch), ondemand with
+# ondemand_drain=on, and Linux write every struct page: RAM/64.
+writes_all_struct_pages=1 eager_mib=0 alloc_mib=0
+if [ -z "$linux_kernel" ] && [ "$memmap_mode" = ondemand ] && [ "$drain" != on ]; then
+    writes_all_struct_pages=0
+    eager_ram_mib=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB ))
+    for i in "${node_mib[@]}"; do eager_ram_mib=$(( eager_ram_mib + (i < SECTION_MIB ? i : SECTION_MIB) )); done
+    eager_mib=$(ceil_div "$eager_ram_mib" 64)
+    alloc_mib=$(ceil_div "$(alloc_test_ram_mib)" 64)
+    struct_mib=$(( eager_mib + alloc_mib < all_struct_mib ? eager_mib + alloc_mib : all_struct_mib ))
+else
+    struct_mib=$all_struct_mib
+fi
+need_mib=$(( struct_mib + qemu_own_mib + linux_own_mib ))
+# ondemand_need_mib: what plain memmap=ondemand with the default allocation
+# test would need instead, for the refusal's suggestion.
+ondemand_need_mib() {
+    local eager=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB )) i alloc
+    for i in "${node_mib[@]}"; do eager=$(( eager + (i < SECTION_MIB ? i : SECTION_MIB) )); done
+    alloc=$(unset 'kopt[alloc_test]'; alloc_test_ram_mib)
+    echo $(( $(ceil_div $(( eager + alloc )) 64) + qemu_own_mib ))
+}
+available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
+decimal_digits "$available_mib" && (( ${#digits} <= MAX_DIGITS )) \
+    || die_setup "cannot read MemAvailable from /proc/meminfo, or MEMBOOT_HOST_AVAILABLE_MIB is not a number of MiB"
+available_mib=$((10#$digits))
+need_parts="$struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself"
+[ -n "$linux_kernel" ] && need_parts+=" + $linux_own_mib MiB for Linux's own"
+if (( need_mib > available_mib )); then
+    have="this host has $available_mib MiB available ($([ -n "${MEMBOOT_HOST_AVAILABLE_MIB:-}" ] && echo MEMBOOT_HOST_AVAILABLE_MIB || echo MemAvailable))"
+    if [ -n "$linux_kernel" ]; then
+        die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated: $(ondemand_need_mib) MiB here)."
+    elif [ "$writes_all_struct_pages" = 1 ]; then
+        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/64, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated: $(ondemand_need_mib) MiB here), or a smaller -m."
+    elif (( alloc_mib > 0 )); then
+        die_usage "-m $mem with memmap=ondemand alloc_test=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} initialises the struct pages of what the allocation test allocates on $nodes node(s): the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages: $eager_mib MiB eager, $alloc_mib MiB for alloc_test; + $qemu_own_mib MiB for QEMU itself) and $have. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m."
+    else
+        die_usage "-m $mem with memmap=ondemand alloc_test=0: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself) and $have. Boot a smaller -m."
     fi
 fi
 
@@ -364,10 +473,11 @@ fi
 if [ "$dry_run" = 1 ]; then
     # For tests/bench.sh's warm-ups: does this boot back RAM/64 of host memory?
     if [ "$writes_all_struct_pages" = 1 ]; then
-        echo "run-qemu.sh: struct pages: every one written ($((mem_mib / 64)) MiB of host memory)" >&2
+        echo "run-qemu.sh: struct pages: every one written ($struct_mib MiB of host memory)" >&2
     else
         echo "run-qemu.sh: struct pages: initialised when first allocated" >&2
     fi
+    echo "run-qemu.sh: host memory: the boot needs $need_mib MiB ($need_parts), $available_mib MiB available" >&2
     exit "$EXIT_OK"
 fi
 

@@ -255,25 +255,26 @@ linux_own_mib=0
 [ -n "$linux_kernel" ] && linux_own_mib=$(( LINUX_BASE_MIB + $(per_tib "$LINUX_PER_TIB_MIB") ))
 # Every faithful mode (deferred, regions, perpfn, touch), ondemand with
 # ondemand_drain=on, and Linux write every struct page: RAM/64.
-writes_all_struct_pages=1 eager_mib=0 alloc_mib=0
-if [ -z "$linux_kernel" ] && [ "$memmap_mode" = ondemand ] && [ "$drain" != on ]; then
-    writes_all_struct_pages=0
-    eager_ram_mib=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB ))
+# ondemand_struct_mib: the struct pages plain memmap=ondemand writes, in
+# struct_mib: its eager part (eager_mib) and what its allocation test
+# initialises (alloc_mib), each 1/64 of that RAM rounded up; at most RAM/64.
+ondemand_struct_mib() {
+    local eager_ram_mib=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB )) i
     for i in "${node_mib[@]}"; do eager_ram_mib=$(( eager_ram_mib + (i < SECTION_MIB ? i : SECTION_MIB) )); done
     eager_mib=$(ceil_div "$eager_ram_mib" 64)
     alloc_mib=$(ceil_div "$(alloc_test_ram_mib)" 64)
     struct_mib=$(( eager_mib + alloc_mib < all_struct_mib ? eager_mib + alloc_mib : all_struct_mib ))
-else
-    struct_mib=$all_struct_mib
+}
+writes_all_struct_pages=1 eager_mib=0 alloc_mib=0 struct_mib=$all_struct_mib
+if [ -z "$linux_kernel" ] && [ "$memmap_mode" = ondemand ] && [ "$drain" != on ]; then
+    writes_all_struct_pages=0
+    ondemand_struct_mib
 fi
 need_mib=$(( struct_mib + qemu_own_mib + linux_own_mib ))
 # ondemand_need_mib: what plain memmap=ondemand with the default allocation
 # test would need instead, for the refusal's suggestion.
 ondemand_need_mib() {
-    local eager=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB )) i alloc
-    for i in "${node_mib[@]}"; do eager=$(( eager + (i < SECTION_MIB ? i : SECTION_MIB) )); done
-    alloc=$(unset 'kopt[alloc_test]'; alloc_test_ram_mib)
-    echo $(( $(ceil_div $(( eager + alloc )) 64) + qemu_own_mib ))
+    (unset 'kopt[alloc_test]'; ondemand_struct_mib; echo $(( struct_mib + qemu_own_mib )))
 }
 available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
 decimal_digits "$available_mib" && (( ${#digits} <= MAX_DIGITS )) \
@@ -284,13 +285,13 @@ need_parts="$struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself"
 if (( need_mib > available_mib )); then
     have="this host has $available_mib MiB available ($([ -n "${MEMBOOT_HOST_AVAILABLE_MIB:-}" ] && echo MEMBOOT_HOST_AVAILABLE_MIB || echo MemAvailable))"
     if [ -n "$linux_kernel" ]; then
-        die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated: $(ondemand_need_mib) MiB here)."
+        die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB)."
     elif [ "$writes_all_struct_pages" = 1 ]; then
-        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/64, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated: $(ondemand_need_mib) MiB here), or a smaller -m."
+        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/64, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB), or a smaller -m."
     elif (( alloc_mib > 0 )); then
         die_usage "-m $mem with memmap=ondemand alloc_test=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} initialises the struct pages of what the allocation test allocates on $nodes node(s): the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages: $eager_mib MiB eager, $alloc_mib MiB for alloc_test; + $qemu_own_mib MiB for QEMU itself) and $have. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m."
     else
-        die_usage "-m $mem with memmap=ondemand alloc_test=0: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself) and $have. Boot a smaller -m."
+        die_usage "-m $mem with memmap=ondemand and no allocation test: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself) and $have. Boot a smaller -m."
     fi
 fi
 

@@ -11,7 +11,7 @@
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
 # e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
-# or a guest whose struct pages would not fit this host (see "Large guests").
+# or a guest whose host-memory need would not fit this host ("Large guests").
 # --linux boots a stock Linux kernel on the same virtual machine (tests/bench.sh
 # --linux); exit 0 when it powered the machine off, 2 otherwise.
 set -uo pipefail
@@ -26,7 +26,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -36,34 +36,61 @@ note() { echo "run-qemu.sh: $*" >&2; }
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
 linux_kernel="" linux_initrd="" svg=""
 kernel_opts=()
+# once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
+# wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
+declare -A given=()
+once() {
+    if [ -n "${given[$1]+set}" ]; then
+        [ -n "${2:-}${given[$1]}" ] && die_usage "$1 given twice ($1 ${given[$1]}, then $1 ${2:-}): give it once"
+        die_usage "$1 given twice: give it once"
+    fi
+    given[$1]=${2:-}
+}
 while [ $# -gt 0 ]; do
     case "$1" in
-        -m|--mem) [ $# -ge 2 ] || die_usage "$1 needs a size"; mem=$2; shift 2 ;;
-        --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; smp=$2; shift 2 ;;
-        --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; nodes=$2; shift 2 ;;
-        --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; accel=$2; shift 2 ;;
-        --uefi) uefi=1; shift ;;
-        --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; timeout_s=$2; shift 2 ;;
-        --log) [ $# -ge 2 ] || die_usage "--log needs a file"; log=$2; shift 2 ;;
-        --print-cmd) print_cmd=1; shift ;;
-        --dry-run) dry_run=1; print_cmd=1; shift ;;
-        --build-only) build_only=1; shift ;;
-        --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; linux_kernel=$2; shift 2 ;;
-        --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; linux_initrd=$2; shift 2 ;;
-        --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; svg=$2; shift 2 ;;
-        --no-build) no_build=1; shift ;;
+        -m|--mem) [ $# -ge 2 ] || die_usage "$1 needs a size"; once -m "$2"; mem=$2; shift 2 ;;
+        --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; once "$1" "$2"; smp=$2; shift 2 ;;
+        --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; once "$1" "$2"; nodes=$2; shift 2 ;;
+        --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; once "$1" "$2"; accel=$2; shift 2 ;;
+        --uefi) once "$1"; uefi=1; shift ;;
+        --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; once "$1" "$2"; timeout_s=$2; shift 2 ;;
+        --log) [ $# -ge 2 ] || die_usage "--log needs a file"; once "$1" "$2"; log=$2; shift 2 ;;
+        --print-cmd) once "$1"; print_cmd=1; shift ;;
+        --dry-run) once "$1"; dry_run=1; print_cmd=1; shift ;;
+        --build-only) once "$1"; build_only=1; shift ;;
+        --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; once "$1" "$2"; linux_kernel=$2; shift 2 ;;
+        --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; once "$1" "$2"; linux_initrd=$2; shift 2 ;;
+        --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; once "$1" "$2"; svg=$2; shift 2 ;;
+        --no-build) once "$1"; no_build=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
     esac
 done
 
-is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
-is_count "$smp" || die_usage "--smp '$smp' is not a positive integer"
-is_count "$nodes" || die_usage "--nodes '$nodes' is not a positive integer"
-is_count "$timeout_s" || die_usage "--timeout '$timeout_s' is not a positive integer"
-[ "$nodes" -le 64 ] || die_usage "--nodes $nodes: memboot supports at most 64 nodes"
-[ "$smp" -le 255 ] || die_usage "--smp $smp: at most 255 vCPUs"
+# Numbers are read as decimal, whatever their leading zeros (bash arithmetic
+# would take 010 for octal 8 and fail on 08), and bounded by their digits
+# before any arithmetic: bash's integers are 64-bit and wrap silently.
+MAX_DIGITS=18 # every 18-digit number fits in bash's signed 64 bits
+# decimal_digits VALUE: VALUE's digits without leading zeros (at least one
+# digit) in `digits`; fails unless VALUE is all decimal digits.
+decimal_digits() {
+    [[ "$1" =~ ^0*([0-9]+)$ ]] || return 1
+    digits=${BASH_REMATCH[1]}
+}
+# parse_count VAR FLAG MAX WHAT: the count in $VAR (a flag's value) checked to
+# be 1..MAX and written back without leading zeros.
+parse_count() {
+    local var=$1 flag=$2 max=$3 what=$4 value=${!1} digits
+    decimal_digits "$value" || die_usage "$flag '$value' is not a positive integer"
+    (( ${#digits} <= MAX_DIGITS )) || die_usage "$flag $value: too large (at most $max $what)"
+    (( 10#$digits <= max )) || die_usage "$flag $value: too large (at most $max $what)"
+    (( 10#$digits >= 1 )) || die_usage "$flag $value: must be at least 1"
+    printf -v "$var" '%d' "$((10#$digits))"
+}
+parse_count smp --smp 255 vCPUs
+parse_count nodes --nodes 64 "nodes (memboot's limit)"
+parse_count timeout_s --timeout 999999999999999999 seconds
 case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
 if [ -n "$linux_kernel" ]; then
     [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
@@ -74,50 +101,197 @@ elif [ -n "$linux_initrd" ]; then
     die_usage "--initrd is for --linux"
 fi
 
-# SIZE in QEMU syntax: a number with an optional K/M/G/T suffix (no suffix = MiB).
-[[ "$mem" =~ ^([0-9]+)([KkMmGgTt]?)[Bb]?$ ]] || die_usage "-m '$mem': expected a size like 512M, 64G or 1T"
-num=${BASH_REMATCH[1]} suffix=${BASH_REMATCH[2]^^}
-case "$suffix" in
-    K) (( num % 1024 == 0 )) || die_usage "-m $mem: not a whole number of MiB"; mem_mib=$((num / 1024)) ;;
-    ""|M) mem_mib=$num ;;
-    G) mem_mib=$((num * 1024)) ;;
-    T) mem_mib=$((num * 1024 * 1024)) ;;
+# parse_size VAR VALUE UNIT_SHIFT: VALUE, a decimal number with an optional
+# K/M/G/T suffix (B: bytes; no suffix: units of 1 << UNIT_SHIFT bytes), into
+# VAR in bytes. Status 1: VALUE is not such a size; 2: it is above 2^62 bytes
+# (checked on the digits, then against the suffix's bound, before multiplying).
+# One reader for -m and for the kernel's alloc_test=.
+MAX_SIZE_BYTES=$((1 << 62))
+parse_size() {
+    local var=$1 digits unit suffix
+    [[ "$2" =~ ^([0-9]+)([KkMmGgTtBb]?)$ ]] || return 1
+    suffix=${BASH_REMATCH[2]^^}
+    decimal_digits "${BASH_REMATCH[1]}"
+    case "$suffix" in
+        "") unit=$3 ;; B) unit=0 ;; K) unit=10 ;; M) unit=20 ;; G) unit=30 ;; T) unit=40 ;;
+    esac
+    (( ${#digits} <= MAX_DIGITS )) || return 2
+    (( 10#$digits <= MAX_SIZE_BYTES >> unit )) || return 2
+    printf -v "$var" '%d' "$(( 10#$digits << unit ))"
+}
+# -m in QEMU's syntax: no suffix = MiB; a B after the suffix (1GB) is allowed.
+mem_size=$mem
+[[ "$mem_size" =~ ^(.*[KkMmGgTt])[Bb]$ ]] && mem_size=${BASH_REMATCH[1]}
+parse_size mem_bytes "$mem_size" 20
+case $? in
+    1) die_usage "-m '$mem': expected a size like 512M, 64G or 1T (decimal)" ;;
+    2) die_usage "-m $mem: too large (at most 59T)" ;;
 esac
+(( mem_bytes % (1 << 20) == 0 )) || die_usage "-m $mem: not a whole number of MiB"
+mem_mib=$((mem_bytes >> 20))
 (( mem_mib >= 128 )) || die_usage "-m $mem: memboot needs at least 128M"
 # QEMU 7.2 builds its SMBIOS tables and then asserts in smbios_get_tables()
 # from 60T on, whatever the entry point (checked: 59T starts, 60T aborts); see the README ("Large guests").
 MAX_MEM_MIB=$((59 * 1024 * 1024))
 (( mem_mib <= MAX_MEM_MIB )) || die_usage "-m $mem: at most 59T: QEMU 7.2 fails an assertion in smbios_get_tables() from 60T (its SMBIOS memory-device tables outgrow their fixed area)"
-(( mem_mib % nodes == 0 )) || die_usage "-m $mem does not split evenly (in MiB) over $nodes nodes"
-node_mib=$((mem_mib / nodes))
-
-# --- host memory: refuse guests whose struct pages cannot fit ----------------
-# Every mode but memmap=ondemand (without ondemand_drain=on) writes a 64-byte
-# struct page for every 4 KiB guest page, and QEMU backs each written byte
-# with host memory: RAM/64 of host memory, 16 GiB at 1T. Refuse such a boot
-# before QEMU starts rather than let the host run out of memory.
-kernel_opt() { # kernel_opt KEY DEFAULT: the value of KEY= in the kernel options
-    local value=$2 opt
-    for opt in "${kernel_opts[@]}"; do
-        [[ "$opt" == "$1="* ]] && value=${opt#"$1="}
-    done
-    echo "$value"
+# split_nodes: node_mib[i], the RAM of NUMA node i, split the way QEMU split
+# it by itself when no node was given a size (numa_default_auto_assign_ram()
+# in hw/core/numa.c, gone since QEMU 5.2, where every node needs a memdev):
+# every node but the last gets RAM / nodes rounded down to 8 MiB
+# (numa_mem_align_shift 23: Linux wants node borders 8 MiB-aligned), the last
+# node the rest. So any -m and --nodes QEMU once took boot, with one backend
+# per node of exactly that size.
+NODE_ALIGN_MIB=8
+split_nodes() {
+    local i part=$(( mem_mib / nodes / NODE_ALIGN_MIB * NODE_ALIGN_MIB ))
+    node_mib=()
+    if (( nodes > 1 && part == 0 )); then
+        # QEMU 7.2 refuses a memory-backend-ram of size 0 ("property 'size' of
+        # memory-backend-ram doesn't take value '0'").
+        die_usage "-m $mem over $nodes nodes leaves nodes empty: QEMU's split gives every node but the last RAM / nodes rounded down to 8 MiB, 0 here, and QEMU refuses a memory backend of size 0. Give -m at least $(( nodes * NODE_ALIGN_MIB ))M for $nodes nodes, or at most $(( mem_mib / NODE_ALIGN_MIB )) nodes at -m $mem."
+    fi
+    for ((i = 0; i < nodes - 1; i++)); do node_mib+=("$part"); done
+    node_mib+=("$(( mem_mib - part * (nodes - 1) ))")
 }
-memmap_mode=$(kernel_opt memmap deferred)
-drain=$(kernel_opt ondemand_drain off)
-# Linux (--linux) initialises every struct page too, like memmap=deferred.
-[ -n "$linux_kernel" ] && memmap_mode=linux
-writes_all_struct_pages=0
-if [ "$memmap_mode" != ondemand ] || [ "$drain" = on ]; then
-    writes_all_struct_pages=1
-    memmap_mib=$((mem_mib / 64))
-    available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
-    [[ "$available_mib" =~ ^[0-9]+$ ]] || die_setup "cannot read MemAvailable from /proc/meminfo (set MEMBOOT_HOST_AVAILABLE_MIB)"
-    if (( memmap_mib > available_mib )); then
-        what="memmap=$memmap_mode"
-        [ "$memmap_mode" = ondemand ] && what="memmap=ondemand ondemand_drain=on"
-        [ "$memmap_mode" = linux ] && what="Linux"
-        die_usage "-m $mem with $what initialises every struct page: that needs $((memmap_mib / 1024)) GiB of host memory (RAM/64) and this host has $((available_mib / 1024)) GiB available. Boot it with memmap=ondemand (struct pages initialised when first allocated), or a smaller -m."
+split_nodes
+
+# --- kernel options, read as the kernel reads them ---------------------------
+# kernel/src/options.rs gets the words after -- joined by spaces into one
+# command line (memboot_boot_args passes exactly that) and splits it on ASCII
+# whitespace (Rust's split_ascii_whitespace: space, \t, \n, \f, \r), each
+# token key=value; so one word "verify=off ondemand_drain=on" is two
+# options there, and here. kopt[KEY] is KEY's value. A repeated key is a
+# usage error here (the kernel would fail the boot with bad_option). A token
+# without =, an unknown key or a bad value is left to the kernel, which
+# rejects the command line (bad_option, exit 1) before it writes any struct
+# page. --linux does not read them: they are Linux's, where repeats are legal.
+declare -A kopt=()
+read_kernel_options() {
+    local line="${kernel_opts[*]}" token key
+    local -a tokens=()
+    line=${line//[$'\f\r']/ }
+    IFS=$' \t\n' read -r -d '' -a tokens <<<"$line"
+    for token in "${tokens[@]}"; do
+        key=${token%%=*}
+        # Not key=value, or a key no option has: the kernel's to reject.
+        [[ "$token" == *=* && "$key" =~ ^[A-Za-z0-9_]+$ ]] || continue
+        [ -z "${kopt[$key]+set}" ] || die_usage "kernel option '$key' given twice ($key=${kopt[$key]}, then $token): the kernel would refuse the command line (bad_option); give it once"
+        kopt[$key]=${token#*=}
+    done
+}
+[ -n "$linux_kernel" ] || read_kernel_options
+
+# --- host memory: refuse a boot that cannot fit this host --------------------
+# QEMU backs every guest byte the boot writes with host memory, on top of its
+# own. So the need is QEMU's own + the struct pages the boot writes (64 bytes
+# per 4 KiB page) + for --linux what Linux writes besides them, in MiB, and a
+# boot that needs more than MemAvailable is refused before QEMU starts
+# rather than let the host run out of memory. Every constant is an upper
+# bound of what this host measured: host peak RSS (host_rss_mib) of every
+# boot in tests/bench-results/1-node/bench.json and 16-nodes/bench.json, and
+# the 48T and 59T ondemand boots of the README ("Large guests"); the dry-run
+# test checks the model against both bench.json files.
+#
+# QEMU's own, QEMU_BASE_MIB + QEMU_PER_TIB_MIB per TiB of guest RAM: QEMU,
+# its TCG code buffer, the firmware, the kernel's page tables and heap.
+# The base covers the small guests, RSS minus the RAM/64 they wrote: 64G
+# deferred 1097 - 1024 = 73 MiB (1 node), 1099 - 1024 = 75 MiB (16 nodes).
+QEMU_BASE_MIB=192
+# Per TiB, covering (with the base) 1T deferred 16551 - 16384 = 167 MiB (1
+# node), 16583 - 16384 = 199 MiB (16 nodes), and the large ondemand guests
+# over 16 nodes less their ~354 MiB of struct pages and the base: 32T
+# 3639 MiB (~97 MiB per TiB), 48T 5.3 GiB and 59T 6.4 GiB (~102 per TiB).
+QEMU_PER_TIB_MIB=112
+# Linux 6.1's own (--linux), LINUX_BASE_MIB + LINUX_PER_TIB_MIB per TiB:
+# what it writes beyond struct pages, Linux's RSS minus memboot deferred's
+# on the same machine. The base covers 64G: 1434 - 1097 = 337 MiB (1 node),
+# 1556 - 1099 = 457 MiB (16 nodes).
+LINUX_BASE_MIB=512
+# Per TiB, covering (with the base) 1T: 17189 - 16551 = 638 MiB (1 node),
+# 17311 - 16583 = 728 MiB (16 nodes). Measured up to 1T only.
+LINUX_PER_TIB_MIB=384
+# What plain memmap=ondemand writes eagerly, at most: the low zones below
+# 4 GiB and one 128 MiB section per node (the rest of each node is the pool);
+# and per CPU per node, the 4 MiB block window the allocation test may have
+# claimed beyond what it allocated.
+LOW_ZONES_MIB=4096 SECTION_MIB=128 WINDOW_MIB=4
+# alloc_test='s default (kernel/src/options.rs ALLOC_TEST_DEFAULT_BYTES).
+ALLOC_TEST_DEFAULT=1G
+
+ceil_div() { echo $(( ($1 + $2 - 1) / $2 )); }
+# per_tib MIB_PER_TIB: that many MiB per TiB of this guest's RAM, rounded up.
+per_tib() { ceil_div $(( $1 * mem_mib )) $(( 1 << 20 )); }
+
+# alloc_test_ram_mib: guest RAM the allocation test of plain memmap=ondemand
+# initialises, in MiB: alloc_test=SIZE on every node (read like -m, but no
+# suffix = bytes, as the kernel reads it), at most half of each node (the
+# kernel caps it there), plus a block window per CPU per node. A value the
+# kernel cannot read fails the boot before any struct page: nothing.
+alloc_test_ram_mib() {
+    local value=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} bytes=0 per_node_mib i total=0
+    parse_size bytes "$value" 0
+    case $? in
+        0) per_node_mib=$(ceil_div "$bytes" $(( 1 << 20 ))) ;;
+        1) echo 0; return ;;
+        2) per_node_mib=$mem_mib ;; # above 2^62 bytes: the kernel's cap decides
+    esac
+    (( per_node_mib > 0 )) || { echo 0; return; }
+    for i in "${node_mib[@]}"; do
+        total=$(( total + (per_node_mib < i / 2 ? per_node_mib : i / 2) ))
+    done
+    echo $(( total + smp * nodes * WINDOW_MIB ))
+}
+
+memmap_mode=${kopt[memmap]-deferred}
+drain=${kopt[ondemand_drain]-off}
+# What the boot is, for messages.
+what="memmap=$memmap_mode"
+[ -n "${kopt[memmap]+set}" ] || what="memmap=deferred (the default)"
+[ "$memmap_mode" = ondemand ] && [ "$drain" = on ] && what="memmap=ondemand ondemand_drain=on"
+[ -n "$linux_kernel" ] && what="Linux"
+all_struct_mib=$(ceil_div "$mem_mib" 64)
+qemu_own_mib=$(( QEMU_BASE_MIB + $(per_tib "$QEMU_PER_TIB_MIB") ))
+linux_own_mib=0
+[ -n "$linux_kernel" ] && linux_own_mib=$(( LINUX_BASE_MIB + $(per_tib "$LINUX_PER_TIB_MIB") ))
+# Every faithful mode (deferred, regions, perpfn, touch), ondemand with
+# ondemand_drain=on, and Linux write every struct page: RAM/64.
+# ondemand_struct_mib: the struct pages plain memmap=ondemand writes, in
+# struct_mib: its eager part (eager_mib) and what its allocation test
+# initialises (alloc_mib), each 1/64 of that RAM rounded up; at most RAM/64.
+ondemand_struct_mib() {
+    local eager_ram_mib=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB )) i
+    for i in "${node_mib[@]}"; do eager_ram_mib=$(( eager_ram_mib + (i < SECTION_MIB ? i : SECTION_MIB) )); done
+    eager_mib=$(ceil_div "$eager_ram_mib" 64)
+    alloc_mib=$(ceil_div "$(alloc_test_ram_mib)" 64)
+    struct_mib=$(( eager_mib + alloc_mib < all_struct_mib ? eager_mib + alloc_mib : all_struct_mib ))
+}
+writes_all_struct_pages=1 eager_mib=0 alloc_mib=0 struct_mib=$all_struct_mib
+if [ -z "$linux_kernel" ] && [ "$memmap_mode" = ondemand ] && [ "$drain" != on ]; then
+    writes_all_struct_pages=0
+    ondemand_struct_mib
+fi
+need_mib=$(( struct_mib + qemu_own_mib + linux_own_mib ))
+# ondemand_need_mib: what plain memmap=ondemand with the default allocation
+# test would need instead, for the refusal's suggestion.
+ondemand_need_mib() {
+    (unset 'kopt[alloc_test]'; ondemand_struct_mib; echo $(( struct_mib + qemu_own_mib )))
+}
+available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)}
+decimal_digits "$available_mib" && (( ${#digits} <= MAX_DIGITS )) \
+    || die_setup "cannot read MemAvailable from /proc/meminfo, or MEMBOOT_HOST_AVAILABLE_MIB is not a number of MiB"
+available_mib=$((10#$digits))
+need_parts="$struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself"
+[ -n "$linux_kernel" ] && need_parts+=" + $linux_own_mib MiB for Linux's own"
+if (( need_mib > available_mib )); then
+    have="this host has $available_mib MiB available ($([ -n "${MEMBOOT_HOST_AVAILABLE_MIB:-}" ] && echo MEMBOOT_HOST_AVAILABLE_MIB || echo MemAvailable))"
+    if [ -n "$linux_kernel" ]; then
+        die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB)."
+    elif [ "$writes_all_struct_pages" = 1 ]; then
+        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/64, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB), or a smaller -m."
+    elif (( alloc_mib > 0 )); then
+        die_usage "-m $mem with memmap=ondemand alloc_test=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} initialises the struct pages of what the allocation test allocates on $nodes node(s): the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages: $eager_mib MiB eager, $alloc_mib MiB for alloc_test; + $qemu_own_mib MiB for QEMU itself) and $have. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m."
+    else
+        die_usage "-m $mem with memmap=ondemand and no allocation test: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself) and $have. Boot a smaller -m."
     fi
 fi
 
@@ -213,12 +387,13 @@ phys_bits_for() {
     while (( (1 << (bits - 20)) < need_mib )); do bits=$((bits + 1)); done
     echo "$bits"
 }
-# qemu_machine_args MEM_MIB SMP NODES ACCEL: appends to the `qemu` array
+# qemu_machine_args SMP ACCEL NODE_MIB...: appends to the `qemu` array
 # everything that defines the virtual machine (accelerator, CPU, RAM, NUMA,
 # SMBIOS) but not what it boots, so every guest of the same shape gets the
-# same machine.
+# same machine. One NODE_MIB per NUMA node: its RAM in MiB (split_nodes).
 qemu_machine_args() {
-    local mem_mib=$1 smp=$2 nodes=$3 accel=$4 node_mib=$(($1 / $3)) machine=pc i first next cpus
+    local smp=$1 accel=$2 node_mib=("${@:3}") mem_mib=0 nodes=$(($# - 2)) machine=pc i first next cpus
+    for i in "${node_mib[@]}"; do mem_mib=$((mem_mib + i)); done
     # The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
     qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
     if [ "$accel" = tcg ]; then
@@ -231,7 +406,7 @@ qemu_machine_args() {
     # exceeds 65535"); the 3.0 (64-bit) entry point has no such cap.
     (( mem_mib > (8 << 20) )) && machine+=",smbios-entry-point-type=64"
     # Guest RAM from memory backends with reserve=off: hosts without overcommit
-    # refuse a plain `-m 1T`. One backend per NUMA node, RAM split evenly.
+    # refuse a plain `-m 1T`. One backend per NUMA node, of its NODE_MIB.
     if [ "$nodes" = 1 ]; then
         qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
                -machine "$machine,memory-backend=mem0" -m "${mem_mib}M")
@@ -245,7 +420,7 @@ qemu_machine_args() {
         next=$(( ((i + 1) * smp + nodes - 1) / nodes ))
         cpus=""
         (( next > first )) && cpus=",cpus=$first-$((next - 1))"
-        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib}M,reserve=off"
+        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib[i]}M,reserve=off"
                -numa "node,nodeid=$i,memdev=mem$i$cpus")
     done
 }
@@ -289,7 +464,7 @@ linux_boot_args() {
 tmpdir=$(mktemp -d "${TMPDIR:-/tmp}/memboot-run.XXXXXX")
 trap 'rm -rf "$tmpdir"' EXIT
 qemu=(qemu-system-x86_64)
-qemu_machine_args "$mem_mib" "$smp" "$nodes" "$accel"
+qemu_machine_args "$smp" "$accel" "${node_mib[@]}"
 if [ -n "$linux_kernel" ]; then linux_boot_args; else memboot_boot_args; fi
 
 if [ "$print_cmd" = 1 ]; then
@@ -299,10 +474,11 @@ fi
 if [ "$dry_run" = 1 ]; then
     # For tests/bench.sh's warm-ups: does this boot back RAM/64 of host memory?
     if [ "$writes_all_struct_pages" = 1 ]; then
-        echo "run-qemu.sh: struct pages: every one written ($((mem_mib / 64)) MiB of host memory)" >&2
+        echo "run-qemu.sh: struct pages: every one written ($struct_mib MiB of host memory)" >&2
     else
         echo "run-qemu.sh: struct pages: initialised when first allocated" >&2
     fi
+    echo "run-qemu.sh: host memory: the boot needs $need_mib MiB ($need_parts), $available_mib MiB available" >&2
     exit "$EXIT_OK"
 fi
 
@@ -318,7 +494,7 @@ fi
 # --svg reads the serial log back: keep one even without --log.
 [ -n "$svg" ] && [ -z "$log" ] && log=$tmpdir/serial.log
 [ -n "$log" ] && : >"$log"
-note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
+note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && printf ' of %s' "$(printf '%sM ' "${node_mib[@]}" | sed 's/ $//')"), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
 # GNU time outside timeout: wait4() reports the largest RSS among timeout and
 # its waited-for child, i.e. QEMU's own peak resident memory.
 run=(/usr/bin/time -f %M -o "$tmpdir/maxrss_kib" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")

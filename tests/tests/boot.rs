@@ -145,6 +145,80 @@ fn boots_64g_two_nodes_four_cpus() {
     }
 }
 
+/// QEMU's own split of RAM over nodes when none was given a size (QEMU ≤
+/// 5.1, `numa_default_auto_assign_ram()`), which run-qemu.sh's per-node
+/// backends follow: every node but the last gets RAM / nodes rounded down
+/// to 8 MiB, the last the rest. In MiB.
+fn qemu_node_split_mib(ram_mib: u64, nodes: u64) -> Vec<u64> {
+    let part = ram_mib / nodes / 8 * 8;
+    let mut sizes = vec![part; nodes as usize - 1];
+    sizes.push(ram_mib - part * (nodes - 1));
+    sizes
+}
+
+/// -m 1000M over 3 nodes does not divide evenly: QEMU's split gives 328M,
+/// 328M and 344M. SRAT must put each node's RAM where those sizes say
+/// (QEMU's proximity domain P is the P-th node given), and the kernel's
+/// per-node usable RAM must be those sizes less the firmware's holes.
+#[test]
+fn boots_uneven_numa_split() {
+    let (ram_mib, nodes) = (1000u64, 3u64);
+    let sizes = qemu_node_split_mib(ram_mib, nodes);
+    assert_eq!(sizes, [328, 328, 344]);
+    let b = boot(
+        &["-m", "1000M", "--nodes", "3", "--smp", "2"],
+        &[],
+        Duration::from_secs(300),
+    );
+    assert_ok_boot(&b);
+    assert_topology(&b, nodes, 2);
+    assert_all_cpus_online(&b, 2);
+    assert_mem_close(&b, ram_mib * MIB);
+    // `ACPI: SRAT: Node N PXM P [mem 0xSTART-0xEND]`: the kernel's node N
+    // is QEMU's node P; each PXM's RAM must end where the sizes before it
+    // and its own add up to (all of it is below the 4 GiB hole here).
+    let mut node_of_pxm = vec![None; nodes as usize];
+    let mut end_of_pxm = vec![0u64; nodes as usize];
+    for m in b.messages_with("ACPI: SRAT: Node ") {
+        let rest = m.strip_prefix("ACPI: SRAT: Node ").unwrap();
+        let mut words = rest.split_whitespace();
+        let node: u64 = words.next().unwrap().parse().unwrap();
+        assert_eq!(words.next(), Some("PXM"), "{m}");
+        let pxm: usize = words.next().unwrap().parse().unwrap();
+        let (_, end, _) = memboot_tests::parse_mem_line(m).unwrap_or_else(|| panic!("{m}"));
+        assert!(pxm < nodes as usize, "{m}");
+        assert!(node_of_pxm[pxm].is_none_or(|n| n == node), "{m}");
+        node_of_pxm[pxm] = Some(node);
+        end_of_pxm[pxm] = end_of_pxm[pxm].max(end);
+    }
+    let mut cumulative = 0;
+    for (pxm, size) in sizes.iter().enumerate() {
+        cumulative += size * MIB;
+        assert_eq!(
+            end_of_pxm[pxm],
+            cumulative,
+            "PXM {pxm}'s RAM must end at {cumulative:#x}\n{}",
+            b.describe()
+        );
+        let node = node_of_pxm[pxm].unwrap_or_else(|| panic!("no SRAT range for PXM {pxm}"));
+        let prefix = format!("NUMA: node {node}: ");
+        let line = b
+            .messages_with(&prefix)
+            .next()
+            .unwrap_or_else(|| panic!("no NUMA line for node {node}\n{}", b.describe()));
+        let usable_mib: u64 = line
+            .split_whitespace()
+            .nth(3)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            usable_mib <= *size && (size - usable_mib) * MIB <= FIRMWARE_HOLES_MAX_BYTES,
+            "node {node} (PXM {pxm}): {usable_mib} MiB usable, QEMU gave it {size} MiB\n{}",
+            b.describe()
+        );
+    }
+}
+
 #[test]
 fn boots_with_uefi() {
     let b = boot(
@@ -228,7 +302,10 @@ fn script_rejects_bad_usage_without_booting() {
         &["--smp", "0"],
         &["--accel", "xen"],
         &["--frobnicate"],
-        &["-m", "1G", "--nodes", "3"],
+        // QEMU's split would leave 16 of 17 nodes without memory.
+        &["-m", "128M", "--nodes", "17"],
+        &["-m", "1G", "-m", "2G"],
+        &["-m", "17592186044417T"],
     ] {
         let run = run_script(args, Duration::from_secs(30));
         assert_eq!(

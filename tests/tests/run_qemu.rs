@@ -98,10 +98,60 @@ fn sixteen_nodes_get_a_backend_each_and_share_the_cpus() {
     assert_eq!(with_cpus, 4, "4 vCPUs on 4 of the 16 nodes: {numa:?}");
 }
 
+/// The host-memory rule as the README states it ("Large guests"), in MiB:
+/// a boot needs QEMU's own memory plus the struct pages it writes (64
+/// bytes per 4 KiB page: RAM/64) plus, for Linux, Linux's own.
+const QEMU_BASE_MIB: u64 = 192;
+const QEMU_PER_TIB_MIB: u64 = 112;
+const LINUX_BASE_MIB: u64 = 512;
+const LINUX_PER_TIB_MIB: u64 = 384;
+
+/// `mib_per_tib` MiB per TiB of `mem_mib`, rounded up.
+fn per_tib(mib_per_tib: u64, mem_mib: u64) -> u64 {
+    (mib_per_tib * mem_mib).div_ceil(1 << 20)
+}
+
+fn qemu_own_mib(mem_mib: u64) -> u64 {
+    QEMU_BASE_MIB + per_tib(QEMU_PER_TIB_MIB, mem_mib)
+}
+
+fn linux_own_mib(mem_mib: u64) -> u64 {
+    LINUX_BASE_MIB + per_tib(LINUX_PER_TIB_MIB, mem_mib)
+}
+
+/// Every struct page: 64 bytes per 4 KiB page, i.e. RAM/64, rounded up.
+fn all_struct_pages_mib(mem_mib: u64) -> u64 {
+    ((mem_mib << 20) / 4096 * 64).div_ceil(1 << 20)
+}
+
+/// A faithful mode's (or drain's) need: every struct page and QEMU.
+fn faithful_need_mib(mem_mib: u64) -> u64 {
+    all_struct_pages_mib(mem_mib) + qemu_own_mib(mem_mib)
+}
+
+/// Plain `memmap=ondemand`'s struct pages: the eager part (at most the
+/// low zones below 4 GiB and one 128 MiB section per node) and what the
+/// allocation test initialises (`alloc_mib` per node, at most half of each
+/// node, plus a 4 MiB window per CPU per node), each 1/64 rounded up; at
+/// most every struct page.
+fn ondemand_struct_mib(node_mib: &[u64], smp: u64, alloc_mib: u64) -> u64 {
+    let mem_mib: u64 = node_mib.iter().sum();
+    let eager = mem_mib.min(4096) + node_mib.iter().map(|&n| n.min(128)).sum::<u64>();
+    let alloc = if alloc_mib == 0 {
+        0
+    } else {
+        node_mib.iter().map(|&n| alloc_mib.min(n / 2)).sum::<u64>()
+            + smp * node_mib.len() as u64 * 4
+    };
+    (eager.div_ceil(64) + alloc.div_ceil(64)).min(all_struct_pages_mib(mem_mib))
+}
+
 #[test]
 fn faithful_modes_are_refused_when_struct_pages_exceed_the_host() {
-    // 128G of guest RAM: 2 GiB of struct pages (64 bytes per 4 KiB page).
-    let struct_pages_gib = ((128u64 << 30) / 4096 * 64) >> 30;
+    // 128G of guest RAM: 2048 MiB of struct pages, and QEMU's own.
+    let mem_mib = 128 << 10;
+    let need = faithful_need_mib(mem_mib);
+    assert_eq!(all_struct_pages_mib(mem_mib), 2048);
     for opts in [
         vec![],
         vec!["memmap=deferred"],
@@ -112,27 +162,174 @@ fn faithful_modes_are_refused_when_struct_pages_exceed_the_host() {
     ] {
         let mut args = vec!["--dry-run", "-m", "128G", "--"];
         args.extend(opts.iter().copied());
-        let out = script(&args, 1024);
+        let out = script(&args, need - 1);
         assert_eq!(out.code, 64, "{opts:?} must be refused: {}", out.stderr);
-        assert!(
-            out.stderr
-                .contains(&format!("needs {struct_pages_gib} GiB of host memory")),
-            "{}",
-            out.stderr
-        );
-        assert!(out.stderr.contains("memmap=ondemand"), "{}", out.stderr);
+        for want in [
+            format!("needs {need} MiB of host memory"),
+            "2048 MiB of struct pages".to_string(),
+            format!("{} MiB for QEMU itself", qemu_own_mib(mem_mib)),
+            format!("{} MiB available", need - 1),
+            "memmap=ondemand".to_string(),
+            "a smaller -m".to_string(),
+        ] {
+            assert!(out.stderr.contains(&want), "no {want:?} in {}", out.stderr);
+        }
         assert!(
             !out.stderr.contains("qemu-system-x86_64 "),
             "refused before QEMU"
         );
+        // Exactly the need is enough.
+        assert_eq!(script(&args, need).code, 0, "{opts:?}");
     }
-    // The same guest fits once the host has the memory, and ondemand never
-    // needs it.
-    assert_eq!(script(&["--dry-run", "-m", "128G"], 4096).code, 0);
+    // Plain ondemand needs far less.
     assert_eq!(
         script(&["--dry-run", "-m", "128G", "--", "memmap=ondemand"], 1024).code,
         0
     );
+}
+
+/// The bypass of issue 17: the kernel joins its options into one line and
+/// splits it on ASCII whitespace, so `"verify=off ondemand_drain=on"` as one
+/// word is ondemand_drain=on, which writes every struct page.
+#[test]
+fn options_in_one_word_are_read_as_the_kernel_reads_them() {
+    let mem_mib = 2 << 20;
+    let need = faithful_need_mib(mem_mib);
+    // Rust's split_ascii_whitespace: space, \t, \n, \x0c, \r.
+    for sep in [" ", "\t", "\n", "\x0c", "\r", " \t\r\n "] {
+        let word = format!("verify=off{sep}ondemand_drain=on");
+        let args = ["--dry-run", "-m", "2T", "--", "memmap=ondemand", &word];
+        let out = script(&args, need - 1);
+        assert_eq!(out.code, 64, "{word:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains("memmap=ondemand ondemand_drain=on writes every struct page")
+                && out.stderr.contains(&format!("needs {need} MiB")),
+            "{word:?}: {}",
+            out.stderr
+        );
+        assert_eq!(script(&args, need).code, 0, "{word:?}");
+    }
+    // \x0b is not ASCII whitespace to Rust: one token, "verify=off\x0bondemand_drain=on",
+    // a bad verify value for the kernel to reject; no drain here.
+    let out = script(
+        &[
+            "--dry-run",
+            "-m",
+            "2T",
+            "--",
+            "memmap=ondemand",
+            "verify=off\x0bondemand_drain=on",
+        ],
+        1 << 20,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("struct pages: initialised when first allocated"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A key given twice is a usage error naming it (the kernel would refuse
+/// it as bad_option); a token without `=` is left for the kernel.
+#[test]
+fn repeated_kernel_options_are_usage_errors_naming_the_key() {
+    for (opts, key) in [
+        (&["memmap=ondemand", "memmap=deferred"][..], "memmap"),
+        (&["memmap=ondemand verify=off", "verify=full"], "verify"),
+        (&["alloc_test=0\talloc_test=0"], "alloc_test"),
+        (
+            &["ondemand_drain=on", "x=1", "ondemand_drain=on"],
+            "ondemand_drain",
+        ),
+    ] {
+        let out = script(&[&["--dry-run", "--"], opts].concat(), 1 << 30);
+        assert_eq!(out.code, 64, "{opts:?}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("kernel option '{key}' given twice")),
+            "{opts:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+    // Not key=value: the kernel's bad_option, not run-qemu.sh's.
+    assert_eq!(
+        script(&["--dry-run", "--", "verify", "verify"], 1 << 30).code,
+        0
+    );
+}
+
+/// Plain ondemand writes its eager part and what the allocation test
+/// initialises: `alloc_test=SIZE` per node, at most half of each node.
+#[test]
+fn ondemand_is_refused_when_its_allocation_test_does_not_fit() {
+    let nodes = vec![256u64 << 10; 16]; // -m 4T --nodes 16
+    let mem_mib: u64 = nodes.iter().sum();
+    let need = |alloc_mib| ondemand_struct_mib(&nodes, 2, alloc_mib) + qemu_own_mib(mem_mib);
+    let big = need(1 << 20); // alloc_test=1T: capped at 128G per node
+    let small = need(16 << 10);
+    assert!(small < big && big < faithful_need_mib(mem_mib));
+    let args = |alloc: &'static str| {
+        vec![
+            "--dry-run",
+            "-m",
+            "4T",
+            "--nodes",
+            "16",
+            "--smp",
+            "2",
+            "--",
+            "memmap=ondemand",
+            alloc,
+        ]
+    };
+    let out = script(&args("alloc_test=1T"), big - 1);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    for want in [
+        format!("needs {big} MiB of host memory"),
+        format!("{} MiB for QEMU itself", qemu_own_mib(mem_mib)),
+        "a smaller alloc_test=".to_string(),
+    ] {
+        assert!(out.stderr.contains(&want), "no {want:?} in {}", out.stderr);
+    }
+    assert_eq!(script(&args("alloc_test=1T"), big).code, 0);
+    // The same size in bytes and with leading zeros (decimal) is the same need.
+    for same in ["alloc_test=1099511627776", "alloc_test=01T"] {
+        assert_eq!(script(&args(same), big - 1).code, 64, "{same}");
+        assert_eq!(script(&args(same), big).code, 0, "{same}");
+    }
+    assert_eq!(script(&args("alloc_test=16G"), big - 1).code, 0);
+    assert_eq!(script(&args("alloc_test=16G"), small - 1).code, 64);
+    assert_eq!(script(&args("alloc_test=16G"), small).code, 0);
+    // The default is 1G per node; 0 skips the test.
+    let default = need(1 << 10);
+    let out = script(
+        &[
+            "--dry-run",
+            "-m",
+            "4T",
+            "--nodes",
+            "16",
+            "--",
+            "memmap=ondemand",
+        ],
+        default,
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("needs {default} MiB")),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(script(&args("alloc_test=0"), need(0)).code, 0);
+    assert_eq!(script(&args("alloc_test=0"), need(0) - 1).code, 64);
 }
 
 #[test]
@@ -243,25 +440,29 @@ fn linux_and_memboot_get_the_same_machine() {
 fn linux_is_refused_where_its_struct_pages_do_not_fit() {
     let kernel = repo_root().join("Cargo.toml");
     let kernel = kernel.to_str().unwrap();
-    // 4T: 64 GiB of struct pages against 24 GiB available.
-    let out = script(
-        &[
-            "--dry-run",
-            "-m",
-            "4T",
-            "--linux",
-            kernel,
-            "--initrd",
-            kernel,
-        ],
-        24 << 10,
-    );
+    // 4T: 64 GiB of struct pages, QEMU's own and Linux's own.
+    let mem_mib = 4 << 20;
+    let need = faithful_need_mib(mem_mib) + linux_own_mib(mem_mib);
+    let args = [
+        "--dry-run",
+        "-m",
+        "4T",
+        "--linux",
+        kernel,
+        "--initrd",
+        kernel,
+    ];
+    let out = script(&args, need - 1);
     assert_eq!(out.code, 64, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("Linux") && out.stderr.contains("64 GiB"),
-        "{}",
-        out.stderr
-    );
+    for want in [
+        "with Linux writes every struct page".to_string(),
+        format!("needs {need} MiB of host memory"),
+        "65536 MiB of struct pages".to_string(),
+        format!("{} MiB for Linux's own", linux_own_mib(mem_mib)),
+    ] {
+        assert!(out.stderr.contains(&want), "no {want:?} in {}", out.stderr);
+    }
+    assert_eq!(script(&args, need).code, 0);
 }
 
 /// The line tests/bench.sh reads to place its warm-ups: every mode but plain
@@ -298,4 +499,352 @@ fn dry_run_says_whether_every_struct_page_is_written() {
             out.stderr
         );
     }
+}
+
+/// The backend sizes (MiB) of a dry run's `-object memory-backend-ram,…`
+/// arguments, in command-line order.
+fn backend_sizes_mib(cmd: &[String]) -> Vec<u64> {
+    value_of(cmd, "-object")
+        .iter()
+        .map(|o| {
+            let size = o
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("size="))
+                .unwrap_or_else(|| panic!("no size in {o}"));
+            size.strip_suffix('M')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("size {size} is not whole MiB"))
+        })
+        .collect()
+}
+
+/// Sizes are decimal whatever their leading zeros, as QEMU reads them
+/// (bash arithmetic would read 010 as octal 8 and fail on 08).
+#[test]
+fn sizes_and_counts_are_decimal() {
+    for (size, mib) in [("010G", 10u64 << 10), ("08G", 8 << 10), ("0128M", 128)] {
+        let cmd = dry_run(&["-m", size, "--", "memmap=ondemand"]);
+        assert_eq!(value_of(&cmd, "-m"), [format!("{mib}M")], "-m {size}");
+        assert_eq!(backend_sizes_mib(&cmd), [mib], "-m {size}");
+    }
+    // 0127 is 127 MiB (no suffix: MiB), below memboot's minimum, not octal 87.
+    let out = script(&["--dry-run", "-m", "0127"], 1 << 30);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(out.stderr.contains("at least 128M"), "{}", out.stderr);
+    let cmd = dry_run(&["--smp", "08", "--nodes", "02", "--timeout", "0900"]);
+    assert_eq!(value_of(&cmd, "-smp"), ["8"]);
+    assert_eq!(value_of(&cmd, "-numa").len(), 2);
+}
+
+/// A number too large for bash's 64-bit arithmetic is a usage error naming
+/// its flag, never a wrapped value.
+#[test]
+fn overflow_is_a_usage_error_naming_the_flag() {
+    // 2^44 + 1 TiB in MiB is 2^64 + 2^20: in 64 bits it wraps to 1T.
+    let wraps = 17_592_186_044_417u128 << 20;
+    assert_eq!(wraps as u64, 1 << 20, "the premise: it would wrap to 1T");
+    let huge = "99999999999999999999999";
+    for (flag, value) in [
+        ("-m", "17592186044417T".to_string()),
+        ("-m", format!("{huge}M")),
+        ("-m", huge.to_string()),
+        ("--smp", huge.to_string()),
+        ("--nodes", huge.to_string()),
+        ("--timeout", huge.to_string()),
+    ] {
+        let out = script(&["--dry-run", flag, &value], 1 << 30);
+        assert_eq!(out.code, 64, "{flag} {value}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{flag} {value}: too large")),
+            "{flag} {value}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// A flag given twice is ambiguous: a usage error naming it, not "the last
+/// one wins".
+#[test]
+fn repeated_flags_are_usage_errors_naming_the_flag() {
+    for (args, flag) in [
+        (&["-m", "1G", "-m", "2G"][..], "-m"),
+        (&["-m", "1G", "--mem", "2G"], "-m"),
+        (&["--smp", "2", "--smp", "4"], "--smp"),
+        (&["--nodes", "2", "--nodes", "2"], "--nodes"),
+        (&["--timeout", "9", "--timeout", "10"], "--timeout"),
+        (&["--accel", "tcg", "--accel", "kvm"], "--accel"),
+        (&["--log", "/dev/null", "--log", "/dev/null"], "--log"),
+        (&["--uefi", "--uefi"], "--uefi"),
+        (&["--print-cmd", "--print-cmd"], "--print-cmd"),
+    ] {
+        let out = script(&[&["--dry-run"], args].concat(), 1 << 30);
+        assert_eq!(out.code, 64, "{args:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(&format!("{flag} given twice")),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// QEMU's own split of RAM over nodes when none was given a size (QEMU ≤
+/// 5.1, `numa_default_auto_assign_ram()`): every node but the last gets
+/// RAM / nodes rounded down to 8 MiB (`numa_mem_align_shift` 23), the last
+/// the rest. In bytes, as QEMU computes it.
+fn qemu_node_split_mib(ram_mib: u64, nodes: u64) -> Vec<u64> {
+    let ram = ram_mib << 20;
+    let part = (ram / nodes) & !((1u64 << 23) - 1);
+    let mut sizes = vec![part; nodes as usize - 1];
+    sizes.push(ram - part * (nodes - 1));
+    sizes.into_iter().map(|b| b >> 20).collect()
+}
+
+#[test]
+fn uneven_node_splits_follow_qemu() {
+    assert_eq!(
+        qemu_node_split_mib(1000, 3),
+        [328, 328, 344],
+        "the example in the README"
+    );
+    for (size, ram_mib, nodes) in [
+        ("1000M", 1000u64, 3u64),
+        ("1G", 1024, 3),
+        ("64G", 64 << 10, 5),
+        ("136M", 136, 17),
+        ("513M", 513, 64),
+        ("59T", 59 << 20, 7),
+    ] {
+        let n = nodes.to_string();
+        let cmd = dry_run(&["-m", size, "--nodes", &n, "--", "memmap=ondemand"]);
+        let want = qemu_node_split_mib(ram_mib, nodes);
+        assert_eq!(backend_sizes_mib(&cmd), want, "-m {size} --nodes {nodes}");
+        assert_eq!(want.iter().sum::<u64>(), ram_mib);
+        assert_eq!(value_of(&cmd, "-m"), [format!("{ram_mib}M")]);
+        assert_eq!(value_of(&cmd, "-numa").len() as u64, nodes);
+    }
+}
+
+/// Below 8 MiB per node QEMU's split leaves every node but the last empty,
+/// and QEMU 7.2 refuses a memory backend of size 0: a usage error giving
+/// the smallest -m for that many nodes.
+#[test]
+fn nodes_that_would_be_empty_are_refused() {
+    for (size, nodes) in [("128M", 17u64), ("511M", 64)] {
+        let n = nodes.to_string();
+        let out = script(&["--dry-run", "-m", size, "--nodes", &n], 1 << 30);
+        assert_eq!(out.code, 64, "-m {size} --nodes {nodes}: {}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("at least {}M for {nodes} nodes", nodes * 8)),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            !out.stderr.contains("qemu-system-x86_64 "),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+/// The need run-qemu.sh's `--dry-run` reports
+/// (`run-qemu.sh: host memory: the boot needs N MiB (…)`).
+fn reported_need_mib(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("run-qemu.sh: host memory: the boot needs ")?
+                .split_once(" MiB")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no host-memory line in {stderr}"))
+}
+
+/// The model's constants are upper bounds of what this host measured: for
+/// every boot in the committed bench results, the need run-qemu.sh computes
+/// for that machine and mode is at least the boot's host peak RSS, and not
+/// wildly more (a model that refuses everything is no model).
+#[test]
+fn the_model_covers_every_measured_boot() {
+    let kernel = repo_root().join("Cargo.toml");
+    let kernel = kernel.to_str().unwrap();
+    let mut checked = 0;
+    for dir in ["1-node", "16-nodes"] {
+        let path = repo_root().join(format!("tests/bench-results/{dir}/bench.json"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // "bench: TCG, 2 vCPUs, 16 node(s), …"
+        let heading = json["meta"]["heading"].as_str().unwrap();
+        let number_before = |what: &str| -> String {
+            let end = heading.find(what).unwrap_or_else(|| panic!("{heading}"));
+            heading[..end]
+                .rsplit(' ')
+                .next()
+                .unwrap_or_else(|| panic!("{heading}"))
+                .to_string()
+        };
+        let (smp, nodes) = (number_before(" vCPUs"), number_before(" node(s)"));
+        for row in json["rows"].as_array().unwrap() {
+            let mem = format!("{}M", row["mem_mib"].as_u64().unwrap());
+            let rss = row["host_rss_mib"].as_u64().unwrap();
+            let mode = row["mode"].as_str().unwrap();
+            let mut args = vec!["--dry-run", "-m", &mem, "--smp", &smp, "--nodes", &nodes];
+            // As tests/bench.sh boots them: MODE[+OPTION...], verify=off.
+            let opts: Vec<String>;
+            if row["kernel"] == "linux" {
+                args.extend(["--linux", kernel, "--initrd", kernel]);
+            } else {
+                let mut parts = mode.split('+');
+                opts = std::iter::once(format!("memmap={}", parts.next().unwrap()))
+                    .chain(parts.map(str::to_string))
+                    .chain(["verify=off".to_string()])
+                    .collect();
+                args.push("--");
+                args.extend(opts.iter().map(String::as_str));
+            }
+            let out = script(&args, 1 << 30);
+            assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+            let need = reported_need_mib(&out.stderr);
+            assert!(
+                need >= rss,
+                "{dir} {mem} {mode}: the model needs {need} MiB, the boot used {rss} MiB"
+            );
+            assert!(
+                need <= rss + rss / 4 + 512,
+                "{dir} {mem} {mode}: the model needs {need} MiB for a boot that used {rss} MiB"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "{checked} boots");
+}
+
+/// MemAvailable from the real /proc/meminfo, in MiB (as run-qemu.sh reads it).
+fn mem_available_mib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().strip_suffix(" kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("MemAvailable in /proc/meminfo");
+    kib / 1024
+}
+
+/// `run-qemu.sh ARGS` against the host's real MemAvailable (no override).
+fn script_real_host(args: &[&str]) -> Out {
+    let out = Command::new(repo_root().join("run-qemu.sh"))
+        .args(args)
+        .env_remove("MEMBOOT_HOST_AVAILABLE_MIB")
+        .output()
+        .expect("run run-qemu.sh");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// How far MemAvailable may be from the figure a test computed with: other
+/// boots on this host move it.
+const DRIFT_MARGIN_MIB: u64 = 512;
+
+/// Run `check(available)` with MemAvailable read just before; again (up to
+/// five times) if MemAvailable moved by more than the margin meanwhile, so
+/// the expectation was computed for the host the script saw.
+fn with_steady_mem_available(check: impl Fn(u64) -> Result<(), String>) {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let before = mem_available_mib();
+        let result = check(before);
+        let after = mem_available_mib();
+        if before.abs_diff(after) <= DRIFT_MARGIN_MIB / 2 {
+            return result.unwrap();
+        }
+        last = format!("MemAvailable moved from {before} to {after} MiB");
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    panic!("MemAvailable never held still: {last}");
+}
+
+/// 2T faithful needs 32 GiB of struct pages alone: refused on this host,
+/// through the real /proc/meminfo; so is the one-word bypass.
+#[test]
+fn real_host_refuses_2t_faithful_and_the_one_word_bypass() {
+    let need = faithful_need_mib(2 << 20);
+    with_steady_mem_available(|available| {
+        assert!(
+            need >= available + DRIFT_MARGIN_MIB,
+            "this test assumes a host with less than {} MiB available, not {available}",
+            need - DRIFT_MARGIN_MIB
+        );
+        for tail in [
+            &["--"][..],
+            &["--", "memmap=touch"],
+            &["--", "memmap=ondemand", "verify=off ondemand_drain=on"],
+        ] {
+            let out = script_real_host(&[&["--dry-run", "-m", "2T"], tail].concat());
+            if out.code != 64 || !out.stderr.contains(&format!("needs {need} MiB")) {
+                return Err(format!("{tail:?}: exit {}: {}", out.code, out.stderr));
+            }
+            if !out.stderr.contains("(MemAvailable)") {
+                return Err(format!(
+                    "{tail:?}: not the real MemAvailable: {}",
+                    out.stderr
+                ));
+            }
+        }
+        Ok(())
+    });
+}
+
+/// Around what this host has available: the largest faithful size whose
+/// need is at most MemAvailable - margin boots, the smallest whose need is
+/// at least MemAvailable + margin is refused.
+#[test]
+fn real_host_accepts_the_largest_faithful_size_that_fits() {
+    // The largest (or smallest) -m in MiB on the right side of `bound`.
+    let largest_within = |bound: u64| {
+        let (mut lo, mut hi) = (128u64, 59 << 20);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if faithful_need_mib(mid) <= bound {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    };
+    with_steady_mem_available(|available| {
+        assert!(available > faithful_need_mib(128) + DRIFT_MARGIN_MIB);
+        let fits = largest_within(available - DRIFT_MARGIN_MIB);
+        let too_big = largest_within(available + DRIFT_MARGIN_MIB - 1) + 1;
+        assert!(faithful_need_mib(fits) <= available - DRIFT_MARGIN_MIB);
+        assert!(faithful_need_mib(too_big) >= available + DRIFT_MARGIN_MIB);
+        let (fits, too_big) = (format!("{fits}M"), format!("{too_big}M"));
+        let out = script_real_host(&["--dry-run", "-m", &fits]);
+        if out.code != 0 {
+            return Err(format!("-m {fits} (available {available}): {}", out.stderr));
+        }
+        let out = script_real_host(&["--dry-run", "-m", &too_big]);
+        if out.code != 64 || !out.stderr.contains("writes every struct page") {
+            return Err(format!(
+                "-m {too_big} (available {available}): {}",
+                out.stderr
+            ));
+        }
+        Ok(())
+    });
 }

@@ -224,7 +224,10 @@ fn every_test_fault_is_caught_by_verification() {
             TestFault::DoubleInit => format!(" section {}: ", hex("pfn 0x") >> 15),
             _ => unreachable!(),
         };
-        assert!(text.contains(&needle), "{what}: '{needle}' not in\n{text}\n{damaged}");
+        assert!(
+            text.contains(&needle),
+            "{what}: '{needle}' not in\n{text}\n{damaged}"
+        );
         if mode == MemmapMode::OnDemand && fault == TestFault::CorruptPage {
             assert!(mm.grown_pages > 0, "{what}: growth initialised the page");
         }

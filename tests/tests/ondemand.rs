@@ -193,24 +193,6 @@ fn ondemand_drain_64g_empties_the_pool() {
 }
 
 #[test]
-fn ondemand_corrupted_struct_page_fails_verification() {
-    let b = boot(
-        &["-m", "1G", "--smp", "2"],
-        &["memmap=ondemand", "test_fault=corrupt_page"],
-        Duration::from_secs(300),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        b.describe()
-    );
-    assert_eq!(b.summary_str("status"), "verify");
-    assert_eq!(b.summary_str("verify"), "failed");
-    assert!(b.has_message("verify: pfn 0x"), "{}", b.describe());
-}
-
-#[test]
 fn ondemand_4t() {
     let b = boot(
         &["-m", "4T", "--smp", "2"],

@@ -261,25 +261,3 @@ fn deferred_64g_one_thread_per_node_and_2g_blocks() {
         "64G below and above the 4G hole: 33 blocks of 2G"
     );
 }
-
-#[test]
-fn corrupted_struct_page_fails_verification() {
-    let b = boot(
-        &["-m", "1G", "--smp", "2"],
-        &["test_fault=corrupt_page"],
-        Duration::from_secs(300),
-    );
-    assert_eq!(
-        b.run.exit_code,
-        exit_code::KERNEL_FAILURE,
-        "{}",
-        describe(&b)
-    );
-    assert_eq!(b.summary_str("status"), "verify");
-    assert_eq!(b.summary_str("verify"), "failed");
-    assert!(
-        b.has_message("verify: pfn 0x"),
-        "the mismatch is printed\n{}",
-        describe(&b)
-    );
-}

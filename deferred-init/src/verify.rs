@@ -363,9 +363,11 @@ impl fmt::Display for PageCheck {
         for m in &self.mismatches {
             writeln!(f, "{m}")?;
         }
+        // A failed scan ends like a failed list check: one `verify: FAILED`.
+        let verdict = if self.nr_mismatches > 0 { "FAILED: " } else { "" };
         write!(
             f,
-            "verify: {} pages checked, {} mismatches",
+            "verify: {verdict}{} pages checked, {} mismatches",
             self.pages_checked, self.nr_mismatches
         )?;
         if self.nr_mismatches > self.mismatches.len() as u64 {

@@ -652,6 +652,30 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         zone: ZoneType,
         order: u32,
     ) -> Result<Allocation, AllocError> {
+        self.alloc(nid, zone, order, None)
+    }
+
+    /// [`alloc_pages_counted`](Self::alloc_pages_counted), also timing
+    /// each growth step with `clock` and handing its duration (ns; one
+    /// window of [`GROW_CLAIM_WINDOWS`]) to `on_step`.
+    pub fn alloc_pages_timed(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        clock: &dyn Clock,
+        on_step: &mut dyn FnMut(u64),
+    ) -> Result<Allocation, AllocError> {
+        self.alloc(nid, zone, order, Some((clock, on_step)))
+    }
+
+    fn alloc(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        mut step_timer: Option<(&dyn Clock, &mut dyn FnMut(u64))>,
+    ) -> Result<Allocation, AllocError> {
         let pos = self.plan.node_pos(nid);
         let can_grow = self.mode == InitMode::InitAndFree;
         let mut growth_steps = 0;
@@ -672,7 +696,14 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     in_flight |= !all_done;
                     break;
                 };
-                self.grow(pos, &claim);
+                match step_timer.as_mut() {
+                    Some((clock, on_step)) => {
+                        let start = clock.now_ns();
+                        self.grow(pos, &claim);
+                        on_step(clock.now_ns().saturating_sub(start));
+                    }
+                    None => self.grow(pos, &claim),
+                }
                 growth_steps += 1;
             }
         }

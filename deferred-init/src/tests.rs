@@ -784,6 +784,36 @@ fn growth_respects_the_zone_fallback_order() {
     assert!(di.is_done());
 }
 
+/// Each growth step is timed on its own: with a clock that advances 1000
+/// ns per read, every step reports 1000 ns, one per window grown, and an
+/// allocation served from the lists reports none.
+#[test]
+fn growth_steps_are_timed_one_by_one() {
+    let ranges = [dr(0, 33 * S, 34 * S)];
+    let mm = memmap_for(&ranges);
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let ticks = AtomicU64::new(0);
+    let clock = || ticks.fetch_add(1000, Ordering::Relaxed);
+    let mut steps = Vec::new();
+    let a = di
+        .alloc_pages_timed(0, ZoneType::Normal, MAX_ORDER, &clock, &mut |ns| {
+            steps.push(ns)
+        })
+        .unwrap();
+    assert_eq!((a.growth_steps, steps.as_slice()), (1, &[1000][..]));
+    let b = di
+        .alloc_pages_timed(0, ZoneType::Normal, 0, &clock, &mut |ns| steps.push(ns))
+        .unwrap();
+    assert_eq!(b.growth_steps, 1, "the first window went whole to a");
+    let c = di
+        .alloc_pages_timed(0, ZoneType::Normal, 0, &clock, &mut |ns| steps.push(ns))
+        .unwrap();
+    assert_eq!(c.growth_steps, 0, "served from b's window");
+    assert_eq!(steps, [1000, 1000]);
+    assert_eq!(di.report().nodes[0].nr_grown_windows, steps.len() as u64);
+}
+
 /// A lower-zone request on a node whose pool holds only a higher zone
 /// initialises nothing (before the fix it initialised the whole pool, 4 MiB
 /// at a time, and then failed).

@@ -364,7 +364,11 @@ impl fmt::Display for PageCheck {
             writeln!(f, "{m}")?;
         }
         // A failed scan ends like a failed list check: one `verify: FAILED`.
-        let verdict = if self.nr_mismatches > 0 { "FAILED: " } else { "" };
+        let verdict = if self.nr_mismatches > 0 {
+            "FAILED: "
+        } else {
+            ""
+        };
         write!(
             f,
             "verify: {verdict}{} pages checked, {} mismatches",

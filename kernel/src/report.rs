@@ -182,6 +182,9 @@ pub fn write_summary<W: Write>(
         if let Some(node) = span.node {
             p.u64("node", node.into())?;
         }
+        if let Some(nodes) = span.nodes {
+            p.u64("nodes", nodes.into())?;
+        }
         p.u64("start_ns", span.start_ns)?;
         p.u64("end_ns", span.end_ns)
     })?;
@@ -371,6 +374,7 @@ mod tests {
             phase: Phase::DeferredInit,
             cpu: 1,
             node: Some(3),
+            nodes: None,
             start_ns: 10,
             end_ns: 20,
         });
@@ -409,9 +413,11 @@ mod tests {
     /// every kind of phase at once (a boot has deferred workers or drain
     /// workers, not both): the boot CPU's phases, a deferred and a drain
     /// worker per CPU on its node (run-qemu.sh's contiguous spread), and an
-    /// alloc_test phase per (CPU, node). Stamps are 13 digits (a boot of
-    /// hours), the longest a timeline is likely to carry.
-    fn facts_of(cpus: u32, nodes: u32) -> MmFacts {
+    /// alloc_test phase per (CPU, node), or per CPU over all nodes if
+    /// `fold` (what the kernel records past `MAX_NODE_SPANS`). Stamps are
+    /// 13 digits (a boot of hours), the longest a timeline is likely to
+    /// carry.
+    fn facts_of(cpus: u32, nodes: u32, fold: bool) -> MmFacts {
         let mut mm = MmFacts::EMPTY;
         mm.strategy = "ondemand";
         mm.nr_nodes = nodes as usize;
@@ -423,10 +429,12 @@ mod tests {
                 phase,
                 cpu,
                 node,
+                nodes: None,
                 start_ns: t,
                 end_ns: t + 999_999,
             }
         };
+
         for phase in [
             Phase::Memblock,
             Phase::Zones,
@@ -445,9 +453,18 @@ mod tests {
                 mm.phases.push(span(phase, cpu, node_of(cpu)));
             }
         }
-        for node in 0..nodes {
+        if fold {
             for cpu in 0..cpus {
-                mm.phases.push(span(Phase::AllocTest, cpu, Some(node)));
+                mm.phases.push(PhaseSpan {
+                    nodes: Some(nodes),
+                    ..span(Phase::AllocTest, cpu, None)
+                });
+            }
+        } else {
+            for node in 0..nodes {
+                for cpu in 0..cpus {
+                    mm.phases.push(span(Phase::AllocTest, cpu, Some(node)));
+                }
             }
         }
         for (i, ns) in mm.node_deferred_ns.iter_mut().enumerate() {
@@ -476,9 +493,47 @@ mod tests {
         serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e})"))
     }
 
+    /// The largest machine as the kernel records it (alloc_test folded per
+    /// CPU): whole JSON, every key, a lane's phases for every CPU.
+    #[test]
+    fn folded_summary_of_255_cpus_on_64_nodes_is_whole_json_with_every_key() {
+        let mm = facts_of(MAX_CPUS, MAX_NODES, true);
+        let mut line = String::new();
+        let len = write_summary_line(&mut line, "ok", 7, &boot_of(MAX_CPUS, MAX_NODES), &mm)
+            .expect("a String takes any length");
+        assert_eq!(len, line.len());
+        let v = parse_line(&line);
+        let obj = v.as_object().unwrap();
+        for key in CONTRACT_KEYS {
+            assert!(obj.contains_key(key), "no {key}");
+        }
+        assert_eq!(obj.len(), CONTRACT_KEYS.len());
+        assert_eq!(
+            (v["nodes"].as_u64(), v["cpus"].as_u64()),
+            (Some(64), Some(255))
+        );
+        let phases = v["phases"].as_array().unwrap();
+        assert_eq!(phases.len(), 8 + 2 * 255 + 255);
+        let alloc: Vec<&serde_json::Value> = phases
+            .iter()
+            .filter(|p| p["phase"] == "alloc_test")
+            .collect();
+        assert_eq!(alloc.len(), 255);
+        for (cpu, p) in alloc.iter().enumerate() {
+            assert_eq!(p["cpu"], cpu as u64);
+            assert_eq!(p["nodes"], 64, "{p}");
+            assert!(p.get("node").is_none(), "{p}");
+        }
+        // ~90 bytes a phase: well under a tenth of the unfolded line.
+        assert!(len < 100 * 1024, "{len} bytes");
+    }
+
+    /// The same machine with every alloc_test span kept (16,320 of them,
+    /// what the kernel recorded before it folded): the writer has no
+    /// length limit, whatever the facts hold.
     #[test]
     fn summary_of_255_cpus_on_64_nodes_is_whole_json_with_every_key() {
-        let mm = facts_of(MAX_CPUS, MAX_NODES);
+        let mm = facts_of(MAX_CPUS, MAX_NODES, false);
         let mut line = String::new();
         let len = write_summary_line(&mut line, "ok", 7, &boot_of(MAX_CPUS, MAX_NODES), &mm)
             .expect("a String takes any length");
@@ -533,7 +588,7 @@ mod tests {
 
     #[test]
     fn a_line_goes_out_whole_or_is_a_named_cut() {
-        let mm = facts_of(16, 16);
+        let mm = facts_of(16, 16, false);
         let boot = boot_of(16, 16);
         let mut whole = String::new();
         let len = write_summary_line(&mut whole, "ok", 7, &boot, &mm).unwrap();

@@ -20,6 +20,10 @@ pub enum TestFault {
     /// with the serial lock held and part of the line sent: the panic
     /// handler's emergency log must break the lock to report it.
     PanicInLog,
+    /// `panic!` while the summary line is being sent, part of it already on
+    /// the wire: the boot must fail with status `summary` on a second,
+    /// whole summary line, never pass the cut one off.
+    PanicInSummary,
     /// Read from an unmapped address (#PF, vector 14).
     PageFault,
     /// `ud2` (#UD, vector 6).
@@ -233,12 +237,13 @@ fn set_option<'a>(
                 "none" => TestFault::None,
                 "panic" => TestFault::Panic,
                 "panic_in_log" => TestFault::PanicInLog,
+                "panic_in_summary" => TestFault::PanicInSummary,
                 "page_fault" => TestFault::PageFault,
                 "invalid_opcode" => TestFault::InvalidOpcode,
                 "corrupt_page" => TestFault::CorruptPage,
                 _ => {
                     return Err(bad(
-                        "none|panic|panic_in_log|page_fault|invalid_opcode|corrupt_page",
+                        "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page",
                     ))
                 }
             };
@@ -336,6 +341,17 @@ mod tests {
         let err = parse("test_fault=panic_in").unwrap_err();
         let msg = alloc::format!("{err}");
         assert!(msg.contains("|panic_in_log|"), "{msg}");
+    }
+
+    #[test]
+    fn parses_test_fault_panic_in_summary() {
+        assert_eq!(
+            parse("test_fault=panic_in_summary").unwrap().test_fault,
+            TestFault::PanicInSummary
+        );
+        let err = parse("test_fault=panic_in_sum").unwrap_err();
+        let msg = alloc::format!("{err}");
+        assert!(msg.contains("|panic_in_summary|"), "{msg}");
     }
 
     #[test]

@@ -81,6 +81,9 @@ use crate::buddy::{
 use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
 
+/// A clock and what to call with each growth step's duration.
+type StepTimer<'a> = (&'a dyn Clock, &'a mut dyn FnMut(u64));
+
 /// `double_init_pfn` before the armed double init hit a window.
 const PFN_NOT_DOUBLED: Pfn = Pfn::MAX;
 
@@ -674,7 +677,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         nid: NodeId,
         zone: ZoneType,
         order: u32,
-        mut step_timer: Option<(&dyn Clock, &mut dyn FnMut(u64))>,
+        mut step_timer: Option<StepTimer<'_>>,
     ) -> Result<Allocation, AllocError> {
         let pos = self.plan.node_pos(nid);
         let can_grow = self.mode == InitMode::InitAndFree;

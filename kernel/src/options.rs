@@ -21,6 +21,10 @@ pub enum TestFault {
     /// with the serial lock held and part of the line sent: the panic
     /// handler's emergency log must break the lock to report it.
     PanicInLog,
+    /// `panic!` while the summary line is being sent, part of it already on
+    /// the wire: the boot must fail with status `summary` on a second,
+    /// whole summary line, never pass the cut one off.
+    PanicInSummary,
     /// Read from an unmapped address (#PF, vector 14).
     PageFault,
     /// `ud2` (#UD, vector 6).
@@ -59,6 +63,7 @@ impl TestFault {
             TestFault::None => "none",
             TestFault::Panic => "panic",
             TestFault::PanicInLog => "panic_in_log",
+            TestFault::PanicInSummary => "panic_in_summary",
             TestFault::PageFault => "page_fault",
             TestFault::InvalidOpcode => "invalid_opcode",
             TestFault::CorruptPage => "corrupt_page",
@@ -68,10 +73,11 @@ impl TestFault {
         }
     }
 
-    pub const ALL: [TestFault; 9] = [
+    pub const ALL: [TestFault; 10] = [
         TestFault::None,
         TestFault::Panic,
         TestFault::PanicInLog,
+        TestFault::PanicInSummary,
         TestFault::PageFault,
         TestFault::InvalidOpcode,
         TestFault::CorruptPage,
@@ -275,7 +281,7 @@ impl fmt::Display for OptionError<'_> {
 
 /// `test_fault=` values, for the error message.
 const TEST_FAULTS: &str =
-    "none|panic|panic_in_log|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap";
+    "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap";
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
@@ -531,6 +537,17 @@ mod tests {
         let err = parse("test_fault=panic_in").unwrap_err();
         let msg = alloc::format!("{err}");
         assert!(msg.contains("|panic_in_log|"), "{msg}");
+    }
+
+    #[test]
+    fn parses_test_fault_panic_in_summary() {
+        assert_eq!(
+            parse("test_fault=panic_in_summary").unwrap().test_fault,
+            TestFault::PanicInSummary
+        );
+        let err = parse("test_fault=panic_in_sum").unwrap_err();
+        let msg = alloc::format!("{err}");
+        assert!(msg.contains("|panic_in_summary|"), "{msg}");
     }
 
     #[test]

@@ -3,11 +3,22 @@
 //!
 //! The summary is a contract: keys are only ever added, never renamed or
 //! dropped. It is one line, one JSON object, written without allocation so
-//! that the panic and exception paths can still emit it.
+//! that the panic and exception paths can still emit it, and without a
+//! length limit: [`write_summary_line`] streams it into its writer (the
+//! kernel's serial line writer), after measuring it, so that a line that
+//! does not go out whole is a named failure ([`SummaryCut`]), never a cut
+//! line passed off as a summary.
 
 use core::fmt::{self, Write};
 
 use crate::pipeline::facts::MmFacts;
+
+/// What the summary line starts with; tools find the line by it.
+pub const SUMMARY_PREFIX: &str = "memboot-summary: ";
+
+/// The `status` of a boot whose summary line could not be written whole
+/// (README "Output"): the line that says so carries the boot facts only.
+pub const SUMMARY_FAILED_STATUS: &str = "summary";
 
 /// `[    5.123456] ` prefix for a time since kernel entry, like dmesg.
 pub struct Timestamp(pub u64 /* ns */);
@@ -148,9 +159,11 @@ pub fn write_summary<W: Write>(
     o.u64("memmap_boot_ns", mm.memmap_boot_ns)?;
     o.u64("buddy_eager_ns", mm.buddy_eager_ns)?;
     o.u64("deferred_ns", mm.deferred_ns)?;
+    // `take`, not a slice: an `nr_nodes` beyond the array (a bug elsewhere)
+    // must not panic the one path that reports panics.
     o.u64_array(
         "node_deferred_ns",
-        mm.node_deferred_ns[..mm.nr_nodes].iter().copied(),
+        mm.node_deferred_ns.iter().take(mm.nr_nodes).copied(),
     )?;
     o.u64("deferred_workers", mm.deferred_workers)?;
     o.u64("grown_pages", mm.grown_pages)?;
@@ -168,6 +181,9 @@ pub fn write_summary<W: Write>(
         p.u64("cpu", span.cpu.into())?;
         if let Some(node) = span.node {
             p.u64("node", node.into())?;
+        }
+        if let Some(nodes) = span.nodes {
+            p.u64("nodes", nodes.into())?;
         }
         p.u64("start_ns", span.start_ns)?;
         p.u64("end_ns", span.end_ns)
@@ -191,6 +207,92 @@ pub fn write_summary<W: Write>(
     o.end()
 }
 
+/// A summary line that did not go out whole: its writer took `sent` of its
+/// `len` bytes (the prefix included), so whatever reached the line is cut
+/// and is not valid JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SummaryCut {
+    pub sent: usize,
+    pub len: usize,
+}
+
+impl fmt::Display for SummaryCut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the summary line was cut after {} of its {} bytes, so the line above is not a valid summary: the boot fails with status `{SUMMARY_FAILED_STATUS}` and the next summary line has the boot facts only; report it with this log",
+            self.sent, self.len
+        )
+    }
+}
+
+/// Counts the bytes a formatting would write, storing none.
+struct ByteCount(usize);
+
+impl Write for ByteCount {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+/// Passes at most `len` bytes on to `out`, counting what it took, so a
+/// second formatting that came out longer than the measured one stops at
+/// the measured end instead of running on.
+struct Bounded<'w, W: Write> {
+    out: &'w mut W,
+    len: usize,
+    sent: usize,
+}
+
+impl<W: Write> Write for Bounded<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if s.len() > self.len - self.sent {
+            return Err(fmt::Error);
+        }
+        self.out.write_str(s)?;
+        self.sent += s.len();
+        Ok(())
+    }
+}
+
+/// `memboot-summary: {json}` into `line`, streamed piece by piece: no
+/// buffer, so no length limit and no allocation (the panic path uses it).
+/// The line is measured first, then written; `Ok(len)` when all `len`
+/// bytes went out, [`SummaryCut`] when `line` refused some (the caller
+/// ends the line, fails the boot with [`SUMMARY_FAILED_STATUS`] and writes
+/// a second line with [`MmFacts::EMPTY`]). The line's end (`\r\n`) is the
+/// writer's business: this writes no newline, and JSON escapes every one.
+pub fn write_summary_line<W: Write>(
+    line: &mut W,
+    status: &str,
+    total_ns: u64,
+    boot: &BootFacts,
+    mm: &MmFacts,
+) -> Result<usize, SummaryCut> {
+    let mut count = ByteCount(SUMMARY_PREFIX.len());
+    let measured = write_summary(&mut count, status, total_ns, boot, mm);
+    let len = count.0;
+    // Counting cannot fail; if formatting did anyway (a `Display` error),
+    // nothing was sent, which is a cut at byte 0.
+    measured.map_err(|_| SummaryCut { sent: 0, len })?;
+    let mut out = Bounded {
+        out: line,
+        len,
+        sent: 0,
+    };
+    let streamed = out
+        .write_str(SUMMARY_PREFIX)
+        .and_then(|()| write_summary(&mut out, status, total_ns, boot, mm));
+    match streamed {
+        Ok(()) if out.sent == len => Ok(len),
+        _ => Err(SummaryCut {
+            sent: out.sent,
+            len,
+        }),
+    }
+}
+
 fn write_json_str<W: Write>(out: &mut W, s: &str) -> fmt::Result {
     out.write_char('"')?;
     for c in s.chars() {
@@ -209,6 +311,7 @@ mod tests {
     use super::*;
     use crate::pipeline::facts::{Phase, PhaseSpan, VerifyOutcome};
     use alloc::string::String;
+    use alloc::vec::Vec;
 
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
@@ -271,6 +374,7 @@ mod tests {
             phase: Phase::DeferredInit,
             cpu: 1,
             node: Some(3),
+            nodes: None,
             start_ns: 10,
             end_ns: 20,
         });
@@ -298,6 +402,257 @@ mod tests {
         assert_eq!(
             v["phases"],
             serde_json::json!([{"phase": "deferred_init", "cpu": 1, "node": 3, "start_ns": 10, "end_ns": 20}])
+        );
+    }
+
+    /// The largest machine run-qemu.sh accepts.
+    const MAX_CPUS: u32 = 255;
+    const MAX_NODES: u32 = 64;
+
+    /// The facts a boot of `cpus` CPUs over `nodes` nodes records, with
+    /// every kind of phase at once (a boot has deferred workers or drain
+    /// workers, not both): the boot CPU's phases, a deferred and a drain
+    /// worker per CPU on its node (run-qemu.sh's contiguous spread), and an
+    /// alloc_test phase per (CPU, node), or per CPU over all nodes if
+    /// `fold` (what the kernel records past `MAX_NODE_SPANS`). Stamps are
+    /// 13 digits (a boot of hours), the longest a timeline is likely to
+    /// carry.
+    fn facts_of(cpus: u32, nodes: u32, fold: bool) -> MmFacts {
+        let mut mm = MmFacts::EMPTY;
+        mm.strategy = "ondemand";
+        mm.nr_nodes = nodes as usize;
+        mm.verify = VerifyOutcome::Ok;
+        let mut t = 1_000_000_000_000u64;
+        let mut span = |phase, cpu, node| {
+            t += 1_234_567;
+            PhaseSpan {
+                phase,
+                cpu,
+                node,
+                nodes: None,
+                start_ns: t,
+                end_ns: t + 999_999,
+            }
+        };
+
+        for phase in [
+            Phase::Memblock,
+            Phase::Zones,
+            Phase::Vmemmap,
+            Phase::EagerMemmap,
+            Phase::BuddyHandoff,
+            Phase::Pool,
+            Phase::MemoryBlocks,
+            Phase::Verify,
+        ] {
+            mm.phases.push(span(phase, 0, None));
+        }
+        let node_of = |cpu: u32| (0..nodes).find(|&n| cpu < ((n + 1) * cpus).div_ceil(nodes));
+        for phase in [Phase::DeferredInit, Phase::Drain] {
+            for cpu in 0..cpus {
+                mm.phases.push(span(phase, cpu, node_of(cpu)));
+            }
+        }
+        if fold {
+            for cpu in 0..cpus {
+                mm.phases.push(PhaseSpan {
+                    nodes: Some(nodes),
+                    ..span(Phase::AllocTest, cpu, None)
+                });
+            }
+        } else {
+            for node in 0..nodes {
+                for cpu in 0..cpus {
+                    mm.phases.push(span(Phase::AllocTest, cpu, Some(node)));
+                }
+            }
+        }
+        for (i, ns) in mm.node_deferred_ns.iter_mut().enumerate() {
+            *ns = 1_000_000_000 + i as u64;
+        }
+        mm.deferred_workers = cpus.into();
+        mm
+    }
+
+    fn boot_of(cpus: u32, nodes: u32) -> BootFacts {
+        BootFacts {
+            mem_bytes: 512 << 20,
+            nodes: nodes.into(),
+            cpus: cpus.into(),
+            ap_online: (cpus - 1).into(),
+            tsc_khz: 2_445_237,
+            heap_bytes: 56 << 20,
+            heap_peak_bytes: 3 << 20,
+        }
+    }
+
+    fn parse_line(line: &str) -> serde_json::Value {
+        let json = line
+            .strip_prefix(SUMMARY_PREFIX)
+            .unwrap_or_else(|| panic!("no prefix: {}", &line[..line.len().min(80)]));
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e})"))
+    }
+
+    /// The largest machine as the kernel records it (alloc_test folded per
+    /// CPU): whole JSON, every key, a lane's phases for every CPU.
+    #[test]
+    fn folded_summary_of_255_cpus_on_64_nodes_is_whole_json_with_every_key() {
+        let mm = facts_of(MAX_CPUS, MAX_NODES, true);
+        let mut line = String::new();
+        let len = write_summary_line(&mut line, "ok", 7, &boot_of(MAX_CPUS, MAX_NODES), &mm)
+            .expect("a String takes any length");
+        assert_eq!(len, line.len());
+        let v = parse_line(&line);
+        let obj = v.as_object().unwrap();
+        for key in CONTRACT_KEYS {
+            assert!(obj.contains_key(key), "no {key}");
+        }
+        assert_eq!(obj.len(), CONTRACT_KEYS.len());
+        assert_eq!(
+            (v["nodes"].as_u64(), v["cpus"].as_u64()),
+            (Some(64), Some(255))
+        );
+        let phases = v["phases"].as_array().unwrap();
+        assert_eq!(phases.len(), 8 + 2 * 255 + 255);
+        let alloc: Vec<&serde_json::Value> = phases
+            .iter()
+            .filter(|p| p["phase"] == "alloc_test")
+            .collect();
+        assert_eq!(alloc.len(), 255);
+        for (cpu, p) in alloc.iter().enumerate() {
+            assert_eq!(p["cpu"], cpu as u64);
+            assert_eq!(p["nodes"], 64, "{p}");
+            assert!(p.get("node").is_none(), "{p}");
+        }
+        // ~90 bytes a phase: well under a tenth of the unfolded line.
+        assert!(len < 100 * 1024, "{len} bytes");
+    }
+
+    /// The same machine with every alloc_test span kept (16,320 of them,
+    /// what the kernel recorded before it folded): the writer has no
+    /// length limit, whatever the facts hold.
+    #[test]
+    fn summary_of_255_cpus_on_64_nodes_is_whole_json_with_every_key() {
+        let mm = facts_of(MAX_CPUS, MAX_NODES, false);
+        let mut line = String::new();
+        let len = write_summary_line(&mut line, "ok", 7, &boot_of(MAX_CPUS, MAX_NODES), &mm)
+            .expect("a String takes any length");
+        assert_eq!(len, line.len());
+        // The fixed 16 KiB buffer this replaced was cut past ~190 phases.
+        assert!(len > 1 << 20, "{len} bytes: expected over 1 MiB");
+        let v = parse_line(&line);
+        let obj = v.as_object().unwrap();
+        for key in CONTRACT_KEYS {
+            assert!(obj.contains_key(key), "no {key}");
+        }
+        assert_eq!(obj.len(), CONTRACT_KEYS.len());
+        assert_eq!(v["nodes"], 64);
+        assert_eq!(v["cpus"], 255);
+        assert_eq!(v["verify"], "ok");
+        assert_eq!(v["node_deferred_ns"].as_array().unwrap().len(), 64);
+        let phases = v["phases"].as_array().unwrap();
+        // 8 boot-CPU phases, a deferred and a drain worker per CPU, and an
+        // alloc_test phase per (CPU, node).
+        assert_eq!(phases.len(), 8 + 2 * 255 + 255 * 64);
+        let mut alloc: Vec<(u64, u64)> = phases
+            .iter()
+            .filter(|p| p["phase"] == "alloc_test")
+            .map(|p| (p["cpu"].as_u64().unwrap(), p["node"].as_u64().unwrap()))
+            .collect();
+        alloc.sort_unstable();
+        alloc.dedup();
+        assert_eq!(alloc.len(), 255 * 64, "every (CPU, node) once");
+        assert_eq!(alloc.last(), Some(&(254, 63)));
+        // Every CPU has a lane of its own: each appears in the phases.
+        let mut lanes: Vec<u64> = phases.iter().map(|p| p["cpu"].as_u64().unwrap()).collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        assert_eq!(lanes, (0..255).collect::<Vec<u64>>());
+    }
+
+    /// A writer that takes whole pieces until `cap` bytes, then refuses.
+    struct Refusing {
+        taken: String,
+        cap: usize,
+    }
+
+    impl Write for Refusing {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            if self.taken.len() + s.len() > self.cap {
+                return Err(fmt::Error);
+            }
+            self.taken.push_str(s);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_goes_out_whole_or_is_a_named_cut() {
+        let mm = facts_of(16, 16, false);
+        let boot = boot_of(16, 16);
+        let mut whole = String::new();
+        let len = write_summary_line(&mut whole, "ok", 7, &boot, &mm).unwrap();
+        parse_line(&whole);
+        for cap in [0, 1, SUMMARY_PREFIX.len(), 100, len / 2, len - 1] {
+            let mut out = Refusing {
+                taken: String::new(),
+                cap,
+            };
+            let cut = write_summary_line(&mut out, "ok", 7, &boot, &mm).unwrap_err();
+            assert_eq!(cut.len, len, "cap {cap}");
+            assert_eq!(cut.sent, out.taken.len(), "cap {cap}");
+            assert!(cut.sent <= cap, "cap {cap}: {cut:?}");
+            assert!(whole.starts_with(&out.taken), "cap {cap}: sent a prefix");
+            let text = cut.to_string();
+            assert!(text.contains(&format!("after {} of its {len} bytes", cut.sent)));
+            assert!(text.contains("status `summary`"), "{text}");
+        }
+        for cap in [len, len + 1, usize::MAX] {
+            let mut out = Refusing {
+                taken: String::new(),
+                cap,
+            };
+            assert_eq!(write_summary_line(&mut out, "ok", 7, &boot, &mm), Ok(len));
+            assert_eq!(out.taken, whole);
+        }
+    }
+
+    #[test]
+    fn the_fallback_line_is_valid_json_with_status_summary() {
+        let boot = BootFacts {
+            mem_bytes: u64::MAX,
+            nodes: u64::MAX,
+            cpus: u64::MAX,
+            ap_online: u64::MAX,
+            tsc_khz: u64::MAX,
+            heap_bytes: u64::MAX,
+            heap_peak_bytes: u64::MAX,
+        };
+        let mut line = String::new();
+        write_summary_line(
+            &mut line,
+            SUMMARY_FAILED_STATUS,
+            u64::MAX,
+            &boot,
+            &MmFacts::EMPTY,
+        )
+        .unwrap();
+        let v = parse_line(&line);
+        assert_eq!(v["status"], "summary");
+        assert_eq!(v.as_object().unwrap().len(), CONTRACT_KEYS.len());
+        assert_eq!(v["phases"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn node_count_beyond_the_array_does_not_panic() {
+        let mut mm = MmFacts::EMPTY;
+        mm.nr_nodes = usize::MAX;
+        let mut s = String::new();
+        write_summary(&mut s, "ok", 0, &BootFacts::default(), &mm).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(
+            v["node_deferred_ns"].as_array().unwrap().len(),
+            memmap::page::MAX_NUMNODES as usize
         );
     }
 

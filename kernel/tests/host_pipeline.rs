@@ -233,3 +233,59 @@ fn every_test_fault_is_caught_by_verification() {
         }
     }
 }
+
+/// The allocation test records a phase per (CPU, node) up to
+/// `s9_alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
+/// nodes beyond: 16G over 4 nodes (CPUs on nodes 0 and 1, as booted) with
+/// 256 CPUs is 1024 spans, with 257 CPUs it folds. The folded summary is
+/// whole JSON with a lane's worth of phases per CPU.
+#[test]
+fn alloc_test_phases_fold_per_cpu_past_1024_cpu_node_pairs() {
+    use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_PREFIX};
+    let mut fx = load("16g-4nodes");
+    fx.opts.alloc_test_bytes = 16 << 20;
+    let nodes = 4;
+    for (cpus, folded) in [(256u32, false), (257, true)] {
+        // Half the CPUs on node 0, the rest on node 1, BSP first.
+        fx.cpu_nodes = (0..cpus).map(|c| NodeId::from(c >= cpus / 2)).collect();
+        let (mm, _, _) = run_on_host(&fx);
+        assert_eq!(mm.nr_nodes, nodes);
+        let alloc: Vec<_> = mm
+            .phases
+            .iter()
+            .filter(|p| p.phase.name() == "alloc_test")
+            .collect();
+        if folded {
+            assert_eq!(alloc.len(), cpus as usize, "one per CPU");
+            for p in &alloc {
+                assert_eq!((p.node, p.nodes), (None, Some(nodes as u32)), "{p:?}");
+                assert!(p.start_ns <= p.end_ns);
+            }
+        } else {
+            assert_eq!(alloc.len(), cpus as usize * nodes, "one per CPU and node");
+            assert!(alloc.iter().all(|p| p.node.is_some() && p.nodes.is_none()));
+        }
+        let mut per_cpu: Vec<u32> = alloc.iter().map(|p| p.cpu).collect();
+        per_cpu.sort_unstable();
+        per_cpu.dedup();
+        assert_eq!(
+            per_cpu,
+            (0..cpus).collect::<Vec<_>>(),
+            "every CPU has a lane"
+        );
+
+        let mut line = String::new();
+        write_summary_line(&mut line, "ok", 1, &BootFacts::default(), &mm).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(line.strip_prefix(SUMMARY_PREFIX).unwrap()).unwrap();
+        let json_alloc: Vec<&serde_json::Value> = v["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["phase"] == "alloc_test")
+            .collect();
+        assert_eq!(json_alloc.len(), alloc.len());
+        let key = if folded { "nodes" } else { "node" };
+        assert!(json_alloc.iter().all(|p| p.get(key).is_some()), "{key}");
+    }
+}

@@ -280,6 +280,18 @@ pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>
 
 /// Boot with run-qemu.sh `args` (plus `-- kernel_opts` when given), bounded by `wall`.
 pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
+    let run = boot_raw(args, kernel_opts, wall);
+    let (lines, summary) = parse_log(&run.stdout);
+    Boot {
+        run,
+        lines,
+        summary,
+    }
+}
+
+/// [`boot`] without parsing the log: for tests of a log [`parse_log`]
+/// refuses (a cut summary line).
+pub fn boot_raw(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Run {
     ensure_built();
     let _guard = boot_lock();
     // Built once above: boots must all run the same image, even if the
@@ -290,13 +302,7 @@ pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
         all.push("--");
         all.extend_from_slice(kernel_opts);
     }
-    let run = run_script(&all, wall);
-    let (lines, summary) = parse_log(&run.stdout);
-    Boot {
-        run,
-        lines,
-        summary,
-    }
+    run_script(&all, wall)
 }
 
 #[cfg(test)]

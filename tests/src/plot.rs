@@ -233,6 +233,10 @@ pub struct Phase {
     pub cpu: u32,
     #[serde(default)]
     pub node: Option<u32>,
+    /// Set on a span that folds this CPU's spans of that many nodes (the
+    /// alloc test on large machines: README "phases").
+    #[serde(default)]
+    pub nodes: Option<u32>,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -242,9 +246,14 @@ impl Phase {
         self.end_ns - self.start_ns
     }
 
-    /// The bar's label: name, ` n<node>` if it has a node, duration in ms.
+    /// The bar's label: name, ` n<node>` if it has a node (` <N> nodes`
+    /// if it folds N nodes' spans), duration in ms.
     pub fn label(&self) -> String {
-        let node = self.node.map(|n| format!(" n{n}")).unwrap_or_default();
+        let node = match (self.node, self.nodes) {
+            (Some(n), _) => format!(" n{n}"),
+            (None, Some(n)) => format!(" {n} nodes"),
+            (None, None) => String::new(),
+        };
         format!("{}{node} {} ms", self.phase, fmt_ms(self.duration_ns()))
     }
 }
@@ -1217,6 +1226,27 @@ mod tests {
             start_ms * 1_000_000,
             end_ms * 1_000_000
         )
+    }
+
+    #[test]
+    fn folded_alloc_test_spans_get_a_bar_per_cpu_labelled_with_their_nodes() {
+        let folded = |cpu: u32| {
+            format!(
+                "{{\"phase\":\"alloc_test\",\"cpu\":{cpu},\"nodes\":64,\"start_ns\":200000000,\"end_ns\":700000000}}"
+            )
+        };
+        let phases = [phase("verify", 0, 10, 20), folded(0), folded(1), folded(2)];
+        let layout = TimelineLayout::new(&log_with(3, &phases.join(",")));
+        assert_eq!(layout.lanes.len(), 3);
+        for cpu in 0..3 {
+            let bars: Vec<&Bar> = layout.bars.iter().filter(|b| b.cpu == cpu).collect();
+            let alloc = bars.iter().find(|b| b.label.starts_with("alloc_test"));
+            assert_eq!(
+                alloc.map(|b| b.label.as_str()),
+                Some("alloc_test 64 nodes 500.0 ms"),
+                "CPU {cpu}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use alloc::format;
 use alloc::vec::Vec;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
@@ -18,7 +18,7 @@ use memboot_kernel::options::{self, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
-use memboot_kernel::report::{write_summary, BootFacts};
+use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_FAILED_STATUS};
 use memmap::firmware::NodeAffinity;
 use memmap::NodeId;
 
@@ -62,9 +62,25 @@ static BOOT_FACTS: BootFactsCell = BootFactsCell {
 /// What the memory-init pipeline measured.
 static MM_FACTS: Facts = Facts::new();
 
-/// Print the summary line and leave QEMU with `code`.
-fn finish(status: &str, code: ExitCode) -> ! {
-    let mut line = heapless_line::Line::new();
+/// Calls of [`finish`] so far. The first writes the summary; a second is
+/// the panic or exception handler after a fault inside the first (part of
+/// its line may be on the wire, the facts lock may be held); a third is a
+/// fault inside the second, which only exits.
+static FINISH_CALLS: AtomicU32 = AtomicU32::new(0);
+
+/// `test_fault=panic_in_summary`: panic part-way through the summary line.
+static PANIC_IN_SUMMARY: AtomicBool = AtomicBool::new(false);
+
+/// Print the summary line and leave QEMU with `code`: exit code and
+/// status only when the line went out whole (`report::write_summary_line`
+/// streams it, with no length limit); otherwise the cut line is ended, a
+/// line says why, and a second summary with the boot facts alone and
+/// status `summary` ends a failed boot.
+fn finish(status: &'static str, code: ExitCode) -> ! {
+    let attempt = FINISH_CALLS.fetch_add(1, Ordering::SeqCst);
+    if attempt >= 2 {
+        exit(ExitCode::Failure);
+    }
     let boot = BootFacts {
         mem_bytes: BOOT_FACTS.mem_bytes.load(Ordering::Relaxed),
         nodes: BOOT_FACTS.nodes.load(Ordering::Relaxed),
@@ -75,19 +91,77 @@ fn finish(status: &str, code: ExitCode) -> ! {
         heap_peak_bytes: HEAP.peak_bytes(),
     };
     let total_ns = tsc::ns_since_entry();
+    if attempt == 1 {
+        // The handler that called us has printed the fault (through the
+        // emergency path, which also ended the cut line); the facts may be
+        // what broke the first attempt, so only the boot facts go out.
+        serial::emergency_log(format_args!(
+            "memboot: the boot faulted (status `{status}`) while its summary line was being written, so the summary line above may be cut: the boot fails with status `{SUMMARY_FAILED_STATUS}` and the next summary line has the boot facts only"
+        ));
+        summary_failed_line(total_ns, &boot);
+    }
+    let panic_part_way = PANIC_IN_SUMMARY.load(Ordering::Relaxed);
     // Memory-init keys are always present (zero / "none" when the boot
     // failed before memory init, or when a fault hit mid-record), so
     // parsers need no special case.
-    let written = MM_FACTS.with(|mm| write_summary(&mut line, status, total_ns, &boot, mm));
-    if written.is_none() {
-        let _ = write_summary(&mut line, status, total_ns, &boot, &MmFacts::EMPTY);
+    let written = serial::raw_line_with(|line| {
+        let mut line = PanicAfter {
+            out: line,
+            left: panic_part_way.then_some(PANIC_IN_SUMMARY_AFTER_BYTES),
+        };
+        MM_FACTS
+            .with(|mm| write_summary_line(&mut line, status, total_ns, &boot, mm))
+            .unwrap_or_else(|| {
+                write_summary_line(&mut line, status, total_ns, &boot, &MmFacts::EMPTY)
+            })
+    });
+    if let Some(Err(cut)) = written {
+        kprintln!("memboot: {cut}");
+        summary_failed_line(total_ns, &boot);
     }
-    serial::raw_line(format_args!("memboot-summary: {}", line.as_str()));
     exit(code)
 }
 
+/// The summary of a boot whose first summary line did not go out whole:
+/// status `summary`, memory-init facts empty; then a failure exit.
+fn summary_failed_line(total_ns: u64, boot: &BootFacts) -> ! {
+    let _ = serial::raw_line_with(|mut line| {
+        write_summary_line(
+            &mut line,
+            SUMMARY_FAILED_STATUS,
+            total_ns,
+            boot,
+            &MmFacts::EMPTY,
+        )
+    });
+    exit(ExitCode::Failure)
+}
+
+/// Where `test_fault=panic_in_summary` panics: past the line buffer's
+/// first 128 bytes, so part of the line is on the wire.
+const PANIC_IN_SUMMARY_AFTER_BYTES: usize = 300;
+
+/// Passes the summary on; with `left` set, panics once that many bytes
+/// have gone through (`test_fault=panic_in_summary`).
+struct PanicAfter<'w> {
+    out: &'w mut dyn core::fmt::Write,
+    left: Option<usize>,
+}
+
+impl core::fmt::Write for PanicAfter<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        if let Some(left) = self.left.as_mut() {
+            if s.len() >= *left {
+                panic!("test_fault=panic_in_summary: panicking part-way through the summary line");
+            }
+            *left -= s.len();
+        }
+        self.out.write_str(s)
+    }
+}
+
 /// Fail the boot: summary with `status` (a short failure name), failure exit.
-pub fn fail(status: &str) -> ! {
+pub fn fail(status: &'static str) -> ! {
     finish(status, ExitCode::Failure)
 }
 
@@ -102,39 +176,6 @@ fn panic(info: &PanicInfo) -> ! {
         fail("no_memory")
     }
     fail("panic")
-}
-
-/// A fixed-capacity line buffer, so the summary needs no heap (the panic
-/// path may run with the heap broken).
-mod heapless_line {
-    /// Room for the summary with a `phases` entry per worker of 64 nodes.
-    pub struct Line {
-        buf: [u8; 16384],
-        len: usize,
-    }
-    impl Line {
-        pub const fn new() -> Self {
-            Self {
-                buf: [0; 16384],
-                len: 0,
-            }
-        }
-        pub fn as_str(&self) -> &str {
-            core::str::from_utf8(&self.buf[..self.len]).unwrap_or("{}")
-        }
-    }
-    impl core::fmt::Write for Line {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let end = self
-                .len
-                .checked_add(s.len())
-                .filter(|&e| e <= self.buf.len())
-                .ok_or(core::fmt::Error)?;
-            self.buf[self.len..end].copy_from_slice(s.as_bytes());
-            self.len = end;
-            Ok(())
-        }
-    }
 }
 
 /// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
@@ -209,6 +250,8 @@ fn trigger_test_fault(fault: TestFault) {
         | TestFault::DoubleInit
         | TestFault::ListCorrupt
         | TestFault::PoolOverlap => {}
+        // Raised by `finish`, where there is a summary line to cut.
+        TestFault::PanicInSummary => PANIC_IN_SUMMARY.store(true, Ordering::Relaxed),
         TestFault::Panic => panic!("test_fault=panic requested on the command line"),
         TestFault::PanicInLog => {
             /// Panics when formatted, i.e. inside `serial::log` with the

@@ -69,7 +69,14 @@ struct LineWriter<'c> {
 }
 
 impl<'c> LineWriter<'c> {
+    /// A new line on `console`. If the line before was left part-sent (its
+    /// writer panicked or faulted mid-line), it is ended first: a line never
+    /// starts in the middle of another.
     fn new(console: &'c mut Console, restamp_ns: Option<u64>) -> Self {
+        if console.mid_line {
+            console.uart.send_bytes_exact(b"\r\n");
+            console.mid_line = false;
+        }
         Self {
             console,
             buf: [0; CHUNK_BYTES],
@@ -137,29 +144,28 @@ pub fn log(args: fmt::Arguments) {
     }
 }
 
-/// Write a raw line without timestamp (the summary line is parsed by tools;
-/// a stamp would be noise there, but it is kept on one line).
-pub fn raw_line(args: fmt::Arguments) {
-    if let Some(console) = SERIAL.lock().as_mut() {
-        let mut w = LineWriter::new(console, None);
-        let _ = w.write_fmt(args);
-        w.end_line();
-    }
+/// A raw line without timestamp (the summary line is parsed by tools; a
+/// stamp would be noise there), written by `write` piece by piece: it goes
+/// out through the line buffer as it is written, so its length has no
+/// limit. The line is ended whatever `write` returns. `None` without a UART.
+pub fn raw_line_with<R>(write: impl FnOnce(&mut dyn Write) -> R) -> Option<R> {
+    let mut serial = SERIAL.lock();
+    let mut w = LineWriter::new(serial.as_mut()?, None);
+    let result = write(&mut w);
+    w.end_line();
+    Some(result)
 }
 
 /// For the exception and panic paths: take the UART even if the lock is held
 /// by the code that faulted (it will never run again). A line that code left
-/// half-sent is ended first, and every line of the message gets a stamp.
+/// half-sent is ended first (as before every line), and every line of the
+/// message gets a stamp.
 pub fn emergency_log(args: fmt::Arguments) {
     // SAFETY: only called on the way to exiting the VM; whoever held the lock
     // was interrupted for good, so breaking it cannot race with a live writer
     // on this single running CPU.
     unsafe { SERIAL.force_unlock() };
     if let Some(console) = SERIAL.lock().as_mut() {
-        if console.mid_line {
-            console.uart.send_bytes_exact(b"\r\n");
-            console.mid_line = false;
-        }
         stamped_line(console, args, true);
     }
 }

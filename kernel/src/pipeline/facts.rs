@@ -52,6 +52,10 @@ pub struct PhaseSpan {
     pub cpu: u32,
     /// The node whose memory the phase worked on, for per-node phases.
     pub node: Option<NodeId>,
+    /// For a span folded over several nodes' spans of this CPU (`node` is
+    /// then `None`): how many. The alloc test folds on large machines
+    /// (`s9_alloc_test::MAX_NODE_SPANS`).
+    pub nodes: Option<u32>,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -172,6 +176,22 @@ impl Facts {
                 phase,
                 cpu,
                 node,
+                nodes: None,
+                start_ns,
+                end_ns,
+            })
+        });
+    }
+
+    /// Record that `phase` ran on `cpu` for `nodes` nodes in turn, the
+    /// first starting at `start_ns`, the last ending at `end_ns`.
+    pub fn phase_over_nodes(&self, phase: Phase, cpu: u32, nodes: u32, start_ns: u64, end_ns: u64) {
+        self.record(|f| {
+            f.phases.push(PhaseSpan {
+                phase,
+                cpu,
+                node: None,
+                nodes: Some(nodes),
                 start_ns,
                 end_ns,
             })

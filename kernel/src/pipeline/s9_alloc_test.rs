@@ -251,6 +251,47 @@ const ALLOCS_PER_ROUND: u64 = {
     n
 };
 
+/// The most alloc_test phases recorded one per (CPU, node); on a machine
+/// with more CPUs × nodes, each CPU gets one phase over all nodes instead
+/// ([`Facts::phase_over_nodes`]; README "phases"). Why: each phase is ~90
+/// bytes of the summary line, and serial output under TCG costs ~1 µs a
+/// byte, far more with hundreds of vCPUs on a few host cores: 255 CPUs ×
+/// 64 nodes unfolded is 16,320 phases, ~1.45 MB, which took over 15
+/// minutes to send on the 2-core build machine. 1024 keeps every machine
+/// up to 32 × 32 (and 16 × 16, the largest tested) per node.
+pub const MAX_NODE_SPANS: u64 = 1024;
+
+/// One CPU's alloc_test spans of all nodes, folded: first start, last end.
+struct FoldedSpan {
+    start_ns: AtomicU64,
+    end_ns: AtomicU64,
+    nodes: AtomicU32,
+}
+
+impl FoldedSpan {
+    fn new() -> Self {
+        Self {
+            start_ns: AtomicU64::new(u64::MAX),
+            end_ns: AtomicU64::new(0),
+            nodes: AtomicU32::new(0),
+        }
+    }
+
+    fn add(&self, start_ns: u64, end_ns: u64) {
+        self.start_ns.fetch_min(start_ns, Ordering::Relaxed);
+        self.end_ns.fetch_max(end_ns, Ordering::Relaxed);
+        self.nodes.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Where each CPU's span of a node goes.
+enum Spans<'a> {
+    /// One phase per (CPU, node), recorded as it ends.
+    PerNode(&'a Facts),
+    /// Folded per CPU (indexed by CPU), recorded after the last node.
+    PerCpu(&'a [FoldedSpan]),
+}
+
 /// Run the test on every node of `layout`: at most `bytes_per_node` each,
 /// and at most half of what the node can allocate, so it never drives a
 /// node out of memory.
@@ -269,6 +310,17 @@ pub fn run<B: MemmapBacking>(
         bytes_per_node,
         nr_nodes: layout.nodes().len(),
         ..AllocTestReport::NOT_RUN
+    };
+    let nr_cpus = executor.nr_cpus();
+    let folded: Vec<FoldedSpan> = if nr_cpus as u64 * layout.nodes().len() as u64 > MAX_NODE_SPANS {
+        (0..nr_cpus).map(|_| FoldedSpan::new()).collect()
+    } else {
+        Vec::new()
+    };
+    let spans = if folded.is_empty() {
+        Spans::PerNode(facts)
+    } else {
+        Spans::PerCpu(&folded)
     };
     let start = clock.now_ns();
     for node in layout.nodes() {
@@ -290,10 +342,20 @@ pub fn run<B: MemmapBacking>(
             failed: AtomicU64::new(0),
             drain,
         };
-        report.allocated_pages += run_node(&run, executor, facts);
+        report.allocated_pages += run_node(&run, executor, &spans);
         report.failed += run.failed.load(Ordering::Relaxed);
     }
     report.wall_ns = clock.now_ns() - start;
+    for (cpu, f) in folded.iter().enumerate() {
+        let nodes = f.nodes.load(Ordering::Relaxed);
+        if nodes > 0 {
+            let (start_ns, end_ns) = (
+                f.start_ns.load(Ordering::Relaxed),
+                f.end_ns.load(Ordering::Relaxed),
+            );
+            facts.phase_over_nodes(Phase::AllocTest, cpu as CpuId, nodes, start_ns, end_ns);
+        }
+    }
     for (slot, order) in ORDERS.into_iter().enumerate() {
         let h = &histograms[slot];
         report.orders[slot] = OrderFigures {
@@ -310,7 +372,11 @@ pub fn run<B: MemmapBacking>(
 
 /// One node: allocate on all CPUs, then free on all CPUs. Returns the
 /// pages allocated.
-fn run_node<B: MemmapBacking>(run: &NodeRun<'_, B>, executor: &dyn Executor, facts: &Facts) -> u64 {
+fn run_node<B: MemmapBacking>(
+    run: &NodeRun<'_, B>,
+    executor: &dyn Executor,
+    spans: &Spans<'_>,
+) -> u64 {
     let nr_cpus = executor.nr_cpus() as u64;
     let per_cpu = (run.nr_rounds.div_ceil(nr_cpus.max(1)) * ALLOCS_PER_ROUND) as usize;
     let lists: Vec<spin::Mutex<Vec<u64>>> = (0..nr_cpus)
@@ -321,7 +387,10 @@ fn run_node<B: MemmapBacking>(run: &NodeRun<'_, B>, executor: &dyn Executor, fac
         let mut held = lists[cpu as usize].lock();
         run.cpu_share(cpu, &mut held);
         let end = run.clock.now_ns();
-        facts.phase(Phase::AllocTest, cpu, Some(run.nid), start, end);
+        match spans {
+            Spans::PerNode(facts) => facts.phase(Phase::AllocTest, cpu, Some(run.nid), start, end),
+            Spans::PerCpu(folded) => folded[cpu as usize].add(start, end),
+        }
     });
     let pages = lists
         .iter()

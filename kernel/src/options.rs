@@ -43,6 +43,10 @@ pub enum TestFault {
     /// Before verification, put a free block inside the untouched pool
     /// (`memmap=ondemand` only).
     PoolOverlap,
+    /// Give up on the first AP before it can claim its trampoline round,
+    /// so it runs the trampoline late, while the next AP is being started:
+    /// it must halt there, not take the next AP's stack (needs ≥ 3 CPUs).
+    LateAp,
 }
 
 impl TestFault {
@@ -70,10 +74,11 @@ impl TestFault {
             TestFault::DoubleInit => "double_init",
             TestFault::ListCorrupt => "list_corrupt",
             TestFault::PoolOverlap => "pool_overlap",
+            TestFault::LateAp => "late_ap",
         }
     }
 
-    pub const ALL: [TestFault; 10] = [
+    pub const ALL: [TestFault; 11] = [
         TestFault::None,
         TestFault::Panic,
         TestFault::PanicInLog,
@@ -84,6 +89,7 @@ impl TestFault {
         TestFault::DoubleInit,
         TestFault::ListCorrupt,
         TestFault::PoolOverlap,
+        TestFault::LateAp,
     ];
 }
 
@@ -281,7 +287,7 @@ impl fmt::Display for OptionError<'_> {
 
 /// `test_fault=` values, for the error message.
 const TEST_FAULTS: &str =
-    "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap";
+    "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap|late_ap";
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =

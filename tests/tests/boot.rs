@@ -396,3 +396,59 @@ fn svg_timeline_of_a_boot() {
         assert!(text.contains(want), "the timeline has no '{want}'");
     }
 }
+
+/// An AP that runs the trampoline after the BSP gave up on it (seen at 255
+/// vCPUs on a busy host: it took the next AP's stack and `PerCpu`, and the
+/// boot failed with `smp`). `test_fault=late_ap` gives up on the first AP
+/// before it can claim its round and waits until it has had time to reach
+/// the claim with the next AP's round prepared: it must leave that round
+/// alone and halt, and the other APs must come up with their own ids.
+#[test]
+fn a_late_ap_halts_instead_of_taking_the_next_aps_round() {
+    let b = boot(
+        &["-m", "1G", "--smp", "3"],
+        &["alloc_test=0", "test_fault=late_ap"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary_str("status"), "ok");
+    assert!(
+        b.has_message("smpboot: CPU 1 (APIC 0x1) did not come up (test_fault=late_ap"),
+        "{}",
+        b.describe()
+    );
+    assert!(
+        b.has_message("the late AP left alone the round prepared for APIC 0x2"),
+        "{}",
+        b.describe()
+    );
+    assert!(
+        b.has_message("smpboot: CPU 1 (APIC 0x2) up "),
+        "{}",
+        b.describe()
+    );
+    assert_eq!(b.summary_u64("ap_online"), 1, "only the late AP is missing");
+    assert!(
+        b.has_message("smp: Brought up 1 node, 2 CPUs"),
+        "{}",
+        b.describe()
+    );
+    // With no second AP to start after it, the fault cannot act: refused.
+    let b = boot(
+        &["-m", "512M", "--smp", "2"],
+        &["test_fault=late_ap"],
+        Duration::from_secs(180),
+    );
+    assert_eq!(
+        b.run.exit_code,
+        exit_code::KERNEL_FAILURE,
+        "{}",
+        b.describe()
+    );
+    assert_eq!(b.summary_str("status"), "bad_option");
+    assert!(
+        b.has_message("Kernel command line rejected: test_fault=late_ap: "),
+        "{}",
+        b.describe()
+    );
+}

@@ -49,14 +49,12 @@ struct BootFactsCell {
     mem_bytes: AtomicU64,
     nodes: AtomicU64,
     cpus: AtomicU64,
-    ap_online: AtomicU64,
 }
 
 static BOOT_FACTS: BootFactsCell = BootFactsCell {
     mem_bytes: AtomicU64::new(0),
     nodes: AtomicU64::new(0),
     cpus: AtomicU64::new(0),
-    ap_online: AtomicU64::new(0),
 };
 
 /// What the memory-init pipeline measured.
@@ -85,7 +83,9 @@ fn finish(status: &'static str, code: ExitCode) -> ! {
         mem_bytes: BOOT_FACTS.mem_bytes.load(Ordering::Relaxed),
         nodes: BOOT_FACTS.nodes.load(Ordering::Relaxed),
         cpus: BOOT_FACTS.cpus.load(Ordering::Relaxed),
-        ap_online: BOOT_FACTS.ap_online.load(Ordering::Relaxed),
+        // Counted as APs come up, so a bring-up that fails part-way still
+        // reports the ones that did.
+        ap_online: smp::aps_online() as u64,
         tsc_khz: tsc::khz(),
         heap_bytes: HEAP.size_bytes(),
         heap_peak_bytes: HEAP.peak_bytes(),
@@ -250,6 +250,8 @@ fn trigger_test_fault(fault: TestFault) {
         | TestFault::DoubleInit
         | TestFault::ListCorrupt
         | TestFault::PoolOverlap => {}
+        // Raised by AP bring-up, where there is an AP to give up on.
+        TestFault::LateAp => {}
         // Raised by `finish`, where there is a summary line to cut.
         TestFault::PanicInSummary => PANIC_IN_SUMMARY.store(true, Ordering::Relaxed),
         TestFault::Panic => panic!("test_fault=panic requested on the command line"),
@@ -457,10 +459,14 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         heap.size >> 20,
         acpi_info.cpus.len().max(1)
     );
-    let smp = smp::start_aps(&acpi_info, phys_offset, regions)?;
-    BOOT_FACTS
-        .ap_online
-        .store(smp.ap_online as u64, Ordering::Relaxed);
+    let late_ap = opts.test_fault == TestFault::LateAp;
+    let enabled_cpus = acpi_info.cpus.iter().filter(|c| c.enabled).count();
+    if late_ap && enabled_cpus < 3 {
+        return Err(BootError::BadOption(format!(
+            "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
+        )));
+    }
+    smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
     smp::self_test()?;
     let image = kernel_image_sizes(boot_info, phys_offset);
     run_pipeline(&opts, &acpi_info, regions, phys_offset, heap, image)

@@ -30,10 +30,15 @@
 //!   bootloader's tables use NX, which is a reserved bit without NXE);
 //!   CR0.PG (SDM §9.8.5). The CPU is now in compatibility mode; a far jump
 //!   through `far64` to the 64-bit code segment enters 64-bit mode.
-//! * 64-bit: load the BSP's CR0 and CR4 and the kernel's real CR3; claim the
-//!   stack by atomically exchanging `stack_top` with 0 (an AP that finds 0
-//!   came too late, after the BSP gave up on it, and halts), then
-//!   `call entry(arg)`: [`ap_entry`] with the AP's [`PerCpu`].
+//! * 64-bit, still on the temporary page tables: read the CPU's own APIC id
+//!   (CPUID) and claim the round with a locked `cmpxchg` of `claim` from
+//!   that id + 1 to 0. An AP that comes too late, after the BSP gave up on
+//!   it (and perhaps prepared the next AP's round), finds 0 or another id
+//!   there and halts, never touching the next AP's stack or `PerCpu`, nor
+//!   the kernel's page tables (where the trampoline may be unmapped by
+//!   then). The owner loads the BSP's CR0 and CR4 and the kernel's real
+//!   CR3, then its stack, and calls `entry(arg)`: [`ap_entry`] with the
+//!   AP's [`PerCpu`].
 //!
 //! While APs start, the trampoline page is identity mapped (virt == phys,
 //! writable, executable) in the kernel's page tables through an
@@ -65,7 +70,7 @@ use core::arch::global_asm;
 use core::cell::{RefCell, UnsafeCell};
 use core::marker::PhantomData;
 use core::mem::{offset_of, size_of};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use memboot_kernel::acpi::{AcpiCpu, AcpiInfo};
@@ -118,15 +123,25 @@ struct TrampolineParams {
     kernel_cr3: u64,
     cr0: u64,
     cr4: u64,
-    /// Top of the AP's stack; the AP takes it by exchanging it with 0.
+    /// Top of the AP's stack (the AP loads it once it owns the claim).
     stack_top: u64,
     /// `extern "C" fn(&'static PerCpu) -> !`
     entry: u64,
     arg: u64,
     /// The temporary GDT.
     gdt: [u64; 4],
+    /// Who may use this round's parameters: the APIC id of the AP being
+    /// started, plus one (0: nobody). The AP takes the round with a locked
+    /// `cmpxchg` of its own APIC id + 1 against 0, on the temporary page
+    /// tables, before it reads `stack_top` or `arg`; the BSP takes an
+    /// unclaimed round back by exchanging it with 0. So an AP that runs the
+    /// trampoline late, after the BSP gave up on it and prepared the next
+    /// AP's round, finds another id there and halts, instead of taking the
+    /// next AP's stack and `PerCpu`.
+    claim: u64,
+    _pad2: u64,
 }
-const _: () = assert!(size_of::<TrampolineParams>() == 112);
+const _: () = assert!(size_of::<TrampolineParams>() == 128);
 const _: () =
     assert!(offset_of!(TrampolineParams, gdt_base) == offset_of!(TrampolineParams, gdt_limit) + 2);
 const _: () = assert!(offset_of!(TrampolineParams, gdt).is_multiple_of(8));
@@ -186,16 +201,38 @@ memboot_ap_tramp_32:
     .global memboot_ap_tramp_64
 memboot_ap_tramp_64:
     movl %esi, %esi
+    /* This CPU's APIC id into r8d: CPUID leaf 0xB's x2APIC id where the
+       leaf exists (EBX[15:0] != 0), else leaf 1's initial APIC id. */
+    xorl %eax, %eax
+    cpuid
+    cmpl $0xb, %eax
+    jb 3f
+    movl $0xb, %eax
+    xorl %ecx, %ecx
+    cpuid
+    testw %bx, %bx
+    jz 3f
+    movl %edx, %r8d
+    jmp 4f
+3:
+    movl $1, %eax
+    cpuid
+    shrl $24, %ebx
+    movl %ebx, %r8d
+4:
+    /* Take this round if it is ours: claim == id + 1 -> 0. Still on the
+       temporary page tables, which map this page: a late AP halts here. */
+    leal 1(%r8), %eax
+    xorl %ecx, %ecx
+    lock cmpxchgq %rcx, {claim}(%rsi)
+    jne 2f
     movq {cr0}(%rsi), %rax
     movq %rax, %cr0
     movq {cr4}(%rsi), %rax
     movq %rax, %cr4
     movq {kernel_cr3}(%rsi), %rax
     movq %rax, %cr3
-    xorl %eax, %eax
-    xchgq %rax, {stack}(%rsi)
-    testq %rax, %rax
-    jz 2f
+    movq {stack}(%rsi), %rax
     movq %rax, %rsp
     movq {arg}(%rsi), %rdi
     movq {entry}(%rsi), %rax
@@ -222,6 +259,7 @@ memboot_ap_tramp_end:
     stack = const offset_of!(TrampolineParams, stack_top),
     arg = const offset_of!(TrampolineParams, arg),
     entry = const offset_of!(TrampolineParams, entry),
+    claim = const offset_of!(TrampolineParams, claim),
     options(att_syntax)
 );
 
@@ -331,12 +369,6 @@ pub fn boot_timing(cpu: usize) -> Option<BootTiming> {
     // SAFETY: `timing` was written by the BSP before the CPU was published
     // in ONLINE and is never written again.
     Some(unsafe { *pc.timing.get() })
-}
-
-/// What bring-up achieved, for the boot summary.
-pub struct SmpSummary {
-    /// APs that came up (the BSP not counted).
-    pub ap_online: usize,
 }
 
 /// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
@@ -574,6 +606,8 @@ impl Trampoline {
             stack_top: 0,
             entry: ap_entry as extern "C" fn(&'static PerCpu) -> ! as usize as u64,
             arg: 0,
+            claim: 0,
+            _pad2: 0,
             gdt: [
                 0,
                 0x00cf_9a00_0000_ffff, // 0x08: 32-bit code, flat
@@ -588,24 +622,30 @@ impl Trampoline {
         })
     }
 
-    fn stack_slot(&self) -> &AtomicU64 {
-        // SAFETY: `stack_top` is an aligned u64 inside the mapped low page;
-        // the AP accesses it only with a locked `xchg`, so atomics on both
+    fn claim_slot(&self) -> &AtomicU64 {
+        // SAFETY: `claim` is an aligned u64 inside the mapped low page; the
+        // AP accesses it only with a locked `cmpxchg`, so atomics on both
         // sides are the right model. The page outlives `self`.
-        unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*self.params).stack_top)) }
+        unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*self.params).claim)) }
     }
 
-    /// Fill in the parameter block for the next AP.
+    /// Fill in the parameter block for the AP with `pc`'s APIC id: the
+    /// fields first, then the claim that lets that AP (and only it) use
+    /// them.
     fn prepare(&self, stack_top: u64, pc: &'static PerCpu) {
         let p = TrampolineParams {
             stack_top,
             arg: pc as *const PerCpu as u64,
+            claim: 0,
             ..self.template
         };
-        // SAFETY: no AP runs in the trampoline now (the previous one is
-        // ready or was given up with its stack slot taken back), so this
-        // plain write does not race; the AP reads it after the IPIs.
+        // SAFETY: no AP can use the block now: the previous AP either
+        // arrived (it read its fields before that) or its round was taken
+        // back (claim 0, so a late one halts before reading anything), so
+        // this plain write does not race with a reader.
         unsafe { core::ptr::write_volatile(self.params, p) };
+        self.claim_slot()
+            .store(u64::from(pc.info.apic_id) + 1, Ordering::Release);
     }
 
     fn vector(&self) -> u8 {
@@ -613,14 +653,25 @@ impl Trampoline {
     }
 }
 
+/// APs that came up so far (the BSP not counted), for the summary even
+/// when bring-up fails part-way.
+static APS_ONLINE: AtomicUsize = AtomicUsize::new(0);
+
+/// APs that came up (the BSP not counted).
+pub fn aps_online() -> usize {
+    APS_ONLINE.load(Ordering::Relaxed)
+}
+
 /// Start every enabled AP in the MADT and publish the online CPUs. An AP
 /// that does not come up is reported and left out; the boot goes on with
-/// the others.
+/// the others. `late_ap` (`test_fault=late_ap`): give up on the first AP
+/// before it can claim its round, so that it runs the trampoline late.
 pub fn start_aps(
     acpi: &AcpiInfo,
     phys_offset: u64,
     regions: &MemoryRegions,
-) -> Result<SmpSummary, SmpError> {
+    late_ap: bool,
+) -> Result<(), SmpError> {
     let t0 = tsc::rdtsc();
     // SAFETY: CR3's frame is the active PML4, reachable through the
     // physical-memory mapping; this is the only live reference to it while
@@ -657,9 +708,15 @@ pub fn start_aps(
     }
     if !aps.is_empty() {
         let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
-        for c in aps {
-            if let Some(pc) = start_ap(&tramp, c, percpu.len())? {
+        for (i, c) in aps.into_iter().enumerate() {
+            let late = match i {
+                0 if late_ap => LateAp::GiveUp,
+                1 if late_ap => LateAp::AfterLate,
+                _ => LateAp::No,
+            };
+            if let Some(pc) = start_ap(&tramp, c, percpu.len(), late)? {
                 percpu.push(pc);
+                APS_ONLINE.fetch_add(1, Ordering::Relaxed);
             }
         }
         // Every AP that came up runs on its own GDT and the kernel CR3 now.
@@ -667,7 +724,8 @@ pub fn start_aps(
         let (_, flush) = mapper.unmap(page).map_err(|_| SmpError::TrampolineUnmap)?;
         flush.flush();
     }
-    Ok(publish(percpu, bsp_apic_id, t0))
+    publish(percpu, bsp_apic_id, t0);
+    Ok(())
 }
 
 /// Find two free low pages and install the trampoline in them.
@@ -727,11 +785,48 @@ impl ApStack {
     }
 }
 
+/// `test_fault=late_ap`: what bring-up does differently for one AP.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LateAp {
+    No,
+    /// Take the round back before the AP can claim it and wait for
+    /// nothing: the AP runs the trampoline late.
+    GiveUp,
+    /// The AP after the late one: once its round is prepared, give the late
+    /// AP up to [`AP_ARRIVAL_TIMEOUT_MS`] to reach the claim (and, were the
+    /// claim not bound to its APIC id, take this round) before this AP is
+    /// started. So the race the claim protocol must win always happens.
+    AfterLate,
+}
+
 /// INIT, STARTUP, STARTUP; wait for the AP to reach `ap_entry`. Returns
-/// whether it arrived and whether it took its stack.
-fn send_init_sipi_sipi(tramp: &Trampoline, pc: &'static PerCpu, stack: &ApStack) -> (bool, bool) {
+/// whether it arrived and whether it claimed its round (took its stack).
+fn send_init_sipi_sipi(
+    tramp: &Trampoline,
+    pc: &'static PerCpu,
+    stack: &ApStack,
+    late: LateAp,
+) -> (bool, bool) {
     let apic_id = pc.info.apic_id;
     tramp.prepare(stack.top(), pc);
+    if late == LateAp::AfterLate {
+        let ours = u64::from(apic_id) + 1;
+        let taken = wait_for(AP_ARRIVAL_TIMEOUT_MS, || {
+            tramp.claim_slot().load(Ordering::Acquire) != ours
+        });
+        kprintln!(
+            "smpboot: test_fault=late_ap: the late AP {} the round prepared for APIC {apic_id:#x}",
+            if taken { "took" } else { "left alone" }
+        );
+    }
+    if late == LateAp::GiveUp {
+        tramp.claim_slot().store(0, Ordering::Release);
+        apic::send_init(apic_id);
+        delay_us(10_000);
+        apic::send_startup(apic_id, tramp.vector());
+        apic::send_startup(apic_id, tramp.vector());
+        return (false, false);
+    }
     apic::send_init(apic_id);
     delay_us(10_000);
     apic::send_startup(apic_id, tramp.vector());
@@ -739,9 +834,9 @@ fn send_init_sipi_sipi(tramp: &Trampoline, pc: &'static PerCpu, stack: &ApStack)
     apic::send_startup(apic_id, tramp.vector());
     let has_arrived = || pc.arrived_tsc.load(Ordering::Acquire) != 0;
     let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, has_arrived);
-    // Take the stack back unless the AP claimed it: a late AP then finds 0
-    // in the trampoline and halts there.
-    let unclaimed = tramp.stack_slot().swap(0, Ordering::AcqRel) != 0;
+    // Take the round back unless the AP claimed it: a late AP then finds 0
+    // (or a later AP's id) in the claim and halts there.
+    let unclaimed = tramp.claim_slot().swap(0, Ordering::AcqRel) != 0;
     let arrived = arrived || (!unclaimed && wait_for(AP_READY_TIMEOUT_MS, has_arrived));
     (arrived, !unclaimed)
 }
@@ -751,6 +846,7 @@ fn start_ap(
     tramp: &Trampoline,
     c: &AcpiCpu,
     index: usize,
+    late: LateAp,
 ) -> Result<Option<&'static PerCpu>, SmpError> {
     let apic_id = c.apic_id;
     if apic_id > 0xfe && !apic::x2apic_mode() {
@@ -771,9 +867,14 @@ fn start_ap(
     })));
     let stack = ApStack::new();
     let init_tsc = tsc::rdtsc();
-    let (arrived, took_stack) = send_init_sipi_sipi(tramp, pc, &stack);
+    let (arrived, took_stack) = send_init_sipi_sipi(tramp, pc, &stack, late);
     if !arrived {
-        kprintln!("smpboot: CPU {index} (APIC {apic_id:#x}) did not come up");
+        let why = if late == LateAp::GiveUp {
+            " (test_fault=late_ap: given up on before it could claim its round)"
+        } else {
+            ""
+        };
+        kprintln!("smpboot: CPU {index} (APIC {apic_id:#x}) did not come up{why}");
         if took_stack {
             return Err(SmpError::StackTakenNeverArrived {
                 cpu: index,
@@ -814,7 +915,7 @@ fn start_ap(
 }
 
 /// Publish the online CPUs and print the bring-up summary.
-fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) -> SmpSummary {
+fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) {
     let cpus: Vec<CpuInfo> = percpu.iter().map(|p| p.info).collect();
     let mut nodes: Vec<u32> = cpus.iter().map(|c| c.node).collect();
     nodes.sort_unstable();
@@ -836,7 +937,6 @@ fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) -> SmpSummar
     );
     kprintln!("smp: CPUs started in {}.{:03} ms", us / 1000, us % 1000);
     kprintln!("x86: Booted up {} {node_word}, {n} {cpu_word}", nodes.len());
-    SmpSummary { ap_online: n - 1 }
 }
 
 /// Run one job on every online CPU; each must run exactly once and read its

@@ -33,6 +33,8 @@ die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
 die_setup() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_SETUP"; }
 note() { echo "run-qemu.sh: $*" >&2; }
 
+# The command as given, for the provenance lines of every boot's log.
+invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
 linux_kernel="" linux_initrd="" svg=""
 kernel_opts=()
@@ -494,6 +496,16 @@ fi
 # --svg reads the serial log back: keep one even without --log.
 [ -n "$svg" ] && [ -z "$log" ] && log=$tmpdir/serial.log
 [ -n "$log" ] && : >"$log"
+# Provenance, so that a committed log says what produced it: the command,
+# the host (CPU model, TSC rate, free memory at the start) and QEMU's
+# command line. On stderr, and at the head of --log.
+provenance() {
+    echo "run-qemu.sh: command: $invocation"
+    echo "run-qemu.sh: host: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), TSC $(host_tsc_khz) kHz, $(nproc) CPUs, MemAvailable $available_mib MiB at start"
+    echo "run-qemu.sh: qemu: $(printf '%q ' "${qemu[@]}")"
+}
+provenance >&2
+[ -n "$log" ] && provenance >>"$log"
 note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && printf ' of %s' "$(printf '%sM ' "${node_mib[@]}" | sed 's/ $//')"), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
 # GNU time outside timeout: wait4() reports the largest RSS among timeout and
 # its waited-for child, i.e. QEMU's own peak resident memory.

@@ -32,6 +32,7 @@
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep=""
 extra=()
@@ -163,20 +164,41 @@ for size in $sizes; do
 done
 
 tsc=$(grep -ho 'tsc: Detected [0-9.]* MHz' "$out"/*-1.log 2>/dev/null | head -n 1 | awk '{ print $3 }')
-heading="bench: TCG, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order, $warm_n warm-up boot(s), not counted (warm-up: in the order); times in ms; TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+# The accelerator actually used (run-qemu.sh's default unless the extra
+# arguments say otherwise) and the host the run came from: results move
+# with the host's CPU (README "Benchmarks").
+accel=tcg
+for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[i]}" = --accel ] && accel=${extra[i + 1]:-tcg}; done
+host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+host_mhz=$(awk -F': ' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo)
+heading="bench: ${accel^^}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order, $warm_n warm-up boot(s), not counted (warm-up: in the order); times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
 [ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
 report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
 [ -n "$json" ] && report+=(--json "$json")
 "${report[@]}" | tee "$out/bench.md"
 cat <<'NOTE'
 
-memmap = all struct-page work: memboot's boot-CPU phase + hand-off to the buddy + deferred init;
-Linux's free_area_init() block + its slowest node's deferred init. boot-CPU memmap = the first part.
-until allocatable = kernel entry until every present page can be allocated.
-× Linux, × touch = mean memmap / the mean memmap of Linux, of memmap=touch (same machine, same run).
+memmap = struct-page work before memory is ready: memboot's boot-CPU phase + hand-off to the buddy +
+deferred init; Linux's free_area_init() block + its slowest node's deferred init. boot-CPU memmap = the first part.
+memory ready (allocatable) = kernel entry until memory init stops blocking the boot and every present,
+non-reserved page can be had from the allocator, initialised or claimable by growth (memboot: allocatable_ns;
+Linux: page_alloc_init_late() returning, its `devtmpfs: initialized` line). struct pages written: by then, and by
+the end of the boot, with their share of the present pages. drain = ondemand_drain=on's drain after ready.
+growth step = one block window of struct pages initialised by an allocation (ondemand's allocation test).
+memmap × Linux memmap, ready × Linux ready, memmap × touch memmap = ratios of means (same machine, same run).
 NOTE
 if [ -n "$svg_dir" ]; then
     cp "$out/bench.md" "$svg_dir/bench.md"
+    # Every boot's serial log (with run-qemu.sh's command, host and QEMU
+    # lines), the warm-ups and the refusals: what the tables are made of.
+    rm -rf "$svg_dir/logs"; mkdir -p "$svg_dir/logs"
+    cp "$out"/*.log "$svg_dir/logs/"
+    cp "$out"/*.entry "$out"/*.skip "$svg_dir/logs/" 2>/dev/null || true
+    printf '%q ' "$0" "${bench_args[@]}" >"$svg_dir/logs/command"; echo >>"$svg_dir/logs/command"
+    # What memboot-bench report was given, one `key value` a line, so the
+    # table can be rebuilt from the logs alone (tests/tests/readme_figures.rs).
+    printf 'sizes %s\nentries %s\nrounds %s\nheading %s\n' "$sizes" "$entries" "$rounds" "$heading" \
+        >"$svg_dir/logs/report"
     "$tools/memboot-plot" scaling "$json" "$svg_dir/scaling.svg"
     say "wrote $svg_dir/bench.md, $json and $svg_dir/scaling.svg"
 fi

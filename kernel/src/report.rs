@@ -204,6 +204,21 @@ pub fn write_summary<W: Write>(
     o.u64_array("alloc_grow_steps", a.orders.iter().map(|f| f.growth_steps))?;
     o.u64("heap_bytes", boot.heap_bytes)?;
     o.u64("heap_peak_bytes", boot.heap_peak_bytes)?;
+    o.u64(
+        "pages_initialised_at_allocatable",
+        mm.pages_initialised_at_allocatable,
+    )?;
+    o.u64("pages_initialised", mm.pages_initialised)?;
+    o.u64("drain_ns", mm.drain_ns)?;
+    o.u64_array(
+        "node_drain_ns",
+        mm.node_drain_ns.iter().take(mm.nr_nodes).copied(),
+    )?;
+    o.u64("drain_workers", mm.drain_workers)?;
+    o.u64("grow_step_count", a.growth.count)?;
+    o.u64("grow_step_p50_ns", a.growth.p50_ns)?;
+    o.u64("grow_step_p99_ns", a.growth.p99_ns)?;
+    o.u64("grow_step_max_ns", a.growth.max_ns)?;
     o.end()
 }
 
@@ -316,7 +331,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 45] = [
+    const CONTRACT_KEYS: [&str; 54] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -362,6 +377,15 @@ mod tests {
         "alloc_grow_steps",
         "heap_bytes",
         "heap_peak_bytes",
+        "pages_initialised_at_allocatable",
+        "pages_initialised",
+        "drain_ns",
+        "node_drain_ns",
+        "drain_workers",
+        "grow_step_count",
+        "grow_step_p50_ns",
+        "grow_step_p99_ns",
+        "grow_step_max_ns",
     ];
 
     #[test]

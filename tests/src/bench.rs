@@ -3,14 +3,23 @@
 //! means and the ratios to Linux and to `memmap=touch`, and the rows as
 //! JSON for the scaling chart (`memboot-plot scaling`) and for CI history.
 //!
-//! The figures, per boot:
+//! The figures, per boot (one definition each, for memboot and Linux):
 //! - `boot_cpu_memmap_ns`: struct-page work on the boot CPU before SMP work
 //!   starts (memboot's eager memmap phase; Linux's `free_area_init()` block).
-//! - `memmap_ns`: all struct-page work of the boot: memboot's boot-CPU phase,
-//!   its hand-off to the buddy and deferred init; Linux's early block and its
-//!   slowest node's deferred init.
-//! - `allocatable_ns`: from kernel entry until every present page can be
-//!   allocated (memboot's summary key; Linux's last deferred-init line).
+//! - `memmap_ns`: struct-page work before memory is ready: memboot's
+//!   boot-CPU phase, its hand-off to the buddy and deferred init; Linux's
+//!   early block and its slowest node's deferred init. The drain that
+//!   `ondemand_drain=on` runs after memory is ready is `drain_ns`, not here.
+//! - `allocatable_ns`: kernel entry until memory is ready: memory init
+//!   stops blocking the boot and every present, non-reserved page can be
+//!   had from the allocator, initialised or claimable by growth (memboot's
+//!   summary key, `MmFacts::allocatable_ns`; Linux: `page_alloc_init_late()`
+//!   returning, read from its log, `linux_log`).
+//! - `pages_initialised_at_allocatable` / `pages_initialised`: struct pages
+//!   written by then / by the end of the boot (Linux: all, before ready).
+//! - `drain_ns`: `ondemand_drain=on`'s drain, first claim to pool empty.
+//! - `grow_step_p50_ns` / `grow_step_p99_ns`: one growth step (a block
+//!   window of struct pages) during memboot's allocation test.
 //! - `host_rss_mib`: QEMU's peak resident memory (run-qemu.sh's line).
 //!
 //! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or `linux`);
@@ -41,9 +50,19 @@ pub struct Row {
     pub host_rss_mib: Option<u64>,
     /// memboot: the summary's `total_ns`; Linux: when /init started.
     pub boot_ns: u64,
-    /// memboot's allocation test: order-0 p99 latency (none for Linux, or
-    /// with `alloc_test=0`).
+    /// memboot's allocation test: order-0 p50 and p99 latency (none for
+    /// Linux, or with `alloc_test=0`).
+    pub order0_p50_ns: Option<u64>,
     pub order0_p99_ns: Option<u64>,
+    /// Present pages (memboot's summary; Linux's `Memory:` line).
+    pub present_pages: Option<u64>,
+    pub pages_initialised_at_allocatable: Option<u64>,
+    pub pages_initialised: Option<u64>,
+    /// `ondemand_drain=on` only.
+    pub drain_ns: Option<u64>,
+    /// Only where the allocation test grew memory (`ondemand`).
+    pub grow_step_p50_ns: Option<u64>,
+    pub grow_step_p99_ns: Option<u64>,
 }
 
 /// What a bench run compared.
@@ -81,6 +100,12 @@ fn key(summary: &Value, name: &str) -> Result<u64, String> {
         .ok_or(format!("summary has no number '{name}'"))
 }
 
+/// A key that only some boots have a value for: absent (an older summary)
+/// or 0 (not measured in this mode) is `None`.
+fn measured(summary: &Value, name: &str) -> Option<u64> {
+    summary[name].as_u64().filter(|&v| v > 0)
+}
+
 /// A memboot boot's row from its log.
 fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, String> {
     let s = summary_of(text)?;
@@ -96,21 +121,29 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         round,
         boot_cpu_memmap_ns: boot_cpu,
         memmap_ns: boot_cpu + key(&s, "buddy_eager_ns")? + key(&s, "deferred_ns")?,
-        allocatable_ns: Some(key(&s, "allocatable_ns")?).filter(|&ns| ns > 0),
+        allocatable_ns: measured(&s, "allocatable_ns"),
         host_rss_mib: crate::host_peak_rss_mib(text),
         boot_ns: key(&s, "total_ns")?,
-        order0_p99_ns: order0_p99_ns(&s),
+        order0_p50_ns: order0(&s, "alloc_p50_ns"),
+        order0_p99_ns: order0(&s, "alloc_p99_ns"),
+        present_pages: measured(&s, "present_pages"),
+        pages_initialised_at_allocatable: measured(&s, "pages_initialised_at_allocatable"),
+        pages_initialised: measured(&s, "pages_initialised"),
+        drain_ns: measured(&s, "drain_ns"),
+        grow_step_p50_ns: measured(&s, "grow_step_p50_ns"),
+        grow_step_p99_ns: measured(&s, "grow_step_p99_ns"),
     })
 }
 
-/// The order-0 entry of the summary's `alloc_p99_ns`, found by `alloc_orders`.
-fn order0_p99_ns(summary: &Value) -> Option<u64> {
+/// The order-0 entry of a per-order summary array (`alloc_p99_ns`, …),
+/// found by `alloc_orders`.
+fn order0(summary: &Value, array: &str) -> Option<u64> {
     let orders = summary["alloc_orders"].as_array()?;
     let i = orders.iter().position(|o| o.as_u64() == Some(0))?;
     if key(summary, "alloc_test_pages").ok()? == 0 {
         return None; // alloc_test=0: the arrays hold no measurement
     }
-    summary["alloc_p99_ns"][i].as_u64()
+    summary[array][i].as_u64()
 }
 
 /// A Linux boot's row from its log.
@@ -127,7 +160,15 @@ fn linux_row(text: &str, size: &str, round: u32) -> Result<Row, String> {
         allocatable_ns: Some(boot.allocatable_ns),
         host_rss_mib: boot.host_peak_rss_mib,
         boot_ns: boot.init_started_ns,
+        order0_p50_ns: None,
         order0_p99_ns: None,
+        present_pages: boot.present_pages,
+        // Linux waits for every deferred page before memory is ready.
+        pages_initialised_at_allocatable: boot.pages_initialised,
+        pages_initialised: boot.pages_initialised,
+        drain_ns: None,
+        grow_step_p50_ns: None,
+        grow_step_p99_ns: None,
     })
 }
 
@@ -236,10 +277,45 @@ fn ratio(value: Option<f64>, base: Option<f64>) -> String {
     }
 }
 
+/// Pages as a compact count with their share of the present pages:
+/// `0.82 M (0.3 %)`.
+fn pages_cell(pages: Option<f64>, present: Option<f64>) -> String {
+    let Some(p) = pages else {
+        return "–".to_string();
+    };
+    let count = if p >= 1e6 {
+        format!("{:.2} M", p / 1e6)
+    } else {
+        format!("{p:.0}")
+    };
+    match present {
+        Some(total) if total > 0.0 => format!("{count} ({:.1} %)", 100.0 * p / total),
+        _ => count,
+    }
+}
+
+/// The table's columns after `size | kernel | mode`, in order.
+pub const COLUMNS: [&str; 12] = [
+    "memmap ms: each round → mean",
+    "memory ready (allocatable) ms: each round → mean",
+    "struct pages written by ready",
+    "struct pages written by the end",
+    "drain ms",
+    "boot-CPU memmap ms",
+    "growth step p50 / p99 ns",
+    "host RSS MiB",
+    "order-0 p50 / p99 ns",
+    "memmap × Linux memmap",
+    "ready × Linux ready",
+    "memmap × touch memmap",
+];
+
 /// One table line for (size, entry).
 fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
     let rs = series(rows, size, entry);
-    let memmap_mean = |e: &str| mean(series(rows, size, e).iter().map(|r| r.memmap_ns));
+    let mean_of = |e: &str, f: fn(&Row) -> Option<u64>| {
+        mean(series(rows, size, e).iter().filter_map(|r| f(r)))
+    };
     // Every round, then the mean: "r1 / r2 → mean".
     let rounds_and_mean = |f: fn(&Row) -> Option<u64>| {
         let each: Vec<String> = rs
@@ -249,28 +325,51 @@ fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
         let m = mean(rs.iter().filter_map(|r| f(r))).map_or("–".into(), ms);
         format!("{} → {m}", each.join(" / "))
     };
-    let optional_mean = |f: fn(&Row) -> Option<u64>| {
-        mean(rs.iter().filter_map(|r| f(r))).map_or("–".into(), |m| format!("{m:.0}"))
+    let whole =
+        |f: fn(&Row) -> Option<u64>| mean_of(entry, f).map_or("–".into(), |m| format!("{m:.0}"));
+    let pair = |a: fn(&Row) -> Option<u64>, b: fn(&Row) -> Option<u64>| match (
+        mean_of(entry, a),
+        mean_of(entry, b),
+    ) {
+        (None, None) => "–".to_string(),
+        _ => format!("{} / {}", whole(a), whole(b)),
     };
+    let present = mean_of(entry, |r| r.present_pages);
+    let memmap = |r: &Row| Some(r.memmap_ns);
     format!(
-        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         rs.first().map_or("", |r| r.kernel),
-        rounds_and_mean(|r| Some(r.memmap_ns)),
+        rounds_and_mean(memmap),
         rounds_and_mean(|r| r.allocatable_ns),
-        mean(rs.iter().map(|r| r.boot_cpu_memmap_ns)).map_or("–".into(), ms),
-        optional_mean(|r| r.host_rss_mib),
-        optional_mean(|r| r.order0_p99_ns),
-        ratio(memmap_mean(entry), memmap_mean("linux")),
-        ratio(memmap_mean(entry), memmap_mean("touch")),
+        pages_cell(
+            mean_of(entry, |r| r.pages_initialised_at_allocatable),
+            present
+        ),
+        pages_cell(mean_of(entry, |r| r.pages_initialised), present),
+        mean_of(entry, |r| r.drain_ns).map_or("–".into(), ms),
+        mean_of(entry, |r| Some(r.boot_cpu_memmap_ns)).map_or("–".into(), ms),
+        pair(|r| r.grow_step_p50_ns, |r| r.grow_step_p99_ns),
+        whole(|r| r.host_rss_mib),
+        pair(|r| r.order0_p50_ns, |r| r.order0_p99_ns),
+        ratio(mean_of(entry, memmap), mean_of("linux", memmap)),
+        ratio(
+            mean_of(entry, |r| r.allocatable_ns),
+            mean_of("linux", |r| r.allocatable_ns)
+        ),
+        ratio(mean_of(entry, memmap), mean_of("touch", memmap)),
     )
 }
 
 /// The markdown table (with a heading line saying how it was run).
 pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     let mut out = format!("{heading}\n\n");
-    out += "| size | kernel | mode | memmap ms: each round → mean | until allocatable ms: each \
-            round → mean | boot-CPU memmap ms | host RSS MiB | order-0 p99 ns | × Linux | × touch |\n";
-    out += "|---|---|---|---|---|---|---|---|---|---|---|\n";
+    out += "| size | kernel | mode |";
+    for c in COLUMNS {
+        out += &format!(" {c} |");
+    }
+    out += "\n|---|---|---|";
+    out += &"---|".repeat(COLUMNS.len());
+    out.push('\n');
     for size in plan.sizes {
         for entry in plan.entries {
             if !series(&results.rows, size, entry).is_empty() {
@@ -282,7 +381,7 @@ pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     for Warmup { row: w, before } in &results.warmups {
         let _ = writeln!(
             out,
-            "\nwarm-up boot (not counted) before {before}: {} {}: memmap {} ms, until allocatable {} ms, host RSS {} MiB",
+            "\nwarm-up boot (not counted) before {before}: {} {}: memmap {} ms, memory ready {} ms, host RSS {} MiB",
             w.size,
             w.mode,
             ms(w.memmap_ns as f64),
@@ -302,7 +401,11 @@ fn row_json(r: &Row) -> Value {
         "round": r.round, "boot_cpu_memmap_ns": r.boot_cpu_memmap_ns,
         "memmap_ns": r.memmap_ns, "allocatable_ns": r.allocatable_ns,
         "host_rss_mib": r.host_rss_mib, "boot_ns": r.boot_ns,
-        "order0_p99_ns": r.order0_p99_ns,
+        "order0_p50_ns": r.order0_p50_ns, "order0_p99_ns": r.order0_p99_ns,
+        "present_pages": r.present_pages,
+        "pages_initialised_at_allocatable": r.pages_initialised_at_allocatable,
+        "pages_initialised": r.pages_initialised, "drain_ns": r.drain_ns,
+        "grow_step_p50_ns": r.grow_step_p50_ns, "grow_step_p99_ns": r.grow_step_p99_ns,
     })
 }
 

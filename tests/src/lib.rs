@@ -185,6 +185,32 @@ impl Boot {
     /// overlapping or adjacent RAM ranges merge, then round inward to whole
     /// 4 KiB pages. Independent of the kernel's own page counts.
     pub fn firmware_ram_pages(&self) -> u64 {
+        self.firmware_ram_ranges()
+            .iter()
+            .map(|&(start, end)| (end / 4096).saturating_sub(start.div_ceil(4096)))
+            .sum()
+    }
+
+    /// Pages of the 128 MiB sections that hold RAM in the logged map: the
+    /// struct pages a kernel that initialises every present section whole
+    /// writes (Linux does: present pages plus `init_unavailable_range()`'s
+    /// holes, `tests/fixtures/linux-6.1-64g-2nodes.log`).
+    pub fn firmware_section_pages(&self) -> u64 {
+        const SECTION_SHIFT: u32 = 27;
+        let mut sections: Vec<u64> = self
+            .firmware_ram_ranges()
+            .iter()
+            .filter(|(start, end)| end / 4096 > start.div_ceil(4096))
+            .flat_map(|&(start, end)| (start >> SECTION_SHIFT)..=((end - 1) >> SECTION_SHIFT))
+            .collect();
+        sections.sort_unstable();
+        sections.dedup();
+        sections.len() as u64 * (1 << (SECTION_SHIFT - 12))
+    }
+
+    /// The RAM ranges `[start, end)` of the logged map (`BIOS-e820: …
+    /// usable` after the map header), overlapping or adjacent ones merged.
+    pub fn firmware_ram_ranges(&self) -> Vec<(u64, u64)> {
         let header = self
             .lines
             .iter()
@@ -206,9 +232,6 @@ impl Boot {
             }
         }
         merged
-            .iter()
-            .map(|&(start, end)| (end / 4096).saturating_sub(start.div_ceil(4096)))
-            .sum()
     }
 
     /// The whole run for assertion messages.

@@ -11,8 +11,21 @@
 //! - **deferred init**: `node N deferred pages initialised in Xms`, one per
 //!   node, printed by the `pgdatinit` threads that run on the node's CPUs
 //!   (`mm/page_alloc.c` in 6.1: `pr_info("node %d deferred pages
-//!   initialised in %ums\n", ...)`). Every page is allocatable after the
-//!   last of those lines: its stamp is Linux's "until allocatable".
+//!   initialised in %ums\n", ...)`).
+//! - **memory ready** (`allocatable_ns`, the definition memboot's summary
+//!   uses: memory init stops blocking the boot and every present page can
+//!   be had from the allocator): `page_alloc_init_late()` returning from its
+//!   wait for the `pgdatinit` threads. Its log shows that as the next line
+//!   the boot thread prints, `devtmpfs: initialized`: in 6.1's
+//!   `kernel_init_freeable()` the calls after it (`page_ext_init()`,
+//!   `do_basic_setup()` → `driver_init()` → `devtmpfs_init()`) print nothing
+//!   before it. So the figure includes the wake-up after the last thread
+//!   and `page_alloc_init_late()`'s own tail (`set_zone_contiguous()` per
+//!   zone), as memboot's includes its join.
+//! - **struct pages initialised**: every present page (the `Memory:` line's
+//!   physical size) plus the holes `init_unavailable_range()` initialises
+//!   (`On node N, zone Z: K pages in unavailable ranges`); Linux has written
+//!   all of them by the time memory is ready.
 //! - **/init started**: `Run /init as init process` (init/main.c).
 //! - QEMU's **host peak RSS**, from run-qemu.sh's own line.
 //!
@@ -31,9 +44,17 @@ pub struct LinuxBoot {
     pub early_memmap_ns: u64,
     /// `(node, ms)` from each `node N deferred pages initialised in Xms`.
     pub node_deferred_ms: Vec<(u32, u64)>,
-    /// Stamp of the last deferred-init line (every page allocatable), or
-    /// the end of the early block when no node deferred anything.
+    /// Stamp of the last deferred-init line, or the end of the early
+    /// block when no node deferred anything.
+    pub last_deferred_ns: u64,
+    /// Memory ready: stamp of `devtmpfs: initialized`, the first line after
+    /// `page_alloc_init_late()` returns (module doc).
     pub allocatable_ns: u64,
+    /// Present pages (`Memory: …K/NK available`), if the line is there.
+    pub present_pages: Option<u64>,
+    /// Struct pages initialised, all of them before memory is ready: the
+    /// present pages plus unavailable ranges.
+    pub pages_initialised: Option<u64>,
     /// Stamp of `Run /init as init process`.
     pub init_started_ns: u64,
     /// `tsc: Detected X MHz processor`, if printed.
@@ -62,6 +83,9 @@ pub enum LinuxLogError {
     NoEarlyMemmapEnd,
     /// No `Run /init as init process`: the boot did not reach userspace.
     NoInit,
+    /// No `devtmpfs: initialized` after the deferred-init lines: the point
+    /// where `page_alloc_init_late()` returned cannot be read.
+    NoAllocInitLateReturn,
 }
 
 impl fmt::Display for LinuxLogError {
@@ -81,6 +105,12 @@ impl fmt::Display for LinuxLogError {
                 f,
                 "no 'Run /init as init process' line: the log ends before Linux started \
                  userspace (timeout or crash?); boot again with a longer --timeout"
+            ),
+            Self::NoAllocInitLateReturn => write!(
+                f,
+                "no 'devtmpfs: initialized' line after the deferred-init lines: it marks \
+                 page_alloc_init_late() returning (memory ready); use a kernel with \
+                 CONFIG_DEVTMPFS, as Debian's is"
             ),
         }
     }
@@ -122,6 +152,30 @@ fn early_block(lines: &[(u64, String)]) -> Result<(u64, u64), LinuxLogError> {
     Ok((lines[start].0, end.0))
 }
 
+/// `Memory: AK/PK available (…)` → P KiB of present memory, in pages.
+fn present_pages(lines: &[(u64, String)]) -> Option<u64> {
+    let present_kib: u64 = lines.iter().find_map(|(_, m)| {
+        let (_, rest) = m.strip_prefix("Memory: ")?.split_once('/')?;
+        rest.split_once("K available")?.0.parse().ok()
+    })?;
+    Some(present_kib / 4)
+}
+
+/// Every `On node N, zone Z: K pages in unavailable ranges`, summed.
+fn unavailable_pages(lines: &[(u64, String)]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|(_, m)| {
+            let (_, rest) = m.strip_prefix("On node ")?.split_once(", zone ")?;
+            let (_, count) = rest.split_once(": ")?;
+            count
+                .strip_suffix(" pages in unavailable ranges")?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// Read one Linux boot's serial log.
 pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
     let lines = console_lines(text);
@@ -142,14 +196,23 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
             .ok()
     });
     let host_peak_rss_mib = crate::host_peak_rss_mib(text);
+    let last_deferred_ns = deferred
+        .iter()
+        .map(|&(ns, _)| ns)
+        .max()
+        .unwrap_or(early_end_ns);
+    let allocatable_ns = lines
+        .iter()
+        .find(|(ns, m)| *ns >= last_deferred_ns && m == "devtmpfs: initialized")
+        .map(|&(ns, _)| ns)
+        .ok_or(LinuxLogError::NoAllocInitLateReturn)?;
     Ok(LinuxBoot {
         zone_ranges_ns,
         early_memmap_ns: early_end_ns - zone_ranges_ns,
-        allocatable_ns: deferred
-            .iter()
-            .map(|&(ns, _)| ns)
-            .max()
-            .unwrap_or(early_end_ns),
+        last_deferred_ns,
+        allocatable_ns,
+        present_pages: present_pages(&lines),
+        pages_initialised: present_pages(&lines).map(|p| p + unavailable_pages(&lines)),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),
         init_started_ns,
         tsc_mhz,

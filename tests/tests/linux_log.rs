@@ -18,7 +18,14 @@ fn real_linux_6_1_log() {
     // lines 267-268: node 0 … in 1232ms (3.044117), node 1 … in 1460ms (3.279735)
     assert_eq!(boot.node_deferred_ms, vec![(0, 1232), (1, 1460)]);
     assert_eq!(boot.deferred_ms(), 1460);
-    assert_eq!(boot.allocatable_ns, 3_279_735_000);
+    assert_eq!(boot.last_deferred_ns, 3_279_735_000);
+    // line 269, right after: [    3.307402] devtmpfs: initialized
+    assert_eq!(boot.allocatable_ns, 3_307_402_000);
+    // The machine's RAM: 0-0xbffdffff and 4 GiB-0x103fffffff (lines 7 and
+    // 10), 3 GiB + 61 GiB = 64 GiB in 512 sections of 128 MiB, every one
+    // present: Linux writes the struct page of each of their 16,777,216
+    // pages (present pages plus the 1 + 97 + 32 in unavailable ranges).
+    assert_eq!(boot.pages_initialised, Some(64 << 30 >> 12));
     // line 1798: [    4.847340] Run /init as init process
     assert_eq!(boot.init_started_ns, 4_847_340_000);
     assert_eq!(boot.tsc_mhz, Some(2596.128));
@@ -50,6 +57,12 @@ fn truncated_logs_give_clear_errors() {
         assert!(!err.to_string().is_empty());
     }
     assert!(LinuxLogError::NoInit.to_string().contains("--timeout"));
+    // A whole boot whose page_alloc_init_late() return cannot be read.
+    let no_devtmpfs = LOG.replace("devtmpfs: initialized", "devtmpfs: off");
+    assert_eq!(
+        parse(&no_devtmpfs),
+        Err(LinuxLogError::NoAllocInitLateReturn)
+    );
 }
 
 #[test]

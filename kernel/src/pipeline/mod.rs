@@ -45,7 +45,7 @@ use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
 use crate::options::{BlockSizeOption, Drain, Options, TestFault, Verify};
-use deferred_init::{DeferredInit, InitMode, PlanOptions};
+use deferred_init::{DeferredInit, DeferredReport, InitMode, PlanOptions};
 use error::PipelineError;
 use facts::{Facts, Phase, VerifyOutcome};
 use s1_memblock::EarlyReservation;
@@ -300,13 +300,14 @@ fn deferred_and_blocks(
     let (size, clock) = (cx.opts.memory_block_size, cx.clock);
     let make_blocks = || *created.lock() = Some(create_blocks(mb, size, clock));
     let report = s6_deferred::run(di, cx.executor, cx.clock, &make_blocks)?;
+    // The boot CPU is back from its wait for the workers: memory init no
+    // longer blocks the boot (Linux: page_alloc_init_late() returns).
+    let joined_ns = cx.clock.now_ns();
     s6_deferred::log(cx.log, &report);
     let node_index = |nid| layout.nodes().iter().position(|n| n.nid == nid);
-    s6_deferred::record(cx.facts, &report, Phase::DeferredInit, node_index);
+    s6_deferred::record(cx.facts, &report, node_index);
     if cx.mode.workers == InitMode::InitAndFree {
-        let done = report.workers.iter().map(|w| w.end_ns).max();
-        cx.facts
-            .record(|f| f.allocatable_ns = done.unwrap_or_else(|| cx.clock.now_ns()));
+        memory_ready(cx.facts, joined_ns, &report);
     }
     let blocks = created
         .into_inner()
@@ -325,7 +326,7 @@ fn pool_and_blocks(
     cx: &Ctx<'_>,
 ) -> Result<(), PipelineError> {
     let now = cx.clock.now_ns();
-    cx.facts.record(|f| f.allocatable_ns = now);
+    memory_ready(cx.facts, now, &di.report());
     let windows: u64 = di.report().nodes.iter().map(|n| n.nr_windows).sum();
     cx.log.line(format_args!(
         "ondemand: {} pages in {} block windows of {} nodes handed to the allocator untouched; every page allocatable at {} us",
@@ -337,6 +338,25 @@ fn pool_and_blocks(
     let blocks = create_blocks(mb, cx.opts.memory_block_size, cx.clock)?;
     finish_blocks(blocks, di, layout, cx);
     Ok(())
+}
+
+/// Struct pages written so far: the boot CPU's (eager pages and the hole
+/// pages it initialised as reserved) and those of workers and growth.
+fn pages_initialised(f: &facts::MmFacts, report: &DeferredReport) -> u64 {
+    let after_boot_cpu: u64 = report
+        .nodes
+        .iter()
+        .map(|n| n.nr_worker_pages + n.nr_grown_pages)
+        .sum();
+    f.eager_pages + f.hole_pages + after_boot_cpu
+}
+
+/// Memory is ready at `now_ns` (the definition: `MmFacts::allocatable_ns`).
+fn memory_ready(facts: &Facts, now_ns: u64, report: &DeferredReport) {
+    facts.record(|f| {
+        f.allocatable_ns = now_ns;
+        f.pages_initialised_at_allocatable = pages_initialised(f, report);
+    });
 }
 
 /// Log and record the memory blocks and what the allocator holds.
@@ -403,7 +423,7 @@ fn after_boot(
     if drain {
         let report = s6_deferred::run(di, cx.executor, cx.clock, &|| {})?;
         let node_index = |nid| layout.nodes().iter().position(|n| n.nid == nid);
-        s6_deferred::record(cx.facts, &report, Phase::Drain, node_index);
+        s6_deferred::record_drain(cx.facts, &report, node_index);
         cx.log.line(format_args!(
             "ondemand: drain workers initialised {} pages in {} ms",
             report.workers.iter().map(|w| w.nr_pages).sum::<u64>(),
@@ -417,6 +437,7 @@ fn after_boot(
     cx.facts.record(|f| {
         f.grown_pages = grown_pages;
         f.pool_pages = pool_pages;
+        f.pages_initialised = pages_initialised(f, &report);
         f.drained_pages = if drain {
             report.workers.iter().map(|w| w.nr_pages).sum()
         } else {

@@ -32,23 +32,41 @@ pub fn run<B: MemmapBacking>(
     Ok(di.report())
 }
 
-/// Record the report in the facts (per node, and each worker that claimed
-/// work as a `phase` span).
-pub fn record(
-    facts: &Facts,
-    report: &DeferredReport,
-    phase: Phase,
-    node_index: impl Fn(u32) -> Option<usize>,
-) {
+/// Record deferred init's report in the facts (per node, and each worker
+/// that claimed work as a `deferred_init` phase span).
+pub fn record(facts: &Facts, report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
     facts.record(|f| {
         f.deferred_ns = report.total_wall_ns;
         f.deferred_workers = report.workers.len() as u64;
-        for n in &report.nodes {
-            if let Some(slot) = node_index(n.nid).and_then(|i| f.node_deferred_ns.get_mut(i)) {
-                *slot = n.wall_ns;
-            }
-        }
+        per_node(&mut f.node_deferred_ns, report, &node_index);
     });
+    record_spans(facts, report, Phase::DeferredInit);
+}
+
+/// Record the drain's report (`ondemand_drain=on`): its own keys, so the
+/// drain after boot is never read as deferred init before it.
+pub fn record_drain(
+    facts: &Facts,
+    report: &DeferredReport,
+    node_index: impl Fn(u32) -> Option<usize>,
+) {
+    facts.record(|f| {
+        f.drain_ns = report.total_wall_ns;
+        f.drain_workers = report.workers.len() as u64;
+        per_node(&mut f.node_drain_ns, report, &node_index);
+    });
+    record_spans(facts, report, Phase::Drain);
+}
+
+fn per_node(slots: &mut [u64], report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
+    for n in &report.nodes {
+        if let Some(slot) = node_index(n.nid).and_then(|i| slots.get_mut(i)) {
+            *slot = n.wall_ns;
+        }
+    }
+}
+
+fn record_spans(facts: &Facts, report: &DeferredReport, phase: Phase) {
     for w in report
         .workers
         .iter()

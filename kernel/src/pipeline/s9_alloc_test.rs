@@ -139,6 +139,36 @@ impl OrderFigures {
     }
 }
 
+/// The growth steps the test's allocations took (`ondemand`): how long
+/// each took, one block window of struct pages initialised per step
+/// (`deferred_init::GROW_CLAIM_WINDOWS`). The cost `ondemand` moves from
+/// boot to the allocations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrowthFigures {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl GrowthFigures {
+    const NONE: GrowthFigures = GrowthFigures {
+        count: 0,
+        p50_ns: 0,
+        p99_ns: 0,
+        max_ns: 0,
+    };
+
+    fn of(h: &Histogram) -> Self {
+        GrowthFigures {
+            count: h.count(),
+            p50_ns: h.percentile(500),
+            p99_ns: h.percentile(990),
+            max_ns: h.max(),
+        }
+    }
+}
+
 /// What the test did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocTestReport {
@@ -148,6 +178,7 @@ pub struct AllocTestReport {
     pub nr_nodes: usize,
     pub failed: u64,
     pub orders: [OrderFigures; 4],
+    pub growth: GrowthFigures,
     pub wall_ns: u64,
 }
 
@@ -164,6 +195,7 @@ impl AllocTestReport {
             OrderFigures::none(ORDERS[2]),
             OrderFigures::none(ORDERS[3]),
         ],
+        growth: GrowthFigures::NONE,
         wall_ns: 0,
     };
 }
@@ -187,6 +219,8 @@ struct NodeRun<'a, B> {
     next_round: AtomicU64,
     histograms: &'a [Histogram; 4],
     growth_steps: &'a [AtomicU64; 4],
+    /// Every growth step's duration, all orders.
+    step_histogram: &'a Histogram,
     failed: AtomicU64,
     drain: bool,
 }
@@ -195,7 +229,12 @@ impl<B: MemmapBacking> NodeRun<'_, B> {
     fn alloc(&self, slot: usize, held: &mut Vec<u64>) {
         let order = ORDERS[slot];
         let t0 = self.clock.now_ns();
-        let r = self.di.alloc_pages_counted(self.nid, self.zone, order);
+        let steps = self.step_histogram;
+        let r = self
+            .di
+            .alloc_pages_timed(self.nid, self.zone, order, self.clock, &mut |ns| {
+                steps.record(ns)
+            });
         let ns = self.clock.now_ns().saturating_sub(t0);
         match r {
             Ok(a) => {
@@ -306,6 +345,7 @@ pub fn run<B: MemmapBacking>(
 ) -> AllocTestReport {
     let histograms: [Histogram; 4] = core::array::from_fn(|_| Histogram::new());
     let growth_steps: [AtomicU64; 4] = core::array::from_fn(|_| AtomicU64::new(0));
+    let step_histogram = Histogram::new();
     let mut report = AllocTestReport {
         bytes_per_node,
         nr_nodes: layout.nodes().len(),
@@ -339,6 +379,7 @@ pub fn run<B: MemmapBacking>(
             next_round: AtomicU64::new(0),
             histograms: &histograms,
             growth_steps: &growth_steps,
+            step_histogram: &step_histogram,
             failed: AtomicU64::new(0),
             drain,
         };
@@ -367,6 +408,7 @@ pub fn run<B: MemmapBacking>(
             growth_steps: growth_steps[slot].load(Ordering::Relaxed),
         };
     }
+    report.growth = GrowthFigures::of(&step_histogram);
     report
 }
 
@@ -435,6 +477,13 @@ pub fn log(log: &dyn Log, r: &AllocTestReport, nr_cpus: usize, drain: bool) {
         log.line(format_args!(
             "alloc_test: order {:2}: {} allocations, p50 {} ns, p99 {} ns, max {} ns, {} growth steps",
             o.order, o.count, o.p50_ns, o.p99_ns, o.max_ns, o.growth_steps
+        ));
+    }
+    let g = &r.growth;
+    if g.count > 0 {
+        log.line(format_args!(
+            "alloc_test: growth: {} steps of one block window each, p50 {} ns, p99 {} ns, max {} ns",
+            g.count, g.p50_ns, g.p99_ns, g.max_ns
         ));
     }
 }

@@ -465,7 +465,6 @@ mod tests {
             Phase::Vmemmap,
             Phase::EagerMemmap,
             Phase::BuddyHandoff,
-            Phase::Pool,
             Phase::MemoryBlocks,
             Phase::Verify,
         ] {
@@ -537,7 +536,7 @@ mod tests {
             (Some(64), Some(255))
         );
         let phases = v["phases"].as_array().unwrap();
-        assert_eq!(phases.len(), 8 + 2 * 255 + 255);
+        assert_eq!(phases.len(), 7 + 2 * 255 + 255);
         let alloc: Vec<&serde_json::Value> = phases
             .iter()
             .filter(|p| p["phase"] == "alloc_test")
@@ -575,9 +574,9 @@ mod tests {
         assert_eq!(v["verify"], "ok");
         assert_eq!(v["node_deferred_ns"].as_array().unwrap().len(), 64);
         let phases = v["phases"].as_array().unwrap();
-        // 8 boot-CPU phases, a deferred and a drain worker per CPU, and an
+        // 7 boot-CPU phases, a deferred and a drain worker per CPU, and an
         // alloc_test phase per (CPU, node).
-        assert_eq!(phases.len(), 8 + 2 * 255 + 255 * 64);
+        assert_eq!(phases.len(), 7 + 2 * 255 + 255 * 64);
         let mut alloc: Vec<(u64, u64)> = phases
             .iter()
             .filter(|p| p["phase"] == "alloc_test")

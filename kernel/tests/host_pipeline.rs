@@ -106,7 +106,7 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let (backing, vstats) = s3_vmemmap::populate(&mut mb, &mut mapper).unwrap();
     let mut memmap = Memmap::new(backing);
     let pageblocks = PageblockMaps::new(&layout);
-    let mode = s4_eager::ModePlan::of(fx.opts.memmap);
+    let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
     let outcome = s4_eager::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
     let blocks = s7_memory_blocks::create(&mb, fx.opts.memory_block_size).unwrap();
     for (key, value) in [
@@ -235,7 +235,7 @@ fn every_test_fault_is_caught_by_verification() {
 }
 
 /// The allocation test records a phase per (CPU, node) up to
-/// `s9_alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
+/// `s8_alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
 /// nodes beyond: 16G over 4 nodes (CPUs on nodes 0 and 1, as booted) with
 /// 256 CPUs is 1024 spans, with 257 CPUs it folds. The folded summary is
 /// whole JSON with a lane's worth of phases per CPU.

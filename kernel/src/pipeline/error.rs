@@ -7,9 +7,10 @@ use deferred_init::{DeferredInitError, FreeError, PlanError};
 use memmap::init::MemmapInitError;
 use memmap::memory_block::BlockError;
 
+use super::s10_verify::{FaultNotApplied, VerifyError};
 use super::s1_memblock::MemblockStageError;
 use super::s3_vmemmap::VmemmapError;
-use super::s8_verify::{FaultNotApplied, VerifyError};
+use super::s8_alloc_test::AllocTestError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineError {
@@ -20,6 +21,7 @@ pub enum PipelineError {
     DeferredInit(DeferredInitError),
     BuddyHandoff(FreeError),
     MemoryBlock(BlockError),
+    AllocTest(AllocTestError),
     Verify(VerifyError),
     /// A `test_fault=` that found nothing to damage on this machine.
     TestFault(FaultNotApplied),
@@ -36,6 +38,7 @@ impl PipelineError {
             PipelineError::DeferredInit(_) => "deferred_init",
             PipelineError::BuddyHandoff(_) => "buddy_handoff",
             PipelineError::MemoryBlock(_) => "memory_block",
+            PipelineError::AllocTest(_) => "alloc_test",
             PipelineError::Verify(_) => "verify",
             PipelineError::TestFault(_) => "bad_option",
         }
@@ -55,6 +58,7 @@ impl fmt::Display for PipelineError {
                 "handing the boot CPU's free pages to the buddy allocator: {e}"
             ),
             PipelineError::MemoryBlock(e) => write!(f, "memory blocks: {e}"),
+            PipelineError::AllocTest(e) => write!(f, "{e}"),
             PipelineError::Verify(e) => write!(f, "{e}"),
             PipelineError::TestFault(e) => write!(f, "{e}"),
         }

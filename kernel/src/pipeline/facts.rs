@@ -6,7 +6,9 @@ use alloc::vec::Vec;
 use memmap::page::MAX_NUMNODES;
 use memmap::NodeId;
 
-use super::s9_alloc_test::AllocTestReport;
+use deferred_init::DeferredReport;
+
+use super::s8_alloc_test::AllocTestReport;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,8 +21,6 @@ pub enum Phase {
     DeferredInit,
     MemoryBlocks,
     Verify,
-    /// Handing the untouched sections to the allocator (`ondemand`).
-    Pool,
     AllocTest,
     /// A drain worker (`ondemand_drain=on`), on its CPU, for its node.
     Drain,
@@ -38,7 +38,6 @@ impl Phase {
             Phase::DeferredInit => "deferred_init",
             Phase::MemoryBlocks => "memory_blocks",
             Phase::Verify => "verify",
-            Phase::Pool => "pool",
             Phase::AllocTest => "alloc_test",
             Phase::Drain => "drain",
         }
@@ -54,7 +53,7 @@ pub struct PhaseSpan {
     pub node: Option<NodeId>,
     /// For a span folded over several nodes' spans of this CPU (`node` is
     /// then `None`): how many. The alloc test folds on large machines
-    /// (`s9_alloc_test::MAX_NODE_SPANS`).
+    /// (`s8_alloc_test::MAX_NODE_SPANS`).
     pub nodes: Option<u32>,
     pub start_ns: u64,
     pub end_ns: u64,
@@ -144,6 +143,18 @@ pub struct MmFacts {
 }
 
 impl MmFacts {
+    /// Struct pages written so far: the boot CPU's (eager pages and the
+    /// hole pages it initialised as reserved) and those of deferred-init
+    /// workers, drain workers and growth (`report`).
+    pub fn pages_initialised(&self, report: &DeferredReport) -> u64 {
+        let after_boot_cpu: u64 = report
+            .nodes
+            .iter()
+            .map(|n| n.nr_worker_pages + n.nr_grown_pages)
+            .sum();
+        self.eager_pages + self.hole_pages + after_boot_cpu
+    }
+
     pub const EMPTY: MmFacts = MmFacts {
         strategy: "none",
         present_pages: 0,
@@ -221,6 +232,15 @@ impl Facts {
                 start_ns,
                 end_ns,
             })
+        });
+    }
+
+    /// Memory is ready at `now_ns` (the definition: [`MmFacts::allocatable_ns`]),
+    /// with the struct pages `report` says were written by then.
+    pub fn memory_ready(&self, now_ns: u64, report: &DeferredReport) {
+        self.record(|f| {
+            f.allocatable_ns = now_ns;
+            f.pages_initialised_at_allocatable = f.pages_initialised(report);
         });
     }
 

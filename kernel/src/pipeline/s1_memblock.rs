@@ -9,7 +9,27 @@ use core::fmt;
 use memmap::firmware::{FirmwareRegion, NodeAffinity};
 use memmap::memblock::{FirmwareReport, Memblock, MemblockConfig, MemblockError};
 
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::facts::Phase;
 use super::seams::Log;
+use super::Input;
+
+/// Stage 1: build memblock from the input, log it, record its time.
+pub fn run(cx: &Ctx<'_>, input: &Input<'_>) -> Result<Memblock, PipelineError> {
+    let (built, memblock_ns) = cx.timed(Phase::Memblock, || {
+        build(
+            input.map,
+            input.affinity,
+            input.phys_addr_bits,
+            input.reserve,
+        )
+    });
+    let (mb, report) = built.map_err(PipelineError::Memblock)?;
+    log(cx.log, &mb, &report, memblock_ns);
+    cx.facts.record(|f| f.memblock_ns = memblock_ns);
+    Ok(mb)
+}
 
 /// A range to reserve before anything is allocated from memblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

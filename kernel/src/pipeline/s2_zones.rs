@@ -4,7 +4,20 @@
 use memmap::memblock::Memblock;
 use memmap::zones::ZoneLayout;
 
+use super::context::Ctx;
+use super::facts::Phase;
 use super::seams::{log_lines, Log};
+
+/// Stage 2: the zones, printed; their page counts recorded.
+pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
+    let (layout, _) = cx.timed(Phase::Zones, || layout(mb, cx.log));
+    cx.facts.record(|f| {
+        f.present_pages = layout.present_pages();
+        f.low_zone_pages = layout.low_zone_pages();
+        f.nr_nodes = layout.nodes().len().min(f.node_deferred_ns.len());
+    });
+    layout
+}
 
 /// Lay out the zones of `mb` and print them.
 pub fn layout(mb: &Memblock, log: &dyn Log) -> ZoneLayout {

@@ -20,10 +20,29 @@ use core::fmt;
 
 use memmap::memblock::{Memblock, MemblockError};
 use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
-use memmap::store::{SectionSet, WindowBacking};
+use memmap::store::{Memmap, SectionSet, WindowBacking};
 use memmap::{NodeId, PAGE_SIZE};
 
-use super::seams::{MapError, VmemmapMapper};
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::facts::Phase;
+use super::seams::{Log, MapError, VmemmapMapper};
+
+/// Stage 3: struct-page storage for every present section, mapped.
+pub fn run<M: VmemmapMapper>(
+    cx: &Ctx<'_>,
+    mb: &mut Memblock,
+    mapper: &mut M,
+) -> Result<Memmap<WindowBacking>, PipelineError> {
+    let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || populate(mb, mapper));
+    let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
+    log(cx.log, &stats, vmemmap_ns);
+    cx.facts.record(|f| {
+        f.vmemmap_ns = vmemmap_ns;
+        f.vmemmap_bytes = stats.bytes;
+    });
+    Ok(Memmap::new(backing))
+}
 
 /// Window bytes one page directory maps with 2 MiB entries.
 pub const PD_SPAN_BYTES: u64 = 1 << 30;
@@ -189,7 +208,7 @@ fn map_section<M: VmemmapMapper>(
 }
 
 /// The stage's log lines (after `populate` and its timing).
-pub fn log(log: &dyn super::seams::Log, stats: &VmemmapStats, vmemmap_ns: u64) {
+pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64) {
     log.line(format_args!(
         "vmemmap: {} sections, {} MiB of struct pages at {:#x}, {} page-table pages, mapped in {} us",
         stats.sections,

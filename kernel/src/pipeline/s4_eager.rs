@@ -1,11 +1,8 @@
-//! Stage 4, eager memmap init on the boot CPU, as the `memmap=` mode says.
-//!
-//! [`ModePlan::of`] is the one mapping from the option to what each stage
-//! does: a new mode is a compile error here until every stage knows it.
+//! Stage 4, eager memmap init on the boot CPU, as the `memmap=` mode says
+//! ([`super::mode::ModePlan::eager`]).
 
-use deferred_init::InitMode;
 use memmap::init::{
-    init_memmap, split_deferred, touch_ranges, InitOutcome, InitStats, MemmapInitError, Strategy,
+    init_memmap, split_deferred, touch_ranges, InitOutcome, InitStats, MemmapInitError,
 };
 use memmap::memblock::Memblock;
 use memmap::pageblock::PageblockMaps;
@@ -14,74 +11,34 @@ use memmap::zones::ZoneLayout;
 
 use crate::options::MemmapMode;
 
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::facts::Phase;
+use super::mode::EagerWork;
 use super::seams::Log;
 
-/// What the boot CPU does with struct pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EagerWork {
-    /// A Linux memmap-init strategy.
-    Strategy(Strategy),
-    /// The store floor over the pages `Deferred` would initialise eagerly.
-    Touch,
-}
-
-/// What becomes of the memory the boot CPU leaves uninitialised.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deferral {
-    /// Per-node workers initialise it during boot (`deferred`, `touch`; the
-    /// strategies that initialise everything leave nothing).
-    Workers,
-    /// It goes to the allocator untouched; allocations initialise what they
-    /// take (`ondemand`).
-    Pool,
-}
-
-/// What a `memmap=` mode does in every stage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ModePlan {
-    pub eager: EagerWork,
-    /// What deferred init does with each page, whoever runs it.
-    pub workers: InitMode,
-    pub deferral: Deferral,
-    /// The mode writes Linux state that verification can check.
-    pub verifiable: bool,
-}
-
-impl ModePlan {
-    pub const fn of(mode: MemmapMode) -> ModePlan {
-        match mode {
-            MemmapMode::Deferred => ModePlan {
-                eager: EagerWork::Strategy(Strategy::Deferred),
-                workers: InitMode::InitAndFree,
-                deferral: Deferral::Workers,
-                verifiable: true,
-            },
-            MemmapMode::Regions => ModePlan {
-                eager: EagerWork::Strategy(Strategy::Regions),
-                workers: InitMode::InitAndFree,
-                deferral: Deferral::Workers,
-                verifiable: true,
-            },
-            MemmapMode::PerPfn => ModePlan {
-                eager: EagerWork::Strategy(Strategy::PerPfn),
-                workers: InitMode::InitAndFree,
-                deferral: Deferral::Workers,
-                verifiable: true,
-            },
-            MemmapMode::Touch => ModePlan {
-                eager: EagerWork::Touch,
-                workers: InitMode::Touch,
-                deferral: Deferral::Workers,
-                verifiable: false,
-            },
-            MemmapMode::OnDemand => ModePlan {
-                eager: EagerWork::Strategy(Strategy::Deferred),
-                workers: InitMode::InitAndFree,
-                deferral: Deferral::Pool,
-                verifiable: true,
-            },
-        }
-    }
+/// Stage 4: the boot CPU's share of struct pages, logged and recorded.
+pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+) -> Result<InitOutcome, PipelineError> {
+    let pageblocks = PageblockMaps::new(layout);
+    let (outcome, memmap_boot_ns) = cx.timed(Phase::EagerMemmap, || {
+        init(cx.mode.eager, memmap, mb, layout, &pageblocks)
+    });
+    let outcome = outcome.map_err(PipelineError::Memmap)?;
+    let s = outcome.stats;
+    log(cx.log, cx.opts.memmap, &s, memmap_boot_ns);
+    cx.facts.record(|f| {
+        f.eager_pages = s.eager_pages;
+        f.deferred_pages = s.deferred_pages;
+        f.reserved_pages = s.reserved_pages;
+        f.hole_pages = s.hole_pages;
+        f.memmap_boot_ns = memmap_boot_ns;
+    });
+    Ok(outcome)
 }
 
 /// Initialise the boot CPU's share of struct pages.

@@ -1,21 +1,57 @@
-//! Stage 6, deferred init: every node's remaining struct pages, initialised
-//! and freed into the buddy lists by workers on that node's CPUs, while the
-//! boot CPU first does `boot_cpu_first` (memory-block creation) and then
-//! its own share, as Linux's boot CPU goes on booting while the pgdatinit
-//! threads run and then waits for them in `page_alloc_init_late()`.
+//! Stage 6 with per-node workers (`deferred`, `regions`, `perpfn`, `touch`):
+//! every node's remaining struct pages, initialised and freed into the buddy
+//! lists by workers on that node's CPUs, while the boot CPU first creates
+//! the memory-block devices (stage 7's work) and then does its own share,
+//! as Linux's boot CPU goes on booting while the pgdatinit threads run and
+//! then waits for them in `page_alloc_init_late()`. Memory is ready when
+//! the boot CPU is back from that wait.
 
-use deferred_init::{Clock, DeferredInit, DeferredReport, Executor};
+use deferred_init::{DeferredInit, DeferredReport};
+use memmap::memblock::Memblock;
 use memmap::store::MemmapBacking;
+use memmap::zones::ZoneLayout;
 
+use super::context::Ctx;
 use super::error::PipelineError;
-use super::facts::{Facts, Phase};
-use super::seams::{log_lines, Log};
+use super::facts::Phase;
+use super::s7_memory_blocks::{self, Created};
+use super::seams::{log_lines, Clock, Executor, BOOT_CPU};
 
-/// The boot CPU's index for [`Executor::on_each_cpu`].
-pub const BOOT_CPU: u32 = 0;
-
-/// Run every worker; returns their report once all are done.
+/// Stage 6: run the workers and, on the boot CPU, create the memory blocks;
+/// returns the blocks once every worker is done.
 pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    di: &DeferredInit<'_, B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+) -> Result<Created, PipelineError> {
+    cx.log.line(format_args!(
+        "deferred: {} pages on {} nodes, {} workers on {} CPUs",
+        di.plan().nr_pages(),
+        di.plan().nodes().len(),
+        di.plan().workers().len(),
+        cx.executor.nr_cpus()
+    ));
+    let created: spin::Mutex<Option<Result<Created, PipelineError>>> = spin::Mutex::new(None);
+    let (size, clock) = (cx.opts.memory_block_size, cx.clock);
+    let make_blocks = || *created.lock() = Some(s7_memory_blocks::create_timed(mb, size, clock));
+    let report = run_workers(di, cx.executor, cx.clock, &make_blocks)?;
+    // The boot CPU is back from its wait for the workers: memory init no
+    // longer blocks the boot (Linux: page_alloc_init_late() returns).
+    let joined_ns = cx.clock.now_ns();
+    log_lines(cx.log, &report);
+    record(cx, &report, layout);
+    if cx.mode.has_allocator() {
+        cx.facts.memory_ready(joined_ns, &report);
+    }
+    created
+        .into_inner()
+        .expect("the boot CPU's job created the memory blocks")
+}
+
+/// Run every worker (on each CPU, after `boot_cpu_first` on the boot CPU);
+/// returns their report once all are done. Also the drain's engine.
+pub fn run_workers<B: MemmapBacking>(
     di: &DeferredInit<'_, B>,
     executor: &dyn Executor,
     clock: &dyn Clock,
@@ -32,51 +68,35 @@ pub fn run<B: MemmapBacking>(
     Ok(di.report())
 }
 
-/// Record deferred init's report in the facts (per node, and each worker
-/// that claimed work as a `deferred_init` phase span).
-pub fn record(facts: &Facts, report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
-    facts.record(|f| {
+/// Record deferred init's report (per node, and each worker that claimed
+/// work as a `deferred_init` phase span).
+fn record(cx: &Ctx<'_>, report: &DeferredReport, layout: &ZoneLayout) {
+    cx.facts.record(|f| {
         f.deferred_ns = report.total_wall_ns;
         f.deferred_workers = report.workers.len() as u64;
-        per_node(&mut f.node_deferred_ns, report, &node_index);
+        per_node(&mut f.node_deferred_ns, report, layout);
     });
-    record_spans(facts, report, Phase::DeferredInit);
+    record_spans(cx, report, Phase::DeferredInit);
 }
 
-/// Record the drain's report (`ondemand_drain=on`): its own keys, so the
-/// drain after boot is never read as deferred init before it.
-pub fn record_drain(
-    facts: &Facts,
-    report: &DeferredReport,
-    node_index: impl Fn(u32) -> Option<usize>,
-) {
-    facts.record(|f| {
-        f.drain_ns = report.total_wall_ns;
-        f.drain_workers = report.workers.len() as u64;
-        per_node(&mut f.node_drain_ns, report, &node_index);
-    });
-    record_spans(facts, report, Phase::Drain);
-}
-
-fn per_node(slots: &mut [u64], report: &DeferredReport, node_index: impl Fn(u32) -> Option<usize>) {
+/// Each node's wall time into `slots`, by node index.
+pub fn per_node(slots: &mut [u64], report: &DeferredReport, layout: &ZoneLayout) {
     for n in &report.nodes {
-        if let Some(slot) = node_index(n.nid).and_then(|i| slots.get_mut(i)) {
+        let index = layout.nodes().iter().position(|l| l.nid == n.nid);
+        if let Some(slot) = index.and_then(|i| slots.get_mut(i)) {
             *slot = n.wall_ns;
         }
     }
 }
 
-fn record_spans(facts: &Facts, report: &DeferredReport, phase: Phase) {
+/// A `phase` span per worker that claimed work.
+pub fn record_spans(cx: &Ctx<'_>, report: &DeferredReport, phase: Phase) {
     for w in report
         .workers
         .iter()
         .filter(|w| w.finished && w.nr_claims > 0)
     {
-        facts.phase(phase, w.cpu, Some(w.nid), w.start_ns, w.end_ns);
+        cx.facts
+            .phase(phase, w.cpu, Some(w.nid), w.start_ns, w.end_ns);
     }
-}
-
-/// The stage's log lines: one per node, then the total.
-pub fn log(log: &dyn Log, report: &DeferredReport) {
-    log_lines(log, report);
 }

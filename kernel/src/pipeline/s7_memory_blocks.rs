@@ -1,14 +1,90 @@
 //! Stage 7, memory-block devices (Linux `memory_dev_init()`): one per
 //! block-size-aligned range with memory, linked to the nodes in it. The
-//! boot CPU creates them while the deferred-init workers run.
+//! boot CPU creates them during stage 6 (while the deferred-init workers
+//! run, or after the pool is handed over); this stage reports them and
+//! what the allocator holds (Linux's `Memory:` line).
 
+use deferred_init::DeferredInit;
 use memmap::memblock::Memblock;
 use memmap::memory_block::{probe_memory_block_size, BlockError, MemoryBlockSize, MemoryBlocks};
 use memmap::page::MAX_NUMNODES;
+use memmap::store::MemmapBacking;
+use memmap::zones::ZoneLayout;
 
 use crate::options::BlockSizeOption;
 
-use super::seams::Log;
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::facts::Phase;
+use super::seams::{Clock, Log, BOOT_CPU};
+
+/// Memory blocks as created on the boot CPU, with when.
+pub struct Created {
+    pub blocks: MemoryBlocks,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Create the memory blocks of `mb` now, timed.
+pub fn create_timed(
+    mb: &Memblock,
+    size: BlockSizeOption,
+    clock: &dyn Clock,
+) -> Result<Created, PipelineError> {
+    let start_ns = clock.now_ns();
+    let blocks = create(mb, size).map_err(PipelineError::MemoryBlock)?;
+    Ok(Created {
+        blocks,
+        start_ns,
+        end_ns: clock.now_ns(),
+    })
+}
+
+/// Stage 7: record and log the blocks and what the allocator holds.
+pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    created: Created,
+    di: &DeferredInit<'_, B>,
+    layout: &ZoneLayout,
+) {
+    let Created {
+        blocks,
+        start_ns,
+        end_ns,
+    } = created;
+    cx.facts
+        .phase(Phase::MemoryBlocks, BOOT_CPU, None, start_ns, end_ns);
+    log(cx.log, &blocks, end_ns - start_ns);
+    let free_pages = di.buddy().nr_free_pages_total();
+    let pool_free: u64 = di
+        .pool_pieces()
+        .filter(|p| !p.piece.reserved)
+        .map(|p| p.piece.pfns.nr_pages())
+        .sum();
+    log_memory_line(cx, layout.present_pages(), free_pages + pool_free);
+    cx.facts.record(|f| {
+        f.memory_block_ns = end_ns - start_ns;
+        f.memory_block_size = blocks.block_size().bytes();
+        f.nr_memory_blocks = blocks.len() as u64;
+        f.free_pages = free_pages;
+    });
+}
+
+/// Linux's line byte for byte (mm/page_alloc.c mem_init_print_info():
+/// free/physical pages, the image's parts, then physical − managed).
+fn log_memory_line(cx: &Ctx<'_>, present_pages: u64, available: u64) {
+    let kib = |bytes: u64| bytes >> 10;
+    cx.log.line(format_args!(
+        "Memory: {}K/{}K available ({}K kernel code, {}K rwdata, {}K rodata, 0K init, {}K bss, {}K reserved, 0K cma-reserved)",
+        available * 4,
+        present_pages * 4,
+        kib(cx.image.code_bytes),
+        kib(cx.image.rwdata_bytes),
+        kib(cx.image.rodata_bytes),
+        kib(cx.image.bss_bytes),
+        (present_pages - available.min(present_pages)) * 4
+    ));
+}
 
 /// Create the memory blocks of `mb`.
 pub fn create(mb: &Memblock, size: BlockSizeOption) -> Result<MemoryBlocks, BlockError> {
@@ -20,7 +96,7 @@ pub fn create(mb: &Memblock, size: BlockSizeOption) -> Result<MemoryBlocks, Bloc
     MemoryBlocks::new(mb, size)
 }
 
-/// The stage's log lines.
+/// The blocks' log lines.
 pub fn log(log: &dyn Log, blocks: &MemoryBlocks, memory_block_ns: u64) {
     log.line(format_args!("{}", blocks.block_size()));
     log.line(format_args!(

@@ -6,7 +6,8 @@
 //!   `std` threads on the host), from `deferred-init`;
 //! * [`Clock`]: nanoseconds since kernel entry (TSC; `Instant`), from
 //!   `deferred-init`;
-//! * [`Log`]: one dmesg line per call (the serial console; a `Vec`).
+//! * [`Log`]: one dmesg line per call (the serial console; a `Vec`);
+//! * [`BOOT_CPU`]: which of the executor's CPUs the pipeline itself runs on.
 //!
 //! Struct-page storage is [`memmap::store::WindowBacking`] over what the
 //! mapper mapped, so the pipeline is the same code on both sides.
@@ -15,6 +16,10 @@ use alloc::string::String;
 use core::fmt;
 
 pub use deferred_init::{Clock, CpuId, Executor};
+
+/// The boot CPU's index for [`Executor::on_each_cpu`]: the CPU the pipeline
+/// runs on, which also takes part in every parallel phase.
+pub const BOOT_CPU: CpuId = 0;
 use memmap::sections::Vmemmap;
 
 /// A console that prints one line per call (the kernel adds the

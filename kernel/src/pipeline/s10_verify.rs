@@ -1,4 +1,4 @@
-//! Stage 8, verification: every initialised PFN's struct page checked on all
+//! Stage 10, verification: every initialised PFN's struct page checked on all
 //! CPUs (each claims batches of sections), then the buddy lists against the
 //! pages and the per-zone counts — with the untouched pool (`ondemand`)
 //! accounted from its claim counters, never read — then an alloc/free
@@ -20,9 +20,61 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{Pfn, PfnRange};
 
-use crate::options::TestFault;
+use crate::options::{TestFault, Verify};
 
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::facts::{Phase, VerifyOutcome};
+use super::mode::Deferral;
 use super::seams::{log_lines, Log};
+
+/// Stage 10: apply a damaging `test_fault=` if asked, then verify, if the
+/// mode has Linux state to check and `verify=off` was not given.
+pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    memmap: &Memmap<B>,
+    mb: &Memblock,
+    layout: &ZoneLayout,
+    di: &DeferredInit<'_, B>,
+    outcome: &InitOutcome,
+) -> Result<(), PipelineError> {
+    if !cx.mode.has_allocator() || cx.opts.verify == Verify::Off {
+        let why = if cx.mode.has_allocator() {
+            "verify=off"
+        } else {
+            "memmap=touch writes no Linux state"
+        };
+        cx.log.line(format_args!("verify: off ({why})"));
+        cx.facts.record(|f| f.verify = VerifyOutcome::Off);
+        return Ok(());
+    }
+    let pool_mode = cx.mode.deferral == Deferral::Pool;
+    apply_fault(
+        cx.opts.test_fault,
+        pool_mode,
+        memmap,
+        mb,
+        &outcome.eager,
+        di,
+        cx.log,
+    )
+    .map_err(PipelineError::TestFault)?;
+    let (verdict, verify_ns) = cx.timed(Phase::Verify, || {
+        check_eager(outcome)?;
+        verify(cx.executor, memmap, mb, layout, di, cx.log)
+    });
+    cx.facts.record(|f| {
+        f.verify = if verdict.is_ok() {
+            VerifyOutcome::Ok
+        } else {
+            VerifyOutcome::Failed
+        };
+        f.verify_ns = verify_ns;
+    });
+    let checked = verdict.map_err(PipelineError::Verify)?;
+    log_ok(cx.log, &checked, verify_ns);
+    Ok(())
+}
 
 /// Sections per claim in the parallel page scan: large enough that claims
 /// cost nothing, small enough that CPUs finish together.
@@ -89,7 +141,7 @@ pub struct Checked {
 /// Check everything; print the per-zone lines and the self-test reports.
 /// Costs O(initialised pages + sections): untouched struct pages are never
 /// read.
-pub fn verify<B: MemmapBacking>(
+fn verify<B: MemmapBacking>(
     executor: &dyn Executor,
     memmap: &Memmap<B>,
     mb: &Memblock,
@@ -132,7 +184,7 @@ pub fn verify<B: MemmapBacking>(
 }
 
 /// The closing line of a verification that passed.
-pub fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
+fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
     if checked.untouched == 0 {
         log.line(format_args!(
             "verify: ok: every present page, the counts and the buddy lists checked in {} ms",
@@ -149,7 +201,7 @@ pub fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
 /// The boot CPU's share is initialised exactly once: its ranges are
 /// disjoint and the strategy's count of pages written equals their size.
 /// (Deferred memory is proven by the per-chunk init counters instead.)
-pub fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
+fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
     let mut sorted: Vec<PfnRange> = outcome.eager.iter().map(|e| e.pfns).collect();
     sorted.sort_unstable();
     if let Some(w) = sorted.windows(2).find(|w| w[1].start < w[0].end) {
@@ -191,7 +243,7 @@ impl fmt::Display for FaultNotApplied {
 /// right before verification, log what was damaged, and say whether it
 /// could be. `pool_mode`: the mode keeps an untouched pool (`ondemand`),
 /// where `corrupt_page` picks a page initialised by growth.
-pub fn apply_fault<B: MemmapBacking>(
+fn apply_fault<B: MemmapBacking>(
     fault: TestFault,
     pool_mode: bool,
     memmap: &Memmap<B>,

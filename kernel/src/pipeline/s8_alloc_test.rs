@@ -1,4 +1,4 @@
-//! Stage 9, the allocation test: what allocations pay for how memory was
+//! Stage 8, the allocation test: what allocations pay for how memory was
 //! initialised. On every node, in turn, all CPUs at once allocate the
 //! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
 //! round of 16 MiB, interleaved), timing every allocation, then free
@@ -13,17 +13,83 @@
 //! list of blocks to free.
 
 use alloc::vec::Vec;
+use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use deferred_init::{Clock, CpuId, DeferredInit, Executor};
+use deferred_init::{Clock, CpuId, DeferredInit, DeferredInitError, Executor, FreeError};
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER, PAGE_SHIFT};
 
 use crate::options::ALLOC_TEST_ROUND_BYTES;
 
+use super::context::Ctx;
+use super::error::PipelineError;
 use super::facts::{Facts, Phase};
 use super::seams::Log;
+
+/// Stage 8: the allocation test, if `alloc_test=` asks for one and the
+/// mode has an allocator; logged and recorded.
+pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    di: &DeferredInit<'_, B>,
+    layout: &ZoneLayout,
+) -> Result<(), PipelineError> {
+    if cx.opts.alloc_test_bytes == 0 || !cx.mode.has_allocator() {
+        return Ok(());
+    }
+    let drain = cx.drains();
+    let report = test(
+        di,
+        layout,
+        cx.executor,
+        cx.clock,
+        cx.opts.alloc_test_bytes,
+        drain,
+        cx.facts,
+    )
+    .map_err(PipelineError::AllocTest)?;
+    log(cx.log, &report, cx.executor.nr_cpus(), drain);
+    cx.facts.record(|f| f.alloc_test = report);
+    Ok(())
+}
+
+/// What went wrong in the allocation test that is not a failed allocation
+/// (those are counted): the allocator refused a block back, or a drain
+/// step failed. Either is an allocator bug.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocTestError {
+    Free {
+        pfn: Pfn,
+        order: u32,
+        err: FreeError,
+    },
+    DrainStep(DeferredInitError),
+}
+
+impl fmt::Display for AllocTestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocTestError::Free { pfn, order, err } => write!(
+                f,
+                "alloc_test: freeing the order-{order} block at pfn {pfn:#x} it had allocated failed: {err}; an allocator bug, report it with the log"
+            ),
+            AllocTestError::DrainStep(e) => write!(
+                f,
+                "alloc_test: a drain step failed: {e}; a deferred-init bug, report it with the log"
+            ),
+        }
+    }
+}
+
+/// The first error any CPU met (the rest would repeat it).
+struct FirstError(spin::Mutex<Option<AllocTestError>>);
+
+impl FirstError {
+    fn set(&self, e: AllocTestError) {
+        self.0.lock().get_or_insert(e);
+    }
+}
 
 /// The orders the test mixes, and the summary's `alloc_orders`.
 pub const ORDERS: [u32; 4] = [0, 3, 9, MAX_ORDER];
@@ -223,6 +289,7 @@ struct NodeRun<'a, B> {
     step_histogram: &'a Histogram,
     failed: AtomicU64,
     drain: bool,
+    error: &'a FirstError,
 }
 
 impl<B: MemmapBacking> NodeRun<'_, B> {
@@ -269,10 +336,10 @@ impl<B: MemmapBacking> NodeRun<'_, B> {
         while self.next_round.fetch_add(1, Ordering::Relaxed) < self.nr_rounds {
             self.round(held);
             if self.drain && !drainers.is_empty() {
-                // Indices come from the plan, so the step cannot fail.
-                let _ = self
-                    .di
-                    .worker_step(drainers[turn % drainers.len()], self.clock);
+                let worker = drainers[turn % drainers.len()];
+                if let Err(e) = self.di.worker_step(worker, self.clock) {
+                    self.error.set(AllocTestError::DrainStep(e));
+                }
                 turn += 1;
             }
         }
@@ -334,7 +401,7 @@ enum Spans<'a> {
 /// Run the test on every node of `layout`: at most `bytes_per_node` each,
 /// and at most half of what the node can allocate, so it never drives a
 /// node out of memory.
-pub fn run<B: MemmapBacking>(
+pub fn test<B: MemmapBacking>(
     di: &DeferredInit<'_, B>,
     layout: &ZoneLayout,
     executor: &dyn Executor,
@@ -342,7 +409,8 @@ pub fn run<B: MemmapBacking>(
     bytes_per_node: u64,
     drain: bool,
     facts: &Facts,
-) -> AllocTestReport {
+) -> Result<AllocTestReport, AllocTestError> {
+    let error = FirstError(spin::Mutex::new(None));
     let histograms: [Histogram; 4] = core::array::from_fn(|_| Histogram::new());
     let growth_steps: [AtomicU64; 4] = core::array::from_fn(|_| AtomicU64::new(0));
     let step_histogram = Histogram::new();
@@ -382,6 +450,7 @@ pub fn run<B: MemmapBacking>(
             step_histogram: &step_histogram,
             failed: AtomicU64::new(0),
             drain,
+            error: &error,
         };
         report.allocated_pages += run_node(&run, executor, &spans);
         report.failed += run.failed.load(Ordering::Relaxed);
@@ -409,7 +478,10 @@ pub fn run<B: MemmapBacking>(
         };
     }
     report.growth = GrowthFigures::of(&step_histogram);
-    report
+    match error.0.into_inner() {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }
 
 /// One node: allocate on all CPUs, then free on all CPUs. Returns the
@@ -446,8 +518,11 @@ fn run_node<B: MemmapBacking>(
     executor.on_each_cpu(&|cpu| {
         for &v in lists[cpu as usize].lock().iter() {
             let (pfn, order) = unpack(v);
-            // Blocks this CPU allocated above and nobody else touched.
-            let _ = run.di.free_pages(pfn, order);
+            // Blocks this CPU allocated above and nobody else touched: a
+            // refusal is an allocator bug, reported, not ignored.
+            if let Err(err) = run.di.free_pages(pfn, order) {
+                run.error.set(AllocTestError::Free { pfn, order, err });
+            }
         }
     });
     pages

@@ -1,0 +1,101 @@
+//! What a `memmap=` mode does in every stage. [`ModePlan::of`] is the one
+//! mapping from the option to the stages: a new mode is a compile error
+//! here until every stage knows it.
+
+use deferred_init::InitMode;
+use memmap::init::Strategy;
+
+use crate::options::MemmapMode;
+
+/// What the boot CPU does with struct pages (stage 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EagerWork {
+    /// A Linux memmap-init strategy.
+    Strategy(Strategy),
+    /// The store floor over the pages `Deferred` would initialise eagerly.
+    Touch,
+}
+
+/// What becomes of the memory the boot CPU leaves uninitialised (stage 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deferral {
+    /// Per-node workers initialise it during boot (`deferred`, `touch`; the
+    /// strategies that initialise everything leave nothing).
+    Workers,
+    /// It goes to the allocator untouched; allocations initialise what they
+    /// take (`ondemand`).
+    Pool,
+}
+
+/// What a `memmap=` mode does in every stage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModePlan {
+    pub eager: EagerWork,
+    /// What deferred init does with each page, whoever runs it.
+    pub workers: InitMode,
+    pub deferral: Deferral,
+}
+
+impl ModePlan {
+    pub const fn of(mode: MemmapMode) -> ModePlan {
+        let (eager, workers, deferral) = match mode {
+            MemmapMode::Deferred => (
+                EagerWork::Strategy(Strategy::Deferred),
+                InitMode::InitAndFree,
+                Deferral::Workers,
+            ),
+            MemmapMode::Regions => (
+                EagerWork::Strategy(Strategy::Regions),
+                InitMode::InitAndFree,
+                Deferral::Workers,
+            ),
+            MemmapMode::PerPfn => (
+                EagerWork::Strategy(Strategy::PerPfn),
+                InitMode::InitAndFree,
+                Deferral::Workers,
+            ),
+            MemmapMode::Touch => (EagerWork::Touch, InitMode::Touch, Deferral::Workers),
+            MemmapMode::OnDemand => (
+                EagerWork::Strategy(Strategy::Deferred),
+                InitMode::InitAndFree,
+                Deferral::Pool,
+            ),
+        };
+        ModePlan {
+            eager,
+            workers,
+            deferral,
+        }
+    }
+
+    /// Does the mode build the page allocator (Linux state: struct pages,
+    /// buddy lists) that allocations, verification and the allocation test
+    /// use? Every mode but `touch`, the bare store floor.
+    pub const fn has_allocator(&self) -> bool {
+        matches!(self.workers, InitMode::InitAndFree)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_touch_has_no_allocator_and_only_ondemand_a_pool() {
+        for mode in [
+            MemmapMode::Deferred,
+            MemmapMode::Regions,
+            MemmapMode::PerPfn,
+            MemmapMode::Touch,
+            MemmapMode::OnDemand,
+        ] {
+            let plan = ModePlan::of(mode);
+            assert_eq!(plan.has_allocator(), mode != MemmapMode::Touch, "{mode:?}");
+            assert_eq!(
+                plan.deferral == Deferral::Pool,
+                mode == MemmapMode::OnDemand,
+                "{mode:?}"
+            );
+        }
+    }
+}

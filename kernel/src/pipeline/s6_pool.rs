@@ -1,0 +1,32 @@
+//! Stage 6 with a pool (`ondemand`): the memory the boot CPU left goes to
+//! the allocator untouched, all of it reachable at once (growth claims a
+//! block window at a time); memory is ready now. The boot CPU then creates
+//! the memory-block devices (stage 7's work).
+
+use deferred_init::DeferredInit;
+use memmap::memblock::Memblock;
+use memmap::store::MemmapBacking;
+
+use super::context::Ctx;
+use super::error::PipelineError;
+use super::s7_memory_blocks::{self, Created};
+
+/// Stage 6: hand the pool over; returns the memory blocks.
+pub fn run<B: MemmapBacking>(
+    cx: &Ctx<'_>,
+    di: &DeferredInit<'_, B>,
+    mb: &Memblock,
+) -> Result<Created, PipelineError> {
+    let now = cx.clock.now_ns();
+    let report = di.report();
+    cx.facts.memory_ready(now, &report);
+    let windows: u64 = report.nodes.iter().map(|n| n.nr_windows).sum();
+    cx.log.line(format_args!(
+        "ondemand: {} pages in {} block windows of {} nodes handed to the allocator untouched; every page allocatable at {} us",
+        di.pool_pages(),
+        windows,
+        di.plan().nodes().len(),
+        now / 1000
+    ));
+    s7_memory_blocks::create_timed(mb, cx.opts.memory_block_size, cx.clock)
+}

@@ -6,11 +6,22 @@
 //! the library pipeline with host seams (std threads as CPUs, an `mmap`
 //! window with `MAP_NORESERVE` as the vmemmap, so only written struct pages
 //! cost memory) and checks that it computes exactly the figures the
-//! kernel's summary line reports. The expected values come from the kernel,
-//! not from the code under test.
+//! kernel's summary line reports.
+//!
+//! The kernel's summary was produced by the same `pipeline::run`, so that
+//! comparison alone would re-approve any bug a regenerated fixture carries.
+//! Each fixture is therefore also checked against an independent oracle,
+//! `common::model`: a page-by-page model computed from the fixture's own
+//! firmware map, SRAT, heap and options by the README's rules (present,
+//! reserved and hole pages per node and zone, zone spans, sections, the
+//! vmemmap's placement by memblock's top-down rule, the eager/deferred
+//! split, memory blocks). The pipeline's facts, its zone layout, its
+//! memblock reservations and its per-zone verification lines must equal
+//! the model, and so must the kernel's summary.
 
 mod common;
 
+use common::model::{Model, VerifyZoneLine, Walk};
 use common::{load, run_on_host, Fixture};
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
@@ -18,6 +29,170 @@ use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_m
 use memmap::pageblock::PageblockMaps;
 use memmap::store::Memmap;
 use memmap::NodeId;
+
+const ALL_FIXTURES: [&str; 8] = [
+    "4g-deferred",
+    "4g-regions",
+    "4g-perpfn",
+    "4g-touch",
+    "16g-4nodes",
+    "64g",
+    "1t",
+    "32t-16nodes-ondemand",
+];
+
+/// The model of a fixture (see `common::model`), checked against what the
+/// kernel reported and against the pipeline's own stages 1–3 on the host:
+/// - the summary's map-derived figures, every one (`Facts::by_key`);
+/// - nodes (span, present pages), zones (span, present pages, highest
+///   zone), hole pages per zone (`ZoneLayout::unavailable_ranges`), present
+///   sections;
+/// - vmemmap: sections, bytes per node, page-table pages, and memblock's
+///   reserved table afterwards, range for range: every struct-page block
+///   and page table where the model's top-down rule puts it.
+fn checked_model(fx: &Fixture) -> Model {
+    let model = Model::compute(&fx.model_map(), Walk::Runs);
+    let name = fx.name;
+    for (key, want) in model.facts().by_key() {
+        assert_eq!(
+            fx.kernel(key),
+            want,
+            "{name}: {key}: kernel summary vs model"
+        );
+    }
+    let reserve = fx.reserve();
+    let (mut mb, _) =
+        s1_memblock::build(&fx.map, fx.affinity.as_deref(), fx.phys_addr_bits, &reserve).unwrap();
+    let layout = s2_zones::layout(&mb, &VecLog::default());
+    let nodes: Vec<_> = layout
+        .nodes()
+        .iter()
+        .map(|n| (n.nid, (n.span.start, n.span.end), n.present_pages))
+        .collect();
+    let want: Vec<_> = model
+        .nodes
+        .iter()
+        .map(|n| (n.nid, n.span, n.present))
+        .collect();
+    assert_eq!(
+        nodes, want,
+        "{name}: nodes (nid, span, present): pipeline vs model"
+    );
+    let zones: Vec<_> = layout
+        .zones()
+        .iter()
+        .map(|z| {
+            (
+                z.nid,
+                z.zone.name(),
+                (z.span.start, z.span.end),
+                z.present_pages,
+            )
+        })
+        .collect();
+    let want: Vec<_> = model
+        .zones
+        .iter()
+        .map(|z| (z.nid, z.zone().name(), z.span, z.present))
+        .collect();
+    assert_eq!(
+        zones, want,
+        "{name}: zones (nid, zone, span, present): pipeline vs model"
+    );
+    for n in &model.nodes {
+        assert_eq!(
+            layout.highest_zone(n.nid).map(|z| z.zone.name()),
+            Some(n.highest_zone.name()),
+            "{name}: node {}'s highest zone",
+            n.nid
+        );
+    }
+    for z in &model.zones {
+        let holes: u64 = layout
+            .unavailable_ranges()
+            .iter()
+            .filter(|u| u.nid == z.nid && u.zone.name() == z.zone().name())
+            .map(|u| u.nr_pages)
+            .sum();
+        assert_eq!(
+            holes,
+            z.holes,
+            "{name}: node {} zone {}: hole pages in unavailable ranges",
+            z.nid,
+            z.zone().name()
+        );
+    }
+    let section_pages: u64 = layout
+        .present_section_ranges()
+        .iter()
+        .map(|r| r.end - r.start)
+        .sum();
+    assert_eq!(
+        section_pages,
+        model.present_sections * common::model::SECTION_PAGES
+    );
+    let mut mapper = HostMapper::new();
+    let (backing, vstats) = s3_vmemmap::populate(&mut mb, &mut mapper).unwrap();
+    drop(backing);
+    assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
+    assert_eq!(
+        vstats.table_frames, model.table_frames,
+        "{name}: page tables"
+    );
+    for n in &model.nodes {
+        let bytes = vstats.node_bytes.iter().find(|b| b.0 == n.nid).map(|b| b.1);
+        let want = n.sections * common::model::SECTION_MEMMAP_BYTES;
+        assert_eq!(bytes, Some(want), "{name}: node {}'s struct pages", n.nid);
+    }
+    let reserved: Vec<(u64, u64)> = mb
+        .reserved()
+        .regions()
+        .iter()
+        .map(|r| (r.pfns().start, r.pfns().end))
+        .collect();
+    assert_eq!(
+        reserved, model.reserved,
+        "{name}: memblock.reserved (PFN ranges) after the vmemmap: pipeline vs model\n{:#?}",
+        model.allocations
+    );
+    assert!(
+        model.allocations.iter().all(|a| a.nid == a.nid_asked),
+        "{name}: every struct page and table on its own node"
+    );
+    model
+}
+
+/// The pipeline's facts equal the model's, figure by figure.
+fn assert_facts_match_model(fx: &Fixture, mm: &MmFacts, model: &Model) {
+    let host = [
+        ("present_pages", mm.present_pages),
+        ("eager_pages", mm.eager_pages),
+        ("low_zone_pages", mm.low_zone_pages),
+        ("deferred_pages", mm.deferred_pages),
+        ("reserved_pages", mm.reserved_pages),
+        ("hole_pages", mm.hole_pages),
+        ("vmemmap_bytes", mm.vmemmap_bytes),
+        ("memory_block_size", mm.memory_block_size),
+        ("nr_memory_blocks", mm.nr_memory_blocks),
+        ("free_pages", mm.free_pages),
+        ("nodes", mm.nr_nodes as u64),
+    ];
+    let want = model.facts().by_key();
+    assert_eq!(host.map(|h| h.0), want.map(|w| w.0));
+    for ((key, got), (_, want)) in host.into_iter().zip(want) {
+        assert_eq!(got, want, "{}: {key}: pipeline vs model", fx.name);
+    }
+}
+
+/// The host run's per-zone `verify:` lines against the model
+/// (`Model::assert_zone_lines`).
+fn assert_zone_lines_match_model(fx: &Fixture, lines: &[String], model: &Model) {
+    let parsed: Vec<VerifyZoneLine> = lines
+        .iter()
+        .filter_map(|l| VerifyZoneLine::parse(l))
+        .collect();
+    model.assert_zone_lines(fx.name, &parsed);
+}
 
 /// The summary keys that depend on the map and the code, not on time.
 fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
@@ -47,8 +222,11 @@ fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
 fn every_strategy_at_4g_matches_the_kernel() {
     for name in ["4g-deferred", "4g-regions", "4g-perpfn", "4g-touch"] {
         let fx = load(name);
+        let model = checked_model(&fx);
         let (mm, lines, _) = run_on_host(&fx);
         assert_same_figures(&fx, &mm);
+        assert_facts_match_model(&fx, &mm, &model);
+        assert_zone_lines_match_model(&fx, &lines, &model);
         let verified = name != "4g-touch";
         assert_eq!(mm.verify == VerifyOutcome::Ok, verified, "{name}");
         assert!(
@@ -61,8 +239,11 @@ fn every_strategy_at_4g_matches_the_kernel() {
 #[test]
 fn deferred_at_64g_matches_the_kernel_and_writes_only_struct_pages_it_owns() {
     let fx = load("64g");
-    let (mm, _, mapper) = run_on_host(&fx);
+    let model = checked_model(&fx);
+    let (mm, lines, mapper) = run_on_host(&fx);
     assert_same_figures(&fx, &mm);
+    assert_facts_match_model(&fx, &mm, &model);
+    assert_zone_lines_match_model(&fx, &lines, &model);
     assert_eq!(mm.verify, VerifyOutcome::Ok);
     // Every present section's struct pages were written (deferred init is
     // complete) and nothing beyond them: resident ≤ the mapped sections.
@@ -79,8 +260,11 @@ fn four_nodes_two_of_them_memory_only_match_the_kernel() {
     nids.dedup();
     assert_eq!(nids, [0, 1, 2, 3], "SRAT: 4 nodes");
     assert_eq!(fx.cpu_nodes, [0, 1], "CPUs on nodes 0 and 1 only");
+    let model = checked_model(&fx);
     let (mm, lines, _) = run_on_host(&fx);
     assert_same_figures(&fx, &mm);
+    assert_facts_match_model(&fx, &mm, &model);
+    assert_zone_lines_match_model(&fx, &lines, &model);
     for nid in 0..4 {
         assert!(
             lines
@@ -109,18 +293,40 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
     let outcome = s4_eager::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
     let blocks = s7_memory_blocks::create(&mb, fx.opts.memory_block_size).unwrap();
-    for (key, value) in [
-        ("present_pages", layout.present_pages()),
-        ("low_zone_pages", layout.low_zone_pages()),
-        ("eager_pages", outcome.stats.eager_pages),
-        ("deferred_pages", outcome.stats.deferred_pages),
-        ("reserved_pages", outcome.stats.reserved_pages),
-        ("hole_pages", outcome.stats.hole_pages),
-        ("vmemmap_bytes", vstats.bytes),
-        ("nr_memory_blocks", blocks.len() as u64),
-        ("memory_block_size", blocks.block_size().bytes()),
+    let model = checked_model(&fx).facts();
+    for (key, value, want) in [
+        ("present_pages", layout.present_pages(), model.present_pages),
+        (
+            "low_zone_pages",
+            layout.low_zone_pages(),
+            model.low_zone_pages,
+        ),
+        ("eager_pages", outcome.stats.eager_pages, model.eager_pages),
+        (
+            "deferred_pages",
+            outcome.stats.deferred_pages,
+            model.deferred_pages,
+        ),
+        (
+            "reserved_pages",
+            outcome.stats.reserved_pages,
+            model.reserved_pages,
+        ),
+        ("hole_pages", outcome.stats.hole_pages, model.hole_pages),
+        ("vmemmap_bytes", vstats.bytes, model.vmemmap_bytes),
+        (
+            "nr_memory_blocks",
+            blocks.len() as u64,
+            model.nr_memory_blocks,
+        ),
+        (
+            "memory_block_size",
+            blocks.block_size().bytes(),
+            model.memory_block_size,
+        ),
     ] {
         assert_eq!(value, fx.kernel(key), "1t: {key}: host vs kernel");
+        assert_eq!(value, want, "1t: {key}: host vs model");
     }
     assert_eq!(
         vstats.table_frames, 18,
@@ -145,8 +351,11 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
 fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_initialises() {
     let fx = load("32t-16nodes-ondemand");
     assert_eq!(fx.summary["strategy"], "ondemand");
+    let model = checked_model(&fx);
     let (mm, lines, mapper) = run_on_host(&fx);
     assert_same_figures(&fx, &mm);
+    assert_facts_match_model(&fx, &mm, &model);
+    assert_zone_lines_match_model(&fx, &lines, &model);
     assert_eq!(mm.verify, VerifyOutcome::Ok);
     assert_eq!(mm.nr_nodes, 16);
     // Growth: at most what the allocation test allocated, plus one window
@@ -175,6 +384,25 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
         "the whole 512 GiB memmap is mapped"
     );
     assert!(lines.iter().any(|l| l.starts_with("ondemand: ")));
+}
+
+/// The model's interval walk (what makes 1T and 32T affordable) is the
+/// brute force: on every fixture of up to 64 GiB, classifying each PFN on
+/// its own gives the identical model.
+#[test]
+fn the_model_walks_runs_exactly_as_it_walks_every_pfn() {
+    for name in ALL_FIXTURES {
+        let fx = load(name);
+        if fx.kernel("present_pages") > 64 << 18 {
+            continue;
+        }
+        let map = fx.model_map();
+        assert_eq!(
+            Model::compute(&map, Walk::EveryPfn),
+            Model::compute(&map, Walk::Runs),
+            "{name}"
+        );
+    }
 }
 
 /// Every state-damaging `test_fault=` on the 4G map, in `deferred` and in

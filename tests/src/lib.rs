@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 
 pub mod bench;
 pub mod linux_log;
+/// The page-by-page model of memory init from a logged firmware map (what
+/// a boot must report, by the README's rules), shared with the kernel's
+/// host pipeline tests, whose file it is: one model, two test suites.
+#[path = "../../kernel/tests/common/model.rs"]
+pub mod model;
 pub mod plot;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
@@ -211,14 +216,9 @@ impl Boot {
     /// The RAM ranges `[start, end)` of the logged map (`BIOS-e820: …
     /// usable` after the map header), overlapping or adjacent ones merged.
     pub fn firmware_ram_ranges(&self) -> Vec<(u64, u64)> {
-        let header = self
-            .lines
-            .iter()
-            .position(|(_, m)| m.contains("physical RAM map"))
-            .unwrap_or_else(|| panic!("no memory-map header:\n{}", self.describe()));
-        let mut ram: Vec<(u64, u64)> = self.lines[header + 1..]
-            .iter()
-            .map_while(|(_, m)| m.strip_prefix("BIOS-e820: ").and_then(parse_mem_line))
+        let mut ram: Vec<(u64, u64)> = self
+            .firmware_map()
+            .into_iter()
             .filter(|(_, _, kind)| kind == "usable")
             .map(|(start, end, _)| (start, end))
             .collect();
@@ -240,6 +240,135 @@ impl Boot {
             "exit code {}\n--- serial ---\n{}\n--- stderr ---\n{}",
             self.run.exit_code, self.run.stdout, self.run.stderr
         )
+    }
+}
+
+/// The boot as [`model`] sees it: its firmware map, SRAT, heap and options
+/// read from its own log, nothing the kernel computed from them.
+impl Boot {
+    /// Every entry of the logged firmware map (the `BIOS-e820: [mem …]
+    /// kind` lines after the map header) as `(start, end, kind)`.
+    pub fn firmware_map(&self) -> Vec<(u64, u64, String)> {
+        let header = self
+            .lines
+            .iter()
+            .position(|(_, m)| m.contains("physical RAM map"))
+            .unwrap_or_else(|| panic!("no memory-map header:\n{}", self.describe()));
+        self.lines[header + 1..]
+            .iter()
+            .map_while(|(_, m)| m.strip_prefix("BIOS-e820: ").and_then(parse_mem_line))
+            .collect()
+    }
+
+    /// The value of kernel option `key` on the logged `Kernel command
+    /// line:`, if given.
+    pub fn kernel_option(&self, key: &str) -> Option<&str> {
+        let cmdline = self
+            .lines
+            .iter()
+            .find_map(|(_, m)| m.strip_prefix("Kernel command line:"))
+            .unwrap_or_else(|| panic!("no command line logged:\n{}", self.describe()));
+        cmdline
+            .split_ascii_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// The model's input, from the log: the firmware map (`usable` lines
+    /// are RAM, every other kind is not), the bootloader's `in use` lines,
+    /// SRAT's `ACPI: SRAT: Node N PXM P [mem …]` lines (none: `ACPI: no
+    /// SRAT`), the heap line, memblock's physical address width and the
+    /// `memmap=` and `memory_block_size=` options.
+    pub fn model_map(&self) -> model::Map {
+        let map = self.firmware_map();
+        let ranges = |usable: bool| -> Vec<(u64, u64)> {
+            map.iter()
+                .filter(|e| (e.2 == "usable") == usable)
+                .map(|e| (e.0, e.1))
+                .collect()
+        };
+        let mem_lines = |prefix: &'static str| {
+            self.messages_with(prefix)
+                .filter(move |m| m.starts_with(prefix))
+                .filter_map(parse_mem_line)
+        };
+        let srat: Vec<(u64, u64, u32)> = self
+            .messages_with("ACPI: SRAT: Node ")
+            .filter_map(|m| {
+                let nid = m.strip_prefix("ACPI: SRAT: Node ")?.split(' ').next()?;
+                let (start, end, _) = parse_mem_line(m)?;
+                Some((start, end, nid.parse().ok()?))
+            })
+            .collect();
+        let heap = mem_lines("heap: ")
+            .next()
+            .unwrap_or_else(|| panic!("no heap line:\n{}", self.describe()));
+        let phys_addr_bits = self
+            .messages_with("memblock: ")
+            .find_map(|m| {
+                m.split("phys bits ")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no memblock line:\n{}", self.describe()));
+        let memmap = self.kernel_option("memmap").unwrap_or("deferred");
+        model::Map {
+            usable: ranges(true),
+            other: ranges(false),
+            in_use: mem_lines("bootloader: ").map(|(s, e, _)| (s, e)).collect(),
+            srat: (!srat.is_empty()).then_some(srat),
+            heap: (heap.0, heap.1),
+            phys_addr_bits,
+            mode: model::Mode::from_name(memmap)
+                .unwrap_or_else(|| panic!("memmap={memmap} is not a mode")),
+            memory_block_size: match self.kernel_option("memory_block_size") {
+                None | Some("auto") => None,
+                Some(size) => Some(bench::size_mib(size).expect("a block size") << 20),
+            },
+        }
+    }
+
+    /// [`model::Model`] of this boot's log.
+    pub fn model(&self) -> model::Model {
+        model::Model::compute(&self.model_map(), model::Walk::Runs)
+    }
+
+    /// The summary's map-derived figures (`model::Facts::by_key`) must be
+    /// the model's, every one exactly.
+    pub fn assert_summary_matches(&self, model: &model::Model) {
+        for (key, want) in model.facts().by_key() {
+            assert_eq!(
+                self.summary_u64(key),
+                want,
+                "{key}: summary vs the model of the logged map\n{}",
+                self.describe()
+            );
+        }
+    }
+
+    /// The per-zone `verify: node N zone Z: …` count lines, in log order.
+    pub fn verify_zone_lines(&self) -> Vec<model::VerifyZoneLine> {
+        self.lines
+            .iter()
+            .filter_map(|(_, m)| model::VerifyZoneLine::parse(m))
+            .collect()
+    }
+
+    /// [`model::Model::assert_zone_lines`] on this boot's verify lines,
+    /// with the whole run in the message when it fails.
+    pub fn assert_zone_lines_match(&self, model: &model::Model) {
+        let lines = self.verify_zone_lines();
+        let check = || model.assert_zone_lines("verify lines vs the model", &lines);
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)) {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("{why}\n{}", self.describe());
+        }
     }
 }
 
@@ -391,5 +520,47 @@ mod tests {
             parse_log("[    0.000001] a\r\nmemboot-summary: {\"status\":\"ok\"}\n");
         assert_eq!(lines.len(), 1);
         assert_eq!(summary.unwrap()["status"], "ok");
+    }
+}
+
+#[cfg(test)]
+mod model_tests {
+    use super::*;
+
+    fn logged(path: &std::path::Path) -> Boot {
+        let text = std::fs::read_to_string(path).unwrap();
+        let (lines, summary) = parse_log(&text);
+        let run = Run {
+            exit_code: 0,
+            stdout: String::new(),
+            stderr: String::new(),
+        };
+        Boot {
+            run,
+            lines,
+            summary,
+        }
+    }
+
+    /// The model read from a committed boot log has that boot's figures
+    /// and per-zone lines (host-only: the boot tests do the same live).
+    #[test]
+    fn the_model_of_committed_logs_matches_their_summaries() {
+        let root = repo_root();
+        let logs = [
+            root.join("tests/fixtures/16g-4nodes.log"),
+            root.join("tests/fixtures/1t.log"),
+            root.join("kernel/tests/fixtures/4g-perpfn.log"),
+            root.join("kernel/tests/fixtures/4g-touch.log"),
+            root.join("kernel/tests/fixtures/32t-16nodes-ondemand.log"),
+        ];
+        for path in logs {
+            let b = logged(&path);
+            let model = b.model();
+            b.assert_summary_matches(&model);
+            if b.kernel_option("verify") != Some("off") {
+                b.assert_zone_lines_match(&model);
+            }
+        }
     }
 }

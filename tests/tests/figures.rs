@@ -62,7 +62,10 @@ fn ondemand_is_ready_before_most_struct_pages_are_written() {
     // 16 MiB) and a section's worth of the highest zone, which Linux's
     // defer_init() rounds up to the next section boundary: at most two of
     // the 16 sections.
-    assert!(at_ready > 0 && at_ready <= 4096 + 2 * (1 << 15), "{at_ready}");
+    assert!(
+        at_ready > 0 && at_ready <= 4096 + 2 * (1 << 15),
+        "{at_ready}"
+    );
     // What the allocation test grew comes on top, and the rest stays
     // untouched: written + untouched pool = every struct page.
     assert_eq!(at_end, at_ready + b.summary_u64("grown_pages"));

@@ -3,9 +3,11 @@
 //! with host seams.
 #![allow(dead_code)]
 
+pub mod model;
+
 use deferred_init::host::{StdClock, ThreadExecutor};
 use memboot_kernel::bootmap::kind_of_e820_name;
-use memboot_kernel::options::{self, Options};
+use memboot_kernel::options::{self, BlockSizeOption, Options};
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
@@ -164,6 +166,40 @@ impl Fixture {
             reserve,
             // Host replays have no kernel image; only the Memory: line shows it.
             image: Default::default(),
+        }
+    }
+    /// The model's input: the fixture's firmware map and options as plain
+    /// byte ranges (see `model`), nothing the pipeline computed.
+    pub fn model_map(&self) -> model::Map {
+        let range = |e: &FirmwareEntry| (e.start, e.start + e.len_bytes);
+        let is = |e: &&FirmwareEntry, kinds: &[RegionKind]| kinds.contains(&e.kind);
+        let ram = [RegionKind::Usable, RegionKind::Bootloader];
+        model::Map {
+            usable: self.map.iter().filter(|e| is(e, &ram)).map(range).collect(),
+            other: self
+                .map
+                .iter()
+                .filter(|e| !is(e, &ram))
+                .map(range)
+                .collect(),
+            in_use: self
+                .map
+                .iter()
+                .filter(|e| is(e, &[RegionKind::Bootloader]))
+                .map(range)
+                .collect(),
+            srat: self.affinity.as_ref().map(|a| {
+                a.iter()
+                    .map(|a| (a.start, a.start + a.len_bytes, a.nid))
+                    .collect()
+            }),
+            heap: (self.heap.base, self.heap.base + self.heap.size),
+            phys_addr_bits: self.phys_addr_bits,
+            mode: model::Mode::from_name(self.opts.memmap.name()).expect("a memmap= mode"),
+            memory_block_size: match self.opts.memory_block_size {
+                BlockSizeOption::Auto => None,
+                BlockSizeOption::Bytes(b) => Some(b),
+            },
         }
     }
     pub fn kernel(&self, key: &str) -> u64 {

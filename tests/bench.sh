@@ -27,7 +27,9 @@
 #
 # --linux: Debian's linux-image-amd64 kernel and busybox-static, fetched with
 # apt-get download into target/linux-peer (tests/linux-peer.sh), booted with
-# run-qemu.sh --linux: the same QEMU machine arguments as memboot's.
+# run-qemu.sh --linux: the same QEMU machine arguments as memboot's; adds the
+# entry `linux`. --modes may also name Linux entries (see boot_args below),
+# to compare ways of booting it: --modes "linux-bzimage linux-bzimage+nokaslr linux-pvh".
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
@@ -59,24 +61,34 @@ say() { echo "bench: $*" >&2; }
 "$ROOT/run-qemu.sh" --build-only >&2
 (cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-bench --bin memboot-plot) >&2
 tools=$ROOT/target/release
-linux_args=()
 entries=$modes
-if [ "$linux" = 1 ]; then
+[ "$linux" = 1 ] && entries="$entries linux"
+if [[ " $entries" == *" linux"* ]]; then
     peer=$("$ROOT/tests/linux-peer.sh")
-    linux_args=(--linux "$(awk '$1 == "kernel" { print $2 }' <<<"$peer")"
-                --initrd "$(awk '$1 == "initrd" { print $2 }' <<<"$peer")")
-    entries="$entries linux"
+    peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
+    bzimage=$(peer_file kernel) vmlinux=$(peer_file vmlinux) initrd=$(peer_file initrd)
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
 rm -f "$out"/*.writes-all
 
 # boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
-# entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on.
+# entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on. A Linux
+# entry is KERNEL[+WORD...], the words added to Linux's command line:
+#   linux          the peer as the bench compares with it: the uncompressed
+#                  kernel through its PVH entry (as linux-pvh), Linux's
+#                  fastest stock configuration here (README "Benchmarks")
+#   linux-pvh      the uncompressed vmlinux, PVH entry (no decompressor, no KASLR)
+#   linux-bzimage  the distribution's bzImage through QEMU's -kernel (KASLR on),
+#                  e.g. linux-bzimage+nokaslr
 boot_args() {
-    if [ "$1" = linux ]; then printf '%s\n' "${linux_args[@]}"; return; fi
-    local mode=${1%%+*} opts=()
+    local kernel=${1%%+*} opts=()
     [[ "$1" == *+* ]] && IFS=+ read -ra opts <<<"${1#*+}"
-    printf '%s\n' -- "memmap=$mode" "${opts[@]}" verify=off
+    case "$kernel" in
+        linux|linux-pvh) printf '%s\n' --linux "$vmlinux" --initrd "$initrd" -- "${opts[@]}" ;;
+        linux-bzimage) printf '%s\n' --linux "$bzimage" --initrd "$initrd" -- "${opts[@]}" ;;
+        linux*) say "unknown Linux entry '$1' (linux, linux-pvh, linux-bzimage)"; exit 64 ;;
+        *) printf '%s\n' -- "memmap=$kernel" "${opts[@]}" verify=off ;;
+    esac
 }
 # boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
 boot() {

@@ -6,7 +6,9 @@
 #
 #   tests/linux-peer.sh [CACHE_DIR]    (default: target/linux-peer)
 #
-# Prints two lines: `kernel PATH` and `initrd PATH`. The initramfs's /init
+# Prints three lines: `kernel PATH` (the bzImage), `vmlinux PATH` (the same
+# kernel uncompressed, an ELF with a PVH entry note that QEMU's -kernel boots
+# directly, without the bzImage's decompressor and its KASLR) and `initrd PATH`. The initramfs's /init
 # mounts /proc, prints a marker with the uptime, prints the kernel log
 # between markers (dmesg), and powers the machine off, so QEMU exits 0.
 set -euo pipefail
@@ -44,6 +46,29 @@ if [ ! -x "$root/bin/busybox" ] || ! ls "$root"/boot/vmlinuz-* >/dev/null 2>&1; 
 fi
 kernel=$(ls "$root"/boot/vmlinuz-* | head -n 1)
 
+# The uncompressed kernel: the payload of the bzImage, found by its
+# compression's magic (what the kernel's scripts/extract-vmlinux does).
+vmlinux=$cache/vmlinux
+if [ ! -f "$vmlinux" ] || [ "$kernel" -nt "$vmlinux" ]; then
+    python3 - "$kernel" "$vmlinux.tmp" <<'PY' || die "cannot extract the uncompressed kernel from $kernel"
+import lzma, sys
+data = open(sys.argv[1], "rb").read()
+for magic, make in ((b"\xfd7zXZ\x00", lambda: lzma.LZMADecompressor(lzma.FORMAT_XZ)),):
+    at = data.find(magic)
+    while at >= 0:
+        try:
+            out = make().decompress(data[at:])
+        except lzma.LZMAError:
+            out = b""
+        if out.startswith(b"\x7fELF"):
+            open(sys.argv[2], "wb").write(out)
+            sys.exit(0)
+        at = data.find(magic, at + 1)
+sys.exit("no XZ payload that decompresses to an ELF (CONFIG_KERNEL_XZ is Debian's)")
+PY
+    mv "$vmlinux.tmp" "$vmlinux"
+fi
+
 initrd=$cache/initramfs.cpio
 if [ ! -f "$initrd" ] || [ "${BASH_SOURCE[0]}" -nt "$initrd" ]; then
     tree=$cache/initramfs
@@ -66,4 +91,5 @@ INIT
         || die "building the initramfs failed"
 fi
 echo "kernel $kernel"
+echo "vmlinux $vmlinux"
 echo "initrd $initrd"

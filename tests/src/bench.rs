@@ -146,14 +146,15 @@ fn order0(summary: &Value, array: &str) -> Option<u64> {
     summary[array][i].as_u64()
 }
 
-/// A Linux boot's row from its log.
-fn linux_row(text: &str, size: &str, round: u32) -> Result<Row, String> {
+/// A Linux boot's row from its log; `entry` is `linux` or a variant
+/// (`linux-pvh`, `linux-bzimage+nokaslr`, … tests/bench.sh's boot_args).
+fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, String> {
     let boot = linux_log::parse(text).map_err(|e| e.to_string())?;
     Ok(Row {
         size: size.to_string(),
         mem_mib: size_mib(size)?,
         kernel: "linux",
-        mode: "linux".to_string(),
+        mode: entry.to_string(),
         round,
         boot_cpu_memmap_ns: boot.early_memmap_ns,
         memmap_ns: boot.early_memmap_ns + boot.deferred_ms() * 1_000_000,
@@ -172,11 +173,17 @@ fn linux_row(text: &str, size: &str, round: u32) -> Result<Row, String> {
     })
 }
 
-/// One log → one row; `entry` "linux" reads a Linux log.
+/// Is `entry` a Linux boot (`linux`, `linux-pvh`, `linux-bzimage+…`)?
+pub fn is_linux(entry: &str) -> bool {
+    entry == "linux" || entry.starts_with("linux-") || entry.starts_with("linux+")
+}
+
+/// One log → one row; a Linux entry ([`is_linux`]) reads a Linux log.
 pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, String> {
-    match entry {
-        "linux" => linux_row(text, size, round),
-        mode => memboot_row(text, size, mode, round),
+    if is_linux(entry) {
+        linux_row(text, size, entry, round)
+    } else {
+        memboot_row(text, size, entry, round)
     }
 }
 

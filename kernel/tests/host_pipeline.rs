@@ -292,7 +292,7 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let pageblocks = PageblockMaps::new(&layout);
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
     let outcome = s4_eager::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
-    let blocks = s7_memory_blocks::create(&mb, fx.opts.memory_block_size).unwrap();
+    let blocks = s7_memory_blocks::create(&mb, fx.opts.memory_block_size, true).unwrap();
     let model = checked_model(&fx).facts();
     for (key, value, want) in [
         ("present_pages", layout.present_pages(), model.present_pages),

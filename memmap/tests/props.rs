@@ -571,11 +571,13 @@ proptest! {
     #[test]
     fn memory_blocks((phys_bits, entries, affinity) in arb_map(30, 37, 24), order in 0u32..5, end_pages in any::<u64>()) {
         let end = (end_pages % (1u64 << 34)) << 12;
-        let bz = probe_memory_block_size(end).bytes();
+        let bz = probe_memory_block_size(end, true).bytes();
         prop_assert!(bz.is_power_of_two() && ((128u64 << 20)..=(2u64 << 30)).contains(&bz));
         if end < (64u64 << 30) { prop_assert_eq!(bz, 128u64 << 20); }
-        else if !end.is_multiple_of(128u64 << 20) { prop_assert_eq!(bz, 2u64 << 30); }
+        else if !end.is_multiple_of(128u64 << 20) { prop_assert_eq!(bz, 128u64 << 20); }
         else { prop_assert!(end.is_multiple_of(bz) && (bz == 2u64 << 30 || !end.is_multiple_of(2 * bz))); }
+        let metal = probe_memory_block_size(end, false).bytes();
+        prop_assert_eq!(metal, if end < (64u64 << 30) { 128u64 << 20 } else { 2u64 << 30 });
 
         // At most 2^37 bytes (1024 blocks), so the linear baseline stays cheap.
         let entries: Vec<FirmwareEntry> = entries.into_iter().map(|e| FirmwareEntry { len_bytes: e.len_bytes.min(1 << 36), ..e }).collect();

@@ -452,3 +452,23 @@ fn a_late_ap_halts_instead_of_taking_the_next_aps_round() {
         b.describe()
     );
 }
+
+/// Linux 6.1 on this QEMU machine with `-m 65000M` (RAM ends at 66024 MiB,
+/// not 128 MiB aligned; a guest, so no bare-metal 2 GiB) prints
+/// `x86/mm: Memory block size: 128MB` (seen with `run-qemu.sh --linux`):
+/// memboot must size its blocks the same way.
+#[test]
+fn memory_block_size_follows_linux_on_a_guest_with_an_unaligned_end() {
+    let b = boot(
+        &["-m", "65000M", "--smp", "1"],
+        &["alloc_test=0", "verify=off"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert!(
+        b.has_message("x86/mm: Memory block size: 128MB"),
+        "{}",
+        b.describe()
+    );
+    assert_eq!(b.summary_u64("memory_block_size"), 128 * MIB);
+}

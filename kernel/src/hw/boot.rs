@@ -517,6 +517,7 @@ fn run_pipeline(
         map: &map,
         affinity: acpi_info.has_srat.then_some(&affinity[..]),
         phys_addr_bits: crate::hw::mm::phys_addr_bits(),
+        under_hypervisor: crate::hw::cpu::under_hypervisor(),
         reserve: &reserve,
         image,
     };

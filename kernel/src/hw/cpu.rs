@@ -36,6 +36,14 @@ pub fn initial_apic_id() -> u32 {
         .map_or(0, |f| f.initial_local_apic_id() as u32)
 }
 
+/// Is the kernel running under a hypervisor (CPUID.1:ECX bit 31)? Linux
+/// sizes memory blocks by it.
+pub fn under_hypervisor() -> bool {
+    cpuid()
+        .get_feature_info()
+        .is_some_and(|f| f.has_hypervisor())
+}
+
 /// CPU physical address width, CPUID 0x80000008 EAX[7:0] (36 if absent, the
 /// width Linux assumes without the leaf).
 pub fn phys_addr_bits() -> u32 {

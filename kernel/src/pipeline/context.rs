@@ -20,6 +20,8 @@ pub struct Ctx<'a> {
     pub facts: &'a Facts,
     /// `cpu_nodes[cpu]`: the node of each CPU of `executor`.
     pub cpu_nodes: &'a [NodeId],
+    /// CPUID's hypervisor bit (memory-block sizing).
+    pub under_hypervisor: bool,
     /// The kernel image's parts, for Linux's `Memory:` line.
     pub image: ImageSizes,
 }

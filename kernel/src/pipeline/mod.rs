@@ -63,6 +63,8 @@ pub struct Input<'a> {
     /// SRAT memory affinity; `None` without SRAT (all memory is node 0).
     pub affinity: Option<&'a [NodeAffinity]>,
     pub phys_addr_bits: u32,
+    /// CPUID's hypervisor bit (Linux sizes memory blocks by it).
+    pub under_hypervisor: bool,
     pub reserve: &'a [EarlyReservation],
     /// The kernel image's parts, for Linux's `Memory:` line.
     pub image: ImageSizes,
@@ -92,6 +94,7 @@ pub fn run<M: VmemmapMapper>(
         log: machine.log,
         facts,
         cpu_nodes: machine.cpu_nodes,
+        under_hypervisor: input.under_hypervisor,
         image: input.image,
     };
     facts.record(|f| f.strategy = input.opts.memmap.name());

@@ -28,5 +28,5 @@ pub fn run<B: MemmapBacking>(
         di.plan().nodes().len(),
         now / 1000
     ));
-    s7_memory_blocks::create_timed(mb, cx.opts.memory_block_size, cx.clock)
+    s7_memory_blocks::create_timed(mb, cx.opts.memory_block_size, cx.under_hypervisor, cx.clock)
 }

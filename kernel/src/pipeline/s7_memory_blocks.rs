@@ -29,10 +29,11 @@ pub struct Created {
 pub fn create_timed(
     mb: &Memblock,
     size: BlockSizeOption,
+    under_hypervisor: bool,
     clock: &dyn Clock,
 ) -> Result<Created, PipelineError> {
     let start_ns = clock.now_ns();
-    let blocks = create(mb, size).map_err(PipelineError::MemoryBlock)?;
+    let blocks = create(mb, size, under_hypervisor).map_err(PipelineError::MemoryBlock)?;
     Ok(Created {
         blocks,
         start_ns,
@@ -86,11 +87,16 @@ fn log_memory_line(cx: &Ctx<'_>, present_pages: u64, available: u64) {
     ));
 }
 
-/// Create the memory blocks of `mb`.
-pub fn create(mb: &Memblock, size: BlockSizeOption) -> Result<MemoryBlocks, BlockError> {
+/// Create the memory blocks of `mb` (`auto`: sized as Linux x86 does on
+/// bare metal or `under_hypervisor`).
+pub fn create(
+    mb: &Memblock,
+    size: BlockSizeOption,
+    under_hypervisor: bool,
+) -> Result<MemoryBlocks, BlockError> {
     let end = mb.max_pfn().unwrap_or(0) << memmap::PAGE_SHIFT;
     let size = match size {
-        BlockSizeOption::Auto => probe_memory_block_size(end),
+        BlockSizeOption::Auto => probe_memory_block_size(end, under_hypervisor),
         BlockSizeOption::Bytes(b) => MemoryBlockSize::new(b)?,
     };
     MemoryBlocks::new(mb, size)

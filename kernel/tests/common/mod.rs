@@ -163,6 +163,8 @@ impl Fixture {
             map: &self.map,
             affinity: self.affinity.as_deref(),
             phys_addr_bits: self.phys_addr_bits,
+            // Every fixture is a QEMU guest.
+            under_hypervisor: true,
             reserve,
             // Host replays have no kernel image; only the Memory: line shows it.
             image: Default::default(),

@@ -4,9 +4,11 @@
 #
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
-#                 [--build-only|--no-build] [--svg FILE] [-- KERNEL_OPTIONS...]
-#   ./run-qemu.sh --linux BZIMAGE --initrd INITRD -m SIZE [same machine options]
-#                 [-- EXTRA_LINUX_CMDLINE...]
+#                 [--build-only|--no-build] [--svg FILE] [--default-devices]
+#                 [-- KERNEL_OPTIONS...]
+#   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
+#                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
+#                 vmlinux with a PVH note, booted through its PVH entry)
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
@@ -26,7 +28,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -36,7 +38,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
-linux_kernel="" linux_initrd="" svg=""
+linux_kernel="" linux_initrd="" svg="" default_devices=0
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
 # wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
@@ -64,6 +66,7 @@ while [ $# -gt 0 ]; do
         --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; once "$1" "$2"; linux_initrd=$2; shift 2 ;;
         --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; once "$1" "$2"; svg=$2; shift 2 ;;
         --no-build) once "$1"; no_build=1; shift ;;
+        --default-devices) once "$1"; default_devices=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -397,7 +400,13 @@ qemu_machine_args() {
     local smp=$1 accel=$2 node_mib=("${@:3}") mem_mib=0 nodes=$(($# - 2)) machine=pc i first next cpus
     for i in "${node_mib[@]}"; do mem_mib=$((mem_mib + i)); done
     # The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
-    qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
+    # --default-devices keeps QEMU's default devices (NIC, IDE, floppy, …),
+    # as a QEMU started by hand has them: only for comparing with such runs.
+    if [ "$default_devices" = 1 ]; then
+        qemu+=(-display none -no-reboot -smp "$smp")
+    else
+        qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
+    fi
     if [ "$accel" = tcg ]; then
         qemu+=(-accel tcg,thread=multi,tb-size=512 -cpu "max,phys-bits=$(phys_bits_for "$mem_mib")")
     else

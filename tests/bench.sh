@@ -80,13 +80,17 @@ rm -f "$out"/*.writes-all
 #   linux-pvh      the uncompressed vmlinux, PVH entry (no decompressor, no KASLR)
 #   linux-bzimage  the distribution's bzImage through QEMU's -kernel (KASLR on),
 #                  e.g. linux-bzimage+nokaslr
+#   linux-pvh-qemu-defaults  linux-pvh with QEMU's default devices
+#                  (run-qemu.sh --default-devices), as a hand-run QEMU has them
 boot_args() {
     local kernel=${1%%+*} opts=()
     [[ "$1" == *+* ]] && IFS=+ read -ra opts <<<"${1#*+}"
     case "$kernel" in
         linux|linux-pvh) printf '%s\n' --linux "$vmlinux" --initrd "$initrd" -- "${opts[@]}" ;;
+        linux-pvh-qemu-defaults)
+            printf '%s\n' --default-devices --linux "$vmlinux" --initrd "$initrd" -- "${opts[@]}" ;;
         linux-bzimage) printf '%s\n' --linux "$bzimage" --initrd "$initrd" -- "${opts[@]}" ;;
-        linux*) say "unknown Linux entry '$1' (linux, linux-pvh, linux-bzimage)"; exit 64 ;;
+        linux*) say "unknown Linux entry '$1' (linux, linux-pvh, linux-pvh-qemu-defaults, linux-bzimage)"; exit 64 ;;
         *) printf '%s\n' -- "memmap=$kernel" "${opts[@]}" verify=off ;;
     esac
 }

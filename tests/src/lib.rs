@@ -21,6 +21,7 @@ pub mod linux_log;
 #[path = "../../kernel/tests/common/model.rs"]
 pub mod model;
 pub mod plot;
+pub mod readme_figures;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -5,7 +5,7 @@
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
-#                 [-- KERNEL_OPTIONS...]
+#                 [--calibrate-tsc] [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
 #                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
 #                 vmlinux with a PVH note, booted through its PVH entry)
@@ -38,7 +38,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
-linux_kernel="" linux_initrd="" svg="" default_devices=0
+linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
 # wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
@@ -67,6 +67,7 @@ while [ $# -gt 0 ]; do
         --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; once "$1" "$2"; svg=$2; shift 2 ;;
         --no-build) once "$1"; no_build=1; shift ;;
         --default-devices) once "$1"; default_devices=1; shift ;;
+        --calibrate-tsc) once "$1"; calibrate_tsc=1; shift ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -448,8 +449,15 @@ memboot_boot_args() {
         # snapshot=on: the image is opened read-only, so parallel boots share it.
         qemu+=(-drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on")
     fi
-    if [ ${#kernel_opts[@]} -gt 0 ]; then
-        local cmdline="${kernel_opts[*]}"
+    # Under TCG, the TSC rate Linux gets as tsc_early_khz=, unless the
+    # options give one: memboot then calibrates nothing, as Linux does not.
+    local opts=("${kernel_opts[@]}") khz
+    if [ "$accel" = tcg ] && [ "$calibrate_tsc" = 0 ] && [ -z "${kopt[tsc_khz]+set}" ]; then
+        khz=$(host_tsc_khz)
+        [ -n "$khz" ] && opts+=("tsc_khz=$khz")
+    fi
+    if [ ${#opts[@]} -gt 0 ]; then
+        local cmdline="${opts[*]}"
         qemu+=(-fw_cfg "name=opt/memboot/cmdline,string=${cmdline//,/,,}")
     fi
 }

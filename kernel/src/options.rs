@@ -182,6 +182,9 @@ pub struct Options {
     pub ondemand_drain: Drain,
     /// Bytes per node for the allocation test (`alloc_test=`; 0: skip).
     pub alloc_test_bytes: u64,
+    /// The TSC frequency in kHz, given (`tsc_khz=`, as Linux's
+    /// `tsc_early_khz=`): no calibration. `None`: CPUID, else the PIT.
+    pub tsc_khz: Option<u64>,
 }
 
 impl Default for Options {
@@ -194,6 +197,7 @@ impl Default for Options {
             verify: Verify::default(),
             ondemand_drain: Drain::default(),
             alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
+            tsc_khz: None,
         }
     }
 }
@@ -291,7 +295,10 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test";
+    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test, tsc_khz";
+
+/// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
+pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
 
 /// Parse a kernel command line.
 pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
@@ -493,6 +500,15 @@ fn set_option<'a>(
             }
             options.alloc_test_bytes = bytes;
         }
+        "tsc_khz" => {
+            const EXPECTED: &str =
+                "the TSC frequency in kHz, a whole number from 1000 to 100000000 (e.g. 2600000)";
+            let khz: u64 = value.parse().map_err(|_| bad(EXPECTED))?;
+            if !TSC_KHZ_RANGE.contains(&khz) {
+                return Err(bad(EXPECTED));
+            }
+            options.tsc_khz = Some(khz);
+        }
         "verify" => {
             options.verify = match value {
                 "full" => Verify::Full,
@@ -508,6 +524,30 @@ fn set_option<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_tsc_khz_and_refuses_what_no_tsc_ticks_at() {
+        assert_eq!(parse("tsc_khz=2600000").unwrap().tsc_khz, Some(2_600_000));
+        assert_eq!(parse("").unwrap().tsc_khz, None);
+        for bad in [
+            "tsc_khz=999",
+            "tsc_khz=100000001",
+            "tsc_khz=2.6G",
+            "tsc_khz=",
+            "tsc_khz=-1",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(
+                matches!(e, OptionError::BadValue { key: "tsc_khz", .. }),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains("kHz"), "{e}");
+        }
+        assert_eq!(
+            parse("tsc_khz=2600000 tsc_khz=2600000"),
+            Err(OptionError::Repeated { key: "tsc_khz" })
+        );
+    }
 
     #[test]
     fn empty_is_default() {

@@ -28,6 +28,9 @@ pub enum TscSource {
     Hypervisor,
     /// Measured against PIT channel 2 (no CPUID leaf said it).
     Pit,
+    /// Given on the command line (`tsc_khz=`): run-qemu.sh passes the
+    /// host's rate under TCG, the value Linux gets as `tsc_early_khz=`.
+    Option,
 }
 
 impl fmt::Display for TscSource {
@@ -37,6 +40,7 @@ impl fmt::Display for TscSource {
             TscSource::Cpuid16 => "CPUID 0x16",
             TscSource::Hypervisor => "hypervisor CPUID 0x40000010",
             TscSource::Pit => "PIT channel 2 calibration",
+            TscSource::Option => "tsc_khz option",
         })
     }
 }
@@ -340,6 +344,7 @@ mod tests {
             TscSource::Cpuid16,
             TscSource::Hypervisor,
             TscSource::Pit,
+            TscSource::Option,
         ]
         .iter()
         .map(|s| format!("{s}"))
@@ -350,7 +355,8 @@ mod tests {
                 "CPUID 0x15",
                 "CPUID 0x16",
                 "hypervisor CPUID 0x40000010",
-                "PIT channel 2 calibration"
+                "PIT channel 2 calibration",
+                "tsc_khz option"
             ]
         );
     }

@@ -472,3 +472,69 @@ fn memory_block_size_follows_linux_on_a_guest_with_an_unaligned_end() {
     );
     assert_eq!(b.summary_u64("memory_block_size"), 128 * MIB);
 }
+
+/// The TSC rate: given by run-qemu.sh under TCG (the host's, as Linux gets
+/// it), nothing is measured and the first line comes at once; with
+/// `--calibrate-tsc` the PIT measures it, says how precisely, and agrees
+/// with the host's rate within that (plus the host's own rounding, 0.1 %).
+#[test]
+fn tsc_rate_given_or_calibrated() {
+    let host_khz: f64 = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cpu MHz")?
+                .split(':')
+                .nth(1)?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .expect("cpu MHz")
+        * 1000.0;
+    let detected_khz = |b: &Boot| -> f64 {
+        let line = b
+            .messages_with("tsc: Detected ")
+            .next()
+            .unwrap_or_else(|| panic!("{}", b.describe()));
+        let mhz: f64 = line["tsc: Detected ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        mhz * 1000.0
+    };
+    let opts = ["alloc_test=0", "verify=off"];
+    let given = boot(&["-m", "1G"], &opts, Duration::from_secs(300));
+    assert_eq!(given.run.exit_code, exit_code::OK, "{}", given.describe());
+    assert!(given.has_message("tsc: frequency source: tsc_khz option"));
+    assert_eq!(detected_khz(&given), host_khz.trunc());
+    let measured = boot(
+        &["-m", "1G", "--calibrate-tsc"],
+        &opts,
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        measured.run.exit_code,
+        exit_code::OK,
+        "{}",
+        measured.describe()
+    );
+    let source = measured
+        .messages_with("tsc: frequency source: PIT channel 2 calibration")
+        .next()
+        .unwrap_or_else(|| panic!("{}", measured.describe()))
+        .to_string();
+    let ppm: f64 = source
+        .split("within ")
+        .nth(1)
+        .and_then(|r| r.strip_suffix(" ppm)"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no uncertainty in '{source}'"));
+    let off = (detected_khz(&measured) - host_khz).abs() / host_khz;
+    assert!(
+        off <= ppm / 1e6 + 1e-3,
+        "{off} off the host's rate, said within {ppm} ppm"
+    );
+}

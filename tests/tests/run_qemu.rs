@@ -421,6 +421,22 @@ fn linux_and_memboot_get_the_same_machine() {
             "{shape:?}"
         );
         let append = &linux_boot[3].1;
+        // memboot gets the TSC rate Linux gets, so neither calibrates.
+        let value_after = |text: &str, key: &str| -> String {
+            let at = text
+                .find(key)
+                .unwrap_or_else(|| panic!("no {key} in {text}"));
+            text[at + key.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect()
+        };
+        let memboot_cmdline = &memboot_boot[3].1;
+        assert_eq!(
+            value_after(memboot_cmdline, "tsc_khz="),
+            value_after(append, "tsc_early_khz="),
+            "{shape:?}: {memboot_cmdline} vs {append}"
+        );
         for want in [
             "console=ttyS0",
             "printk.time=1",
@@ -434,6 +450,39 @@ fn linux_and_memboot_get_the_same_machine() {
             );
         }
     }
+}
+
+/// The TSC rate run-qemu.sh adds is the host's, once: not when the options
+/// give one, nor with --calibrate-tsc, nor for KVM (whose guest TSC need
+/// not tick at the host's rate).
+#[test]
+fn memboot_gets_the_host_tsc_rate_once() {
+    let host_khz: u64 = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("cpu MHz")?
+                .split(':')
+                .nth(1)?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|mhz| (mhz * 1000.0) as u64)
+        .expect("cpu MHz in /proc/cpuinfo");
+    let cmdline = |args: &[&str]| -> String {
+        let cmd = dry_run(args);
+        let at = cmd.iter().position(|a| a == "-fw_cfg");
+        at.map_or(String::new(), |i| cmd[i + 1].clone())
+    };
+    let count = |s: &str| s.matches("tsc_khz=").count();
+    let plain = cmdline(&["-m", "1G"]);
+    assert!(plain.contains(&format!("tsc_khz={host_khz}")), "{plain}");
+    let given = cmdline(&["-m", "1G", "--", "tsc_khz=1234567"]);
+    assert_eq!(count(&given), 1, "{given}");
+    assert!(given.contains("tsc_khz=1234567"), "{given}");
+    assert_eq!(count(&cmdline(&["-m", "1G", "--calibrate-tsc"])), 0);
+    assert_eq!(count(&cmdline(&["-m", "1G", "--accel", "kvm"])), 0);
 }
 
 #[test]

@@ -418,21 +418,36 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
 
 /// The boot after the console and exception handlers are up.
 fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
-    let tsc = tsc::calibrate();
-    kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
-    // Linux's line (arch/x86/kernel/tsc.c), then where the number came from.
-    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
-    kprintln!("tsc: Detected {mhz} MHz processor");
-    kprintln!("tsc: frequency source: {}", tsc.source);
-    if !tsc.tight {
-        kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
-    }
+    // The command line first, silently: it may state the TSC frequency, and
+    // every stamp before the frequency is known would read 0. Reading it
+    // needs the heap, which the memory map gives.
     let phys_offset = boot_info
         .physical_memory_offset
         .into_option()
         .ok_or(BootError::NoPhysMap)?;
     boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
     let regions = &boot_info.memory_regions;
+    let heap = init_heap(regions, phys_offset);
+    let cmdline = heap
+        .as_ref()
+        .ok()
+        .map(|_| fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}"))));
+    let given_khz = match &cmdline {
+        Some(Ok(c)) => options::parse(c).ok().and_then(|o| o.tsc_khz),
+        _ => None,
+    };
+    let tsc = tsc::calibrate(given_khz);
+    kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
+    // Linux's line (arch/x86/kernel/tsc.c), then where the number came from.
+    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
+    kprintln!("tsc: Detected {mhz} MHz processor");
+    match tsc.uncertainty_ppm {
+        0 => kprintln!("tsc: frequency source: {}", tsc.source),
+        ppm => kprintln!("tsc: frequency source: {} (within {ppm} ppm)", tsc.source),
+    }
+    if !tsc.tight {
+        kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
+    }
     print_memory_map(regions);
     let mem_bytes = bootmap::ram_bytes(regions);
     BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
@@ -443,8 +458,8 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         mem_bytes >> 10,
         mem_bytes >> 20
     );
-    let heap = init_heap(regions, phys_offset)?;
-    let cmdline = fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}")))?;
+    let heap = heap?;
+    let cmdline = cmdline.expect("read once the heap was up")?;
     kprintln!("Kernel command line: {cmdline}");
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);

@@ -9,7 +9,9 @@
 //! cycles until OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be
 //! descheduled by a busy host between two polls, which moves the edge we
 //! see; each round therefore keeps bounds on where the edge was, and the
-//! tightest round wins.
+//! first tight round (else the tightest) wins. Given `tsc_khz=` (what
+//! run-qemu.sh passes under TCG, the value Linux gets as `tsc_early_khz=`),
+//! nothing is asked or measured.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -72,42 +74,54 @@ fn pit_round() -> (u64, u64) {
 pub struct Calibration {
     pub khz: u64,
     pub source: TscSource,
-    /// False when no PIT window was within 0.1% (always true for CPUID).
+    /// How far the true rate may be from `khz`, in parts per million: the
+    /// PIT window's bounds; 0 for a rate CPUID or the command line states.
+    pub uncertainty_ppm: u64,
+    /// False when no PIT window was within 0.1% (always true otherwise).
     pub tight: bool,
 }
 
-/// Find the TSC frequency: from CPUID if a leaf announces it, else by PIT
-/// calibration; from here on timestamps and delays use it.
-pub fn calibrate() -> Calibration {
-    let found = match crate::hw::cpu::tsc_khz_from_cpuid() {
-        Some((khz, source)) => Calibration {
-            khz,
-            source,
-            tight: true,
+/// Set the TSC frequency: `given` (the `tsc_khz=` option) if set, else
+/// from CPUID if a leaf announces it, else by PIT calibration; from here on
+/// timestamps and delays use it.
+pub fn calibrate(given: Option<u64>) -> Calibration {
+    let stated = |khz, source| Calibration {
+        khz,
+        source,
+        uncertainty_ppm: 0,
+        tight: true,
+    };
+    let found = match given {
+        Some(khz) => stated(khz, TscSource::Option),
+        None => match crate::hw::cpu::tsc_khz_from_cpuid() {
+            Some((khz, source)) => stated(khz, source),
+            None => pit_calibrate(),
         },
-        None => {
-            let (khz, tight) = pit_calibrate();
-            Calibration {
-                khz,
-                source: TscSource::Pit,
-                tight,
-            }
-        }
     };
     TSC_KHZ.store(found.khz, Ordering::Relaxed);
     found
 }
 
-/// Calibrate against the PIT; returns TSC kHz and whether the measurement
-/// was tight.
+/// A PIT window is good enough once its bounds are within this many ppm
+/// of its length: 0.1 %, about one poll of port 0x61 (an I/O exit under
+/// TCG) in a 10 ms window.
+const TIGHT_PPM: u64 = 1000;
+
+/// Calibrate against the PIT.
 ///
 /// Under TCG a busy host can deschedule the vCPU between two polls, so a
-/// round's edge is only known to lie between two reads. Of ROUNDS windows the
-/// one with the tightest bounds wins and its midpoint is used; "tight" means
-/// the bounds are within 0.1% of the window.
-fn pit_calibrate() -> (u64, bool) {
+/// round's edge is only known to lie between two reads. Rounds run until
+/// one has bounds within [`TIGHT_PPM`] (on a quiet host the first does:
+/// 10 ms, not ROUNDS × 10 ms, as Linux's quick PIT calibration exits as
+/// soon as it is accurate enough), else the tightest of ROUNDS wins; its
+/// midpoint is used and half its bounds' width is the uncertainty.
+fn pit_calibrate() -> Calibration {
+    let ppm_of = |(lo, hi): (u64, u64)| (hi - lo) * 1_000_000 / (lo + (hi - lo) / 2).max(1);
     let mut best = pit_round();
     for _ in 1..ROUNDS {
+        if ppm_of(best) <= TIGHT_PPM {
+            break;
+        }
         let r = pit_round();
         if r.1 - r.0 < best.1 - best.0 {
             best = r;
@@ -115,8 +129,12 @@ fn pit_calibrate() -> (u64, bool) {
     }
     let (lo, hi) = best;
     let cycles = lo + (hi - lo) / 2;
-    let khz = (cycles / ROUND_MS).max(1);
-    (khz, (hi - lo) * 1000 <= cycles)
+    Calibration {
+        khz: (cycles / ROUND_MS).max(1),
+        source: TscSource::Pit,
+        uncertainty_ppm: ppm_of(best).div_ceil(2),
+        tight: ppm_of(best) <= TIGHT_PPM,
+    }
 }
 
 pub fn khz() -> u64 {

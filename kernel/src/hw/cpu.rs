@@ -36,6 +36,28 @@ pub fn initial_apic_id() -> u32 {
         .map_or(0, |f| f.initial_local_apic_id() as u32)
 }
 
+/// How long to wait after INIT before the first STARTUP IPI, in µs: Linux's
+/// `smp_quirk_init_udelay()` (arch/x86/kernel/smpboot.c): none on modern
+/// CPUs (Intel family 6, AMD from family 0xF, Hygon from 0x18), the MP
+/// spec's 10 ms on older ones. Under a hypervisor the INIT is virtual and
+/// completes at once, so memboot waits nothing there either.
+pub fn init_udelay_us() -> u64 {
+    let id = cpuid();
+    let vendor = id.get_vendor_info();
+    let family = id.get_feature_info().map_or(0, |f| f.family_id());
+    let modern = match vendor.as_ref().map(|v| v.as_str()) {
+        Some("GenuineIntel") => family == 6,
+        Some("AuthenticAMD") => family >= 0xf,
+        Some("HygonGenuine") => family >= 0x18,
+        _ => false,
+    };
+    if modern || under_hypervisor() {
+        0
+    } else {
+        10_000
+    }
+}
+
 /// Is the kernel running under a hypervisor (CPUID.1:ECX bit 31)? Linux
 /// sizes memory blocks by it.
 pub fn under_hypervisor() -> bool {

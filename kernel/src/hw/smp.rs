@@ -4,8 +4,10 @@
 //! # Bring-up (Intel SDM vol. 3A §8.4.4, MP spec 1.4 §B.4)
 //!
 //! The boot CPU (BSP) sends each enabled AP, one at a time, INIT, waits
-//! 10 ms, sends a STARTUP IPI, waits 200 µs and sends a second one (the AP
-//! ignores the second if the first started it). A STARTUP IPI with vector
+//! as Linux does (`smp_quirk_init_udelay()`: nothing on modern CPUs and
+//! under a hypervisor, else the MP spec's 10 ms), sends a STARTUP IPI and,
+//! unless the AP has arrived by then, a second one (the AP ignores the
+//! second if the first started it). A STARTUP IPI with vector
 //! `v` starts the AP in real mode at `CS:IP = (v << 8):0`, i.e. physical
 //! address `v << 12`, so the trampoline below is copied to a free page below
 //! 1 MiB taken from the bootloader's memory map (Usable, not page 0).
@@ -827,11 +829,21 @@ fn send_init_sipi_sipi(
         apic::send_startup(apic_id, tramp.vector());
         return (false, false);
     }
+    // Linux's timing (wakeup_secondary_cpu_via_init()): the INIT wait its
+    // quirk sets, then 10 µs around each STARTUP where that wait is 0, the
+    // MP spec's 300/200 µs where it is not.
+    let init_udelay = crate::hw::cpu::init_udelay_us();
+    let (before_us, after_us) = if init_udelay == 0 { (10, 10) } else { (300, 200) };
     apic::send_init(apic_id);
-    delay_us(10_000);
-    apic::send_startup(apic_id, tramp.vector());
-    delay_us(200);
-    apic::send_startup(apic_id, tramp.vector());
+    delay_us(init_udelay);
+    for _ in 0..2 {
+        delay_us(before_us);
+        apic::send_startup(apic_id, tramp.vector());
+        delay_us(after_us);
+        if pc.arrived_tsc.load(Ordering::Acquire) != 0 {
+            break; // the first STARTUP did it; a second one would be ignored
+        }
+    }
     let has_arrived = || pc.arrived_tsc.load(Ordering::Acquire) != 0;
     let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, has_arrived);
     // Take the round back unless the AP claimed it: a late AP then finds 0

@@ -82,6 +82,9 @@ pub enum BootError {
     BadOption(String),
     /// The bootloader found no RSDP.
     NoAcpi,
+    /// The kernel's ELF file, which the bootloader leaves in memory, could
+    /// not be read (its sizes go into Linux's `Memory:` line).
+    KernelImage { len: u64 },
     BadAcpi(AcpiError),
     Smp(SmpError),
     Pipeline(PipelineError),
@@ -95,6 +98,7 @@ impl BootError {
             BootError::NoMemory { .. } => "no_memory",
             BootError::CmdlineUnreadable(_) | BootError::BadOption(_) => "bad_option",
             BootError::NoAcpi => "no_acpi",
+            BootError::KernelImage { .. } => "kernel_image",
             BootError::BadAcpi(_) => "bad_acpi",
             BootError::Smp(_) => "smp",
             BootError::Pipeline(e) => e.status(),
@@ -105,6 +109,10 @@ impl BootError {
 impl fmt::Display for BootError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            BootError::KernelImage { len } => write!(
+                f,
+                "the kernel image the bootloader left in memory ({len} bytes) is not a readable 64-bit ELF; rebuild the image with run-qemu.sh"
+            ),
             BootError::NoPhysMap => write!(
                 f,
                 "bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it); rebuild the image with run-qemu.sh"

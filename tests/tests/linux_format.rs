@@ -185,4 +185,13 @@ fn memboot_prints_them_byte_for_byte() {
     assert_eq!(b.run.exit_code, 0, "{}", b.describe());
     let msgs: Vec<String> = b.lines.iter().map(|(_, m)| m.clone()).collect();
     check("memboot", &msgs, false);
+    // The format allows 0K; the image has code, so its size must show.
+    let memory = msgs.iter().find(|m| m.starts_with("Memory: ")).unwrap();
+    let code_kib: u64 = memory
+        .split(" (")
+        .nth(1)
+        .and_then(|r| r.split("K kernel code").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{memory}"));
+    assert!(code_kib > 0, "the kernel image's code size is missing: {memory}");
 }

@@ -24,7 +24,7 @@ use memmap::NodeId;
 
 use crate::hw::exit::{exit, ExitCode};
 use crate::hw::heap::KernelHeap;
-use crate::hw::mm::{KernelMapper, SerialLog, SmpCpus, TscClock};
+use crate::hw::seams::{KernelMapper, SerialLog, SmpCpus, TscClock};
 use crate::hw::{fw_cfg, interrupts, serial, smp, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
@@ -483,13 +483,13 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     }
     smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
     smp::self_test()?;
-    let image = kernel_image_sizes(boot_info, phys_offset);
+    let image = kernel_image_sizes(boot_info, phys_offset)?;
     run_pipeline(&opts, &acpi_info, regions, phys_offset, heap, image)
 }
 
 /// The loaded kernel's code, data and bss sizes from its ELF file, which the
 /// bootloader leaves in memory (`kernel_addr`, `kernel_len`).
-fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> ImageSizes {
+fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> Result<ImageSizes, BootError> {
     let len = usize::try_from(boot_info.kernel_len).unwrap_or(0);
     // SAFETY: the bootloader maps all physical memory at `phys_offset` and
     // keeps the kernel's ELF file at `kernel_addr` for `kernel_len` bytes in
@@ -498,7 +498,9 @@ fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> ImageSizes {
     let elf = unsafe {
         core::slice::from_raw_parts((phys_offset + boot_info.kernel_addr) as *const u8, len)
     };
-    ImageSizes::from_elf(elf).unwrap_or_default()
+    ImageSizes::from_elf(elf).ok_or(BootError::KernelImage {
+        len: boot_info.kernel_len,
+    })
 }
 
 /// The memory-init pipeline on this machine's hardware.
@@ -531,7 +533,7 @@ fn run_pipeline(
         opts,
         map: &map,
         affinity: acpi_info.has_srat.then_some(&affinity[..]),
-        phys_addr_bits: crate::hw::mm::phys_addr_bits(),
+        phys_addr_bits: crate::hw::cpu::phys_addr_bits(),
         under_hypervisor: crate::hw::cpu::under_hypervisor(),
         reserve: &reserve,
         image,

@@ -1,7 +1,7 @@
 //! Everything that touches the machine: boot entry and flow, the serial
 //! port, the TSC, exceptions, fw_cfg, the local APIC and AP start-up, the
-//! kernel heap, page-table mapping, and the implementations of the
-//! pipeline's seams (`Executor`, `Clock`, `VmemmapMapper`, `Log`). None of
+//! kernel heap, and the implementations of the pipeline's seams
+//! (`seams/`: `Executor`, `Clock`, `VmemmapMapper`, `Log`, a file each). None of
 //! it runs on the host; the logic it drives lives in the `memboot_kernel`
 //! library (`kernel/src/lib.rs`) and is host-tested there.
 
@@ -14,6 +14,6 @@ pub mod exit;
 pub mod fw_cfg;
 pub mod heap;
 pub mod interrupts;
-pub mod mm;
+pub mod seams;
 pub mod smp;
 pub mod tsc;

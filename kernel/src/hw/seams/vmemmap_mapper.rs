@@ -1,6 +1,5 @@
-//! The pipeline's hardware seams on real hardware: the vmemmap mapper
-//! (x86_64 page tables over the bootloader's, 2 MiB pages), the CPUs (the
-//! APs through `smp`), the TSC clock and the serial log.
+//! The pipeline's `VmemmapMapper` on real hardware: x86_64 page tables over
+//! the bootloader's, 2 MiB pages.
 //!
 //! Why 2 MiB pages: one 128 MiB section has 32768 struct pages of 64 bytes,
 //! exactly 2 MiB, so every present section is one huge page of memmap and a
@@ -9,11 +8,8 @@
 //! frames come from is decided by the pipeline (`s3_vmemmap`); this module
 //! only writes the entries.
 
-use core::fmt;
-
-use deferred_init::{Clock, CpuId, Executor};
 use memboot_kernel::pipeline::s3_vmemmap::PDPT_SPAN_BYTES;
-use memboot_kernel::pipeline::seams::{Log, MapError, VmemmapMapper};
+use memboot_kernel::pipeline::seams::{MapError, VmemmapMapper};
 use memmap::sections::Vmemmap;
 use x86_64::structures::paging::mapper::MapToError;
 use x86_64::structures::paging::{
@@ -21,11 +17,6 @@ use x86_64::structures::paging::{
     Size4KiB,
 };
 use x86_64::{PhysAddr, VirtAddr};
-
-use crate::hw::{smp, tsc};
-
-/// CPU physical address width (CPUID 0x80000008, read in `cpu`).
-pub use crate::hw::cpu::phys_addr_bits;
 
 /// Linux's vmemmap slot: 0xffffea0000000000 >> 39 & 511.
 const LINUX_VMEMMAP_SLOT: usize = 468;
@@ -122,40 +113,5 @@ unsafe impl VmemmapMapper for KernelMapper<'_> {
             return Err(MapError::AlreadyMapped { virt });
         }
         Ok(())
-    }
-}
-
-/// The online CPUs: one job per CPU through `smp::scope`.
-pub struct SmpCpus;
-
-impl Executor for SmpCpus {
-    fn nr_cpus(&self) -> usize {
-        smp::cpu_count()
-    }
-    fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync)) {
-        let run = |cpu: smp::CpuInfo| job(cpu.index as CpuId);
-        smp::scope(|s| {
-            for cpu in 0..smp::cpu_count() {
-                s.spawn_on(cpu, &run);
-            }
-        });
-    }
-}
-
-/// Nanoseconds since kernel entry, from the TSC.
-pub struct TscClock;
-
-impl Clock for TscClock {
-    fn now_ns(&self) -> u64 {
-        tsc::ns_since_entry()
-    }
-}
-
-/// The serial console, one stamped line per call.
-pub struct SerialLog;
-
-impl Log for SerialLog {
-    fn line(&self, args: fmt::Arguments<'_>) {
-        kprintln!("{args}");
     }
 }

@@ -84,7 +84,9 @@ pub enum BootError {
     NoAcpi,
     /// The kernel's ELF file, which the bootloader leaves in memory, could
     /// not be read (its sizes go into Linux's `Memory:` line).
-    KernelImage { len: u64 },
+    KernelImage {
+        len: u64,
+    },
     BadAcpi(AcpiError),
     Smp(SmpError),
     Pipeline(PipelineError),

@@ -193,5 +193,8 @@ fn memboot_prints_them_byte_for_byte() {
         .and_then(|r| r.split("K kernel code").next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{memory}"));
-    assert!(code_kib > 0, "the kernel image's code size is missing: {memory}");
+    assert!(
+        code_kib > 0,
+        "the kernel image's code size is missing: {memory}"
+    );
 }

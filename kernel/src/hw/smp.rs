@@ -833,7 +833,11 @@ fn send_init_sipi_sipi(
     // quirk sets, then 10 µs around each STARTUP where that wait is 0, the
     // MP spec's 300/200 µs where it is not.
     let init_udelay = crate::hw::cpu::init_udelay_us();
-    let (before_us, after_us) = if init_udelay == 0 { (10, 10) } else { (300, 200) };
+    let (before_us, after_us) = if init_udelay == 0 {
+        (10, 10)
+    } else {
+        (300, 200)
+    };
     apic::send_init(apic_id);
     delay_us(init_udelay);
     for _ in 0..2 {

@@ -80,6 +80,25 @@ impl<'w, W: Write> JsonObject<'w, W> {
         self.out.write_str(if value { "true" } else { "false" })
     }
 
+    /// `"key":null`: a value the boot does not have (not the same as an
+    /// empty array or object).
+    pub fn null(&mut self, key: &str) -> fmt::Result {
+        self.key(key)?;
+        self.out.write_str("null")
+    }
+
+    /// A nested object, written by `fields`.
+    pub fn object(
+        &mut self,
+        key: &str,
+        fields: impl FnOnce(&mut JsonObject<'_, W>) -> fmt::Result,
+    ) -> fmt::Result {
+        self.key(key)?;
+        let mut o = JsonObject::begin(&mut *self.out)?;
+        fields(&mut o)?;
+        o.end()
+    }
+
     pub fn u64_array(&mut self, key: &str, values: impl IntoIterator<Item = u64>) -> fmt::Result {
         self.key(key)?;
         self.out.write_char('[')?;
@@ -701,6 +720,13 @@ mod tests {
         o.bool("ok", true).unwrap();
         o.u64_array("a", [1, 2]).unwrap();
         o.u64_array("e", []).unwrap();
+        o.null("n").unwrap();
+        o.object("o", |o| {
+            o.u64("x", 1)?;
+            o.object("inner", |o| o.bool("y", false))
+        })
+        .unwrap();
+        o.object("empty", |_| Ok(())).unwrap();
         o.end().unwrap();
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["mem_bytes"], 1u64 << 30);
@@ -708,5 +734,9 @@ mod tests {
         assert_eq!(v["status"], "bad \"q\"\n");
         assert_eq!(v["a"][1], 2);
         assert!(v["e"].as_array().unwrap().is_empty());
+        assert!(v["n"].is_null() && v.get("n").is_some());
+        assert_eq!(v["o"], serde_json::json!({"x": 1, "inner": {"y": false}}));
+        assert_eq!(v["empty"], serde_json::json!({}));
+        assert_eq!(v.as_object().unwrap().len(), 9, "{s}");
     }
 }

@@ -47,8 +47,14 @@ fn the_pipeline_fits_the_heap_sized_from_the_map() {
             // section either way).
             fx.opts.memmap = memboot_kernel::options::MemmapMode::OnDemand;
         }
-        let max_end = fx.map.iter().map(|e| e.start + e.len_bytes).max().unwrap();
-        let budget = heap_bytes(max_end, fx.cpu_nodes.len());
+        let max_end = fx
+            .input
+            .map
+            .iter()
+            .map(|e| e.start + e.len_bytes)
+            .max()
+            .unwrap();
+        let budget = heap_bytes(max_end, fx.input.cpu_nodes.len());
         let base = IN_USE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
         let (_mm, lines, mapper) = common::run_on_host(&fx);

@@ -1,8 +1,10 @@
 //! The whole memory-init pipeline on the host, against real boots.
 //!
 //! Each fixture is the serial log of a real boot (`fixtures/capture.sh`).
-//! The test rebuilds that machine from the log — the bootloader's memory
-//! map, SRAT affinity, the heap, the CPUs per node, the command line — runs
+//! The test rebuilds that machine from the log's `memboot-input:` line —
+//! the bootloader's memory map, SRAT affinity, the heap, the node of each
+//! CPU, the command line: the pipeline's typed input as the kernel had it
+//! (`memboot_kernel::boot_input`) — runs
 //! the library pipeline with host seams (std threads as CPUs, an `mmap`
 //! window with `MAP_NORESERVE` as the vmemmap, so only written struct pages
 //! cost memory) and checks that it computes exactly the figures the
@@ -61,8 +63,13 @@ fn checked_model(fx: &Fixture) -> Model {
         );
     }
     let reserve = fx.reserve();
-    let (mut mb, _) =
-        s1_memblock::build(&fx.map, fx.affinity.as_deref(), fx.phys_addr_bits, &reserve).unwrap();
+    let (mut mb, _) = s1_memblock::build(
+        &fx.input.map,
+        fx.input.srat.as_deref(),
+        fx.input.phys_addr_bits,
+        &reserve,
+    )
+    .unwrap();
     let layout = s2_zones::layout(&mb, &VecLog::default());
     let nodes: Vec<_> = layout
         .nodes()
@@ -256,10 +263,13 @@ fn deferred_at_64g_matches_the_kernel_and_writes_only_struct_pages_it_owns() {
 #[test]
 fn four_nodes_two_of_them_memory_only_match_the_kernel() {
     let fx = load("16g-4nodes");
-    let mut nids: Vec<NodeId> = fx.affinity.iter().flatten().map(|a| a.nid).collect();
+    let mut nids: Vec<NodeId> = fx.input.srat.iter().flatten().map(|a| a.nid).collect();
+    // Node ids follow the order SRAT's CPU entries name proximity domains,
+    // so its memory ranges need not come in node order.
+    nids.sort_unstable();
     nids.dedup();
     assert_eq!(nids, [0, 1, 2, 3], "SRAT: 4 nodes");
-    assert_eq!(fx.cpu_nodes, [0, 1], "CPUs on nodes 0 and 1 only");
+    assert_eq!(fx.input.cpu_nodes, [0, 1], "CPUs on nodes 0 and 1 only");
     let model = checked_model(&fx);
     let (mm, lines, _) = run_on_host(&fx);
     assert_same_figures(&fx, &mm);
@@ -283,8 +293,13 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let fx = load("1t");
     let reserve = fx.reserve();
     let log = VecLog::default();
-    let (mut mb, _) =
-        s1_memblock::build(&fx.map, fx.affinity.as_deref(), fx.phys_addr_bits, &reserve).unwrap();
+    let (mut mb, _) = s1_memblock::build(
+        &fx.input.map,
+        fx.input.srat.as_deref(),
+        fx.input.phys_addr_bits,
+        &reserve,
+    )
+    .unwrap();
     let layout = s2_zones::layout(&mb, &log);
     let mut mapper = HostMapper::new();
     let (backing, vstats) = s3_vmemmap::populate(&mut mb, &mut mapper).unwrap();
@@ -361,7 +376,7 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     // Growth: at most what the allocation test allocated, plus one window
     // per CPU and node that was mid-claim when the lists ran dry.
     let window_pages = 1024;
-    let slack = window_pages * fx.cpu_nodes.len() as u64 * 16;
+    let slack = window_pages * fx.input.cpu_nodes.len() as u64 * 16;
     assert!(mm.alloc_test.allocated_pages > 0);
     assert!(
         mm.grown_pages <= mm.alloc_test.allocated_pages + slack,
@@ -469,13 +484,13 @@ fn every_test_fault_is_caught_by_verification() {
 /// whole JSON with a lane's worth of phases per CPU.
 #[test]
 fn alloc_test_phases_fold_per_cpu_past_1024_cpu_node_pairs() {
-    use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_PREFIX};
+    use memboot_kernel::report::{write_summary_line, BootFacts};
     let mut fx = load("16g-4nodes");
     fx.opts.alloc_test_bytes = 16 << 20;
     let nodes = 4;
     for (cpus, folded) in [(256u32, false), (257, true)] {
         // Half the CPUs on node 0, the rest on node 1, BSP first.
-        fx.cpu_nodes = (0..cpus).map(|c| NodeId::from(c >= cpus / 2)).collect();
+        fx.input.cpu_nodes = (0..cpus).map(|c| NodeId::from(c >= cpus / 2)).collect();
         let (mm, _, _) = run_on_host(&fx);
         assert_eq!(mm.nr_nodes, nodes);
         let alloc: Vec<_> = mm
@@ -505,7 +520,7 @@ fn alloc_test_phases_fold_per_cpu_past_1024_cpu_node_pairs() {
         let mut line = String::new();
         write_summary_line(&mut line, "ok", 1, &BootFacts::default(), &mm).unwrap();
         let v: serde_json::Value =
-            serde_json::from_str(line.strip_prefix(SUMMARY_PREFIX).unwrap()).unwrap();
+            serde_json::from_str(common::log::summary_json_of(&line).unwrap()).unwrap();
         let json_alloc: Vec<&serde_json::Value> = v["phases"]
             .as_array()
             .unwrap()

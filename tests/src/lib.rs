@@ -13,13 +13,24 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use memboot_kernel::boot_input::BootInput;
+
+/// For `bench` (and any caller of the old path): the one reader is
+/// [`log::host_peak_rss_mib`].
+pub use log::host_peak_rss_mib;
+
 pub mod bench;
 pub mod linux_log;
+pub mod log;
 /// The page-by-page model of memory init from a logged firmware map (what
 /// a boot must report, by the README's rules), shared with the kernel's
 /// host pipeline tests, whose file it is: one model, two test suites.
 #[path = "../../kernel/tests/common/model.rs"]
 pub mod model;
+/// The model's input from a boot's `memboot-input:` line, shared the same
+/// way.
+#[path = "../../kernel/tests/common/model_input.rs"]
+pub mod model_input;
 pub mod plot;
 pub mod readme_figures;
 
@@ -151,7 +162,12 @@ impl Boot {
     /// QEMU's peak resident memory as run-qemu.sh reported it
     /// (`run-qemu.sh: host peak RSS N MiB`).
     pub fn host_peak_rss_mib(&self) -> Option<u64> {
-        host_peak_rss_mib(&self.run.stderr)
+        log::host_peak_rss_mib(&self.run.stderr)
+    }
+
+    /// What the kernel ran its pipeline on: the log's `memboot-input:` line.
+    pub fn boot_input(&self) -> BootInput {
+        log::boot_input(&self.run.stdout).unwrap_or_else(|e| panic!("{e}\n{}", self.describe()))
     }
 
     pub fn summary(&self) -> &serde_json::Value {
@@ -186,8 +202,8 @@ impl Boot {
         self.messages_with(needle).next().is_some()
     }
     /// RAM pages of the bootloader's memory map as the kernel printed it
-    /// (the `BIOS-e820: [mem start-end] usable` lines after the map header;
-    /// the bootloader's regions are among them), computed here as memblock defines present memory:
+    /// (its `memboot-input:` line's usable and bootloader entries),
+    /// computed here as memblock defines present memory:
     /// overlapping or adjacent RAM ranges merge, then round inward to whole
     /// 4 KiB pages. Independent of the kernel's own page counts.
     pub fn firmware_ram_pages(&self) -> u64 {
@@ -214,14 +230,15 @@ impl Boot {
         sections.len() as u64 * (1 << (SECTION_SHIFT - 12))
     }
 
-    /// The RAM ranges `[start, end)` of the logged map (`BIOS-e820: …
-    /// usable` after the map header), overlapping or adjacent ones merged.
+    /// The RAM ranges `[start, end)` of the logged map (usable and the
+    /// bootloader's), overlapping or adjacent ones merged.
     pub fn firmware_ram_ranges(&self) -> Vec<(u64, u64)> {
         let mut ram: Vec<(u64, u64)> = self
-            .firmware_map()
-            .into_iter()
-            .filter(|(_, _, kind)| kind == "usable")
-            .map(|(start, end, _)| (start, end))
+            .boot_input()
+            .map
+            .iter()
+            .filter(|e| e.kind.is_ram())
+            .map(|e| (e.start, e.start + e.len_bytes))
             .collect();
         assert!(!ram.is_empty(), "no RAM lines in:\n{}", self.describe());
         ram.sort_unstable();
@@ -247,88 +264,21 @@ impl Boot {
 /// The boot as [`model`] sees it: its firmware map, SRAT, heap and options
 /// read from its own log, nothing the kernel computed from them.
 impl Boot {
-    /// Every entry of the logged firmware map (the `BIOS-e820: [mem …]
-    /// kind` lines after the map header) as `(start, end, kind)`.
-    pub fn firmware_map(&self) -> Vec<(u64, u64, String)> {
-        let header = self
-            .lines
-            .iter()
-            .position(|(_, m)| m.contains("physical RAM map"))
-            .unwrap_or_else(|| panic!("no memory-map header:\n{}", self.describe()));
-        self.lines[header + 1..]
-            .iter()
-            .map_while(|(_, m)| m.strip_prefix("BIOS-e820: ").and_then(parse_mem_line))
-            .collect()
-    }
-
-    /// The value of kernel option `key` on the logged `Kernel command
-    /// line:`, if given.
-    pub fn kernel_option(&self, key: &str) -> Option<&str> {
-        let cmdline = self
-            .lines
-            .iter()
-            .find_map(|(_, m)| m.strip_prefix("Kernel command line:"))
-            .unwrap_or_else(|| panic!("no command line logged:\n{}", self.describe()));
-        cmdline
+    /// The value of kernel option `key` on the logged command line, if
+    /// given.
+    pub fn kernel_option(&self, key: &str) -> Option<String> {
+        self.boot_input()
+            .cmdline
             .split_ascii_whitespace()
-            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .find_map(|w| Some(w.strip_prefix(key)?.strip_prefix('=')?.to_string()))
     }
 
-    /// The model's input, from the log: the firmware map (`usable` lines
-    /// are RAM, every other kind is not), the bootloader's `in use` lines,
-    /// SRAT's `ACPI: SRAT: Node N PXM P [mem …]` lines (none: `ACPI: no
-    /// SRAT`), the heap line, memblock's physical address width and the
-    /// `memmap=` and `memory_block_size=` options.
+    /// The model's input, from the log's `memboot-input:` line: the
+    /// firmware map, SRAT, heap, physical address width and the options
+    /// the kernel ran with (`model_input`).
     pub fn model_map(&self) -> model::Map {
-        let map = self.firmware_map();
-        let ranges = |usable: bool| -> Vec<(u64, u64)> {
-            map.iter()
-                .filter(|e| (e.2 == "usable") == usable)
-                .map(|e| (e.0, e.1))
-                .collect()
-        };
-        let mem_lines = |prefix: &'static str| {
-            self.messages_with(prefix)
-                .filter(move |m| m.starts_with(prefix))
-                .filter_map(parse_mem_line)
-        };
-        let srat: Vec<(u64, u64, u32)> = self
-            .messages_with("ACPI: SRAT: Node ")
-            .filter_map(|m| {
-                let nid = m.strip_prefix("ACPI: SRAT: Node ")?.split(' ').next()?;
-                let (start, end, _) = parse_mem_line(m)?;
-                Some((start, end, nid.parse().ok()?))
-            })
-            .collect();
-        let heap = mem_lines("heap: ")
-            .next()
-            .unwrap_or_else(|| panic!("no heap line:\n{}", self.describe()));
-        let phys_addr_bits = self
-            .messages_with("memblock: ")
-            .find_map(|m| {
-                m.split("phys bits ")
-                    .nth(1)?
-                    .split(',')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or_else(|| panic!("no memblock line:\n{}", self.describe()));
-        let memmap = self.kernel_option("memmap").unwrap_or("deferred");
-        model::Map {
-            usable: ranges(true),
-            other: ranges(false),
-            in_use: mem_lines("bootloader: ").map(|(s, e, _)| (s, e)).collect(),
-            srat: (!srat.is_empty()).then_some(srat),
-            heap: (heap.0, heap.1),
-            phys_addr_bits,
-            mode: model::Mode::from_name(memmap)
-                .unwrap_or_else(|| panic!("memmap={memmap} is not a mode")),
-            memory_block_size: match self.kernel_option("memory_block_size") {
-                None | Some("auto") => None,
-                Some(size) => Some(bench::size_mib(size).expect("a block size") << 20),
-            },
-        }
+        let input = self.boot_input();
+        model_input::model_map(&input, &model_input::logged_options(&input))
     }
 
     /// [`model::Model`] of this boot's log.
@@ -373,58 +323,22 @@ impl Boot {
     }
 }
 
-/// QEMU's peak resident memory from run-qemu.sh's line in `text`
-/// (`run-qemu.sh: host peak RSS N MiB`, on stderr and in `--log` files).
-pub fn host_peak_rss_mib(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix("run-qemu.sh: host peak RSS ")?
-            .strip_suffix(" MiB")?
-            .parse()
-            .ok()
-    })
-}
-
-/// Parse `[    5.123456] message` into (ns, message).
-pub fn parse_stamped(line: &str) -> Option<(u64, String)> {
-    let rest = line.strip_prefix('[')?;
-    let (stamp, msg) = rest.split_once("] ")?;
-    let (secs, micros) = stamp.trim_start().split_once('.')?;
-    if micros.len() != 6 {
-        return None;
-    }
-    let ns = secs.parse::<u64>().ok()? * 1_000_000_000 + micros.parse::<u64>().ok()? * 1_000;
-    Some((ns, msg.to_string()))
-}
-
-/// `... [mem 0xSTART-0xEND] kind` → (start, end + 1, kind), the kind
-/// without a trailing firmware type note such as ` (e820 type 2)`.
-pub fn parse_mem_line(msg: &str) -> Option<(u64, u64, String)> {
-    let rest = &msg[msg.find("[mem ")? + 5..];
-    let (start, rest) = rest.split_once('-')?;
-    let (end, kind) = rest.split_once(']')?;
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-    let kind = kind.trim();
-    let kind = kind
-        .split(" (e820 type")
-        .next()?
-        .split(" (EFI type")
-        .next()?;
-    Some((hex(start)?, hex(end)? + 1, kind.to_string()))
-}
-
+/// A serial log as the boot tests read it: its stamped lines and its one
+/// summary (two summary lines are a failure here; [`boot_raw`] is for
+/// logs with a cut one).
 pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>) {
     let mut lines = Vec::new();
     let mut summary = None;
     for raw in stdout.lines() {
         let line = raw.trim_end_matches('\r');
-        if let Some(json) = line.strip_prefix("memboot-summary: ") {
+        if let Some(json) = log::summary_json_of(line) {
             let value: serde_json::Value = serde_json::from_str(json)
                 .unwrap_or_else(|e| panic!("summary line is not valid JSON ({e}): {json}"));
             assert!(
                 summary.replace(value).is_none(),
                 "two memboot-summary lines"
             );
-        } else if let Some(stamped) = parse_stamped(line) {
+        } else if let Some(stamped) = log::parse_stamped(line) {
             lines.push(stamped);
         }
     }
@@ -463,49 +377,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_dmesg_stamps() {
-        assert_eq!(
-            parse_stamped("[    0.033176] hello"),
-            Some((33_176_000, "hello".into()))
-        );
-        assert_eq!(
-            parse_stamped("[  123.000001] x y"),
-            Some((123_000_001_000, "x y".into()))
-        );
-        assert_eq!(parse_stamped("no stamp"), None);
-        assert_eq!(parse_stamped("[ 1.5] short"), None);
-    }
-
-    #[test]
-    fn parses_memory_map_lines() {
-        assert_eq!(
-            parse_mem_line("BIOS-e820: [mem 0x0000000000000000-0x000000000009fbff] usable"),
-            Some((0, 0x9fc00, "usable".into()))
-        );
-        assert_eq!(
-            parse_mem_line("[mem 0x00000000000f0000-0x00000000000fffff] reserved (e820 type 2)"),
-            Some((0xf0000, 0x100000, "reserved".into()))
-        );
-        assert_eq!(parse_mem_line("memblock: 3 memory regions"), None);
-    }
-
-    #[test]
     fn ram_pages_merge_adjacent_ranges_then_round_inward() {
-        let log = "[    0.1] BIOS-provided physical RAM map:\n\
-                   [    0.1] BIOS-e820: [mem 0x0000000000000000-0x000000000009fbff] usable\n\
-                   [    0.1] BIOS-e820: [mem 0x0000000000100000-0x0000000000100fff] usable\n\
-                   [    0.1] BIOS-e820: [mem 0x0000000000101000-0x00000000001027ff] usable\n\
-                   [    0.1] BIOS-e820: [mem 0x00000000000f0000-0x00000000000fffff] reserved\n\
-                   [    0.1] bootloader: [mem 0x0000000000100000-0x0000000000100fff] in use (kernel image, page tables, boot info)\n\
-                   [    0.2] Memory: ...\n";
-        let (lines, summary) = parse_log(
-            &log.replace("0.1]", "0.100000]")
-                .replace("0.2]", "0.200000]"),
-        );
+        use memboot_kernel::boot_input::write_input_line;
+        use memmap::firmware::{FirmwareEntry, RegionKind};
+        let input = BootInput {
+            map: vec![
+                FirmwareEntry::new(0, 0x9fc00, RegionKind::Usable),
+                FirmwareEntry::new(0x100000, 0x1000, RegionKind::Bootloader),
+                FirmwareEntry::new(0x101000, 0x1800, RegionKind::Usable),
+                FirmwareEntry::new(0xf0000, 0x10000, RegionKind::Reserved),
+            ],
+            srat: None,
+            cpu_nodes: vec![0],
+            heap_base: 0x100000,
+            heap_bytes: 0x1000,
+            phys_addr_bits: 44,
+            under_hypervisor: true,
+            cmdline: String::new(),
+            image: Default::default(),
+        };
+        let mut line = String::new();
+        write_input_line(&mut line, &input).unwrap();
+        let stdout = format!("[    0.100000] booting\r\n{line}\r\n[    0.200000] Memory: ...\r\n");
+        let (lines, summary) = parse_log(&stdout);
         let boot = Boot {
             run: Run {
                 exit_code: 0,
-                stdout: String::new(),
+                stdout,
                 stderr: String::new(),
             },
             lines,
@@ -533,7 +431,7 @@ mod model_tests {
         let (lines, summary) = parse_log(&text);
         let run = Run {
             exit_code: 0,
-            stdout: String::new(),
+            stdout: text,
             stderr: String::new(),
         };
         Boot {
@@ -549,8 +447,8 @@ mod model_tests {
     fn the_model_of_committed_logs_matches_their_summaries() {
         let root = repo_root();
         let logs = [
-            root.join("tests/fixtures/16g-4nodes.log"),
-            root.join("tests/fixtures/1t.log"),
+            root.join("kernel/tests/fixtures/16g-4nodes.log"),
+            root.join("kernel/tests/fixtures/1t.log"),
             root.join("kernel/tests/fixtures/4g-perpfn.log"),
             root.join("kernel/tests/fixtures/4g-touch.log"),
             root.join("kernel/tests/fixtures/32t-16nodes-ondemand.log"),
@@ -559,7 +457,7 @@ mod model_tests {
             let b = logged(&path);
             let model = b.model();
             b.assert_summary_matches(&model);
-            if b.kernel_option("verify") != Some("off") {
+            if b.kernel_option("verify").as_deref() != Some("off") {
                 b.assert_zone_lines_match(&model);
             }
         }

@@ -124,7 +124,7 @@ fn console_lines(text: &str) -> Vec<(u64, String)> {
     text.lines()
         .map(|l| l.trim_end_matches('\r'))
         .take_while(|l| !l.starts_with("linux-peer: dmesg begin"))
-        .filter_map(crate::parse_stamped)
+        .filter_map(crate::log::parse_stamped)
         .collect()
 }
 
@@ -143,7 +143,7 @@ fn early_block(lines: &[(u64, String)]) -> Result<(u64, u64), LinuxLogError> {
         .ok_or(LinuxLogError::NoZoneRanges)?;
     let last_zone_line = lines[start..]
         .iter()
-        .rposition(|(_, m)| m.starts_with("On node ") && m.contains(", zone "))
+        .rposition(|(_, m)| crate::log::unavailable_ranges(m).is_some())
         .map(|i| start + i)
         .ok_or(LinuxLogError::NoEarlyMemmapEnd)?;
     let end = lines
@@ -165,14 +165,8 @@ fn present_pages(lines: &[(u64, String)]) -> Option<u64> {
 fn unavailable_pages(lines: &[(u64, String)]) -> u64 {
     lines
         .iter()
-        .filter_map(|(_, m)| {
-            let (_, rest) = m.strip_prefix("On node ")?.split_once(", zone ")?;
-            let (_, count) = rest.split_once(": ")?;
-            count
-                .strip_suffix(" pages in unavailable ranges")?
-                .parse::<u64>()
-                .ok()
-        })
+        .filter_map(|(_, m)| crate::log::unavailable_ranges(m))
+        .map(|u| u.pages)
         .sum()
 }
 
@@ -195,7 +189,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
             .parse()
             .ok()
     });
-    let host_peak_rss_mib = crate::host_peak_rss_mib(text);
+    let host_peak_rss_mib = crate::log::host_peak_rss_mib(text);
     let last_deferred_ns = deferred
         .iter()
         .map(|&(ns, _)| ns)

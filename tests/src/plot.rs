@@ -221,11 +221,6 @@ pub fn scaling_file(bench_path: &str, out_path: &str) -> Result<Bench, PlotError
 
 // ---------------------------------------------------------------- the log
 
-/// The prefix of the (unstamped) summary line.
-pub const SUMMARY_PREFIX: &str = "memboot-summary:";
-/// The prefix of run-qemu.sh's peak-RSS line, followed by `N MiB`.
-pub const RSS_PREFIX: &str = "run-qemu.sh: host peak RSS ";
-
 /// One entry of the summary's `phases` array.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Phase {
@@ -282,15 +277,12 @@ pub struct BootLog {
 
 /// Parses a serial log; `name` (usually its path) is used in errors.
 pub fn parse_log(text: &str, name: &str) -> Result<BootLog, PlotError> {
-    let json = text
-        .lines()
-        .find_map(|line| line.trim().strip_prefix(SUMMARY_PREFIX))
-        .ok_or_else(|| PlotError::NoSummary { log: name.into() })?;
-    let summary: Summary =
-        serde_json::from_str(json.trim()).map_err(|source| PlotError::BadSummary {
-            log: name.into(),
-            source,
-        })?;
+    let json =
+        crate::log::summary_json(text).ok_or_else(|| PlotError::NoSummary { log: name.into() })?;
+    let summary: Summary = serde_json::from_str(json).map_err(|source| PlotError::BadSummary {
+        log: name.into(),
+        source,
+    })?;
     let phases = summary.phases.clone().unwrap_or_default();
     if phases.is_empty() {
         return Err(PlotError::NoPhases { log: name.into() });
@@ -302,17 +294,12 @@ pub fn parse_log(text: &str, name: &str) -> Result<BootLog, PlotError> {
             reason: "ends before it starts (end_ns < start_ns)".into(),
         });
     }
-    let host_peak_rss_mib = text.lines().find_map(parse_rss_line);
+    let host_peak_rss_mib = crate::log::host_peak_rss_mib(text);
     Ok(BootLog {
         summary,
         phases,
         host_peak_rss_mib,
     })
-}
-
-fn parse_rss_line(line: &str) -> Option<u64> {
-    let rest = &line[line.find(RSS_PREFIX)? + RSS_PREFIX.len()..];
-    rest.strip_suffix("MiB")?.trim().parse().ok()
 }
 
 /// A duration in ms with 0.1 ms resolution, or 0.01 ms below 1 ms.
@@ -1317,10 +1304,6 @@ mod tests {
         assert_eq!(fmt_bytes(17_179_343_872), "16.0 GiB");
         assert_eq!(fmt_gib(64.0), "64 GiB");
         assert_eq!(fmt_gib(32768.0), "32 TiB");
-        assert_eq!(
-            parse_rss_line("run-qemu.sh: host peak RSS 1234 MiB"),
-            Some(1234)
-        );
         assert_eq!(
             powers_of_two_in(&(40.0..1500.0)),
             [64.0, 128.0, 256.0, 512.0, 1024.0]

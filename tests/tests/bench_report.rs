@@ -12,13 +12,10 @@ fn fixture(path: &str) -> String {
 }
 
 fn summary_u64(log: &str, key: &str) -> u64 {
-    let json = log
-        .lines()
-        .find_map(|l| l.strip_prefix("memboot-summary: "))
-        .unwrap();
-    serde_json::from_str::<serde_json::Value>(json).unwrap()[key]
+    let summary = memboot_tests::log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"));
+    summary[key]
         .as_u64()
-        .unwrap()
+        .unwrap_or_else(|| panic!("summary key {key}"))
 }
 
 fn run_dir() -> PathBuf {
@@ -202,7 +199,7 @@ fn a_failed_boot_is_an_error_naming_the_log() {
     let dir = std::env::temp_dir().join(format!("memboot-bench-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = fixture("kernel/tests/fixtures/4g-deferred.log");
-    let cut = &log[..log.find("memboot-summary:").unwrap()];
+    let cut = &log[..log.find(memboot_tests::log::SUMMARY_PREFIX).unwrap()];
     std::fs::write(dir.join("4G-deferred-1.log"), cut).unwrap();
     let sizes = vec!["4G".to_string()];
     let entries = vec!["deferred".to_string()];

@@ -185,7 +185,7 @@ fn boots_uneven_numa_split() {
         let node: u64 = words.next().unwrap().parse().unwrap();
         assert_eq!(words.next(), Some("PXM"), "{m}");
         let pxm: usize = words.next().unwrap().parse().unwrap();
-        let (_, end, _) = memboot_tests::parse_mem_line(m).unwrap_or_else(|| panic!("{m}"));
+        let (_, end, _) = memboot_tests::log::mem_range(m).unwrap_or_else(|| panic!("{m}"));
         assert!(pxm < nodes as usize, "{m}");
         assert!(node_of_pxm[pxm].is_none_or(|n| n == node), "{m}");
         node_of_pxm[pxm] = Some(node);

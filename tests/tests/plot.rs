@@ -124,11 +124,7 @@ struct ExpectedPhase {
 }
 
 fn summary_json(log: &str) -> Value {
-    let line = log
-        .lines()
-        .find_map(|l| l.strip_prefix("memboot-summary: "))
-        .expect("fixture has a summary");
-    serde_json::from_str(line).expect("summary is JSON")
+    memboot_tests::log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"))
 }
 
 fn expected_phases(summary: &Value) -> Vec<ExpectedPhase> {

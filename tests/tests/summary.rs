@@ -10,19 +10,21 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use memboot_tests::log::SUMMARY_PREFIX as PREFIX;
 use memboot_tests::plot::{parse_log as plot_log, TimelineLayout};
 use memboot_tests::{boot, boot_raw, exit_code, Boot};
 
-const PREFIX: &str = "memboot-summary: ";
 /// The fixed buffer the line was written into before it was streamed.
 const OLD_BUFFER_BYTES: usize = 16 * 1024;
 
-/// The serial log's `memboot-summary:` lines, `\r` stripped.
+/// The serial log's lines that hold the summary prefix anywhere (one that
+/// is not at the start of its line is a bug these tests look for), `\r`
+/// stripped.
 fn summary_lines(stdout: &str) -> Vec<&str> {
     stdout
         .lines()
         .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| l.contains("memboot-summary:"))
+        .filter(|l| l.contains(PREFIX.trim_end()))
         .collect()
 }
 

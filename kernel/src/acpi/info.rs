@@ -134,6 +134,17 @@ impl AcpiInfo {
         self.cpus.iter().find(|c| c.apic_id == apic_id)
     }
 
+    /// SRAT's memory ranges as the pipeline takes them (node ids, table
+    /// order); `None` without a valid SRAT, where all memory is node 0.
+    pub fn memory_affinity(&self) -> Option<Vec<memmap::firmware::NodeAffinity>> {
+        self.has_srat.then(|| {
+            self.mem_affinity
+                .iter()
+                .map(|m| memmap::firmware::NodeAffinity::new(m.base, m.length, m.node))
+                .collect()
+        })
+    }
+
     /// The first valid table with this signature.
     pub fn table(&self, signature: [u8; 4]) -> Option<&TableInfo> {
         self.tables.iter().find(|t| t.signature == signature)

@@ -5,6 +5,7 @@ use super::tables::*;
 use super::*;
 use alloc::string::ToString;
 use alloc::vec;
+use memmap::firmware::NodeAffinity;
 
 const MEM_SIZE: usize = 0x4000;
 const RSDP_AT: u64 = 0x100;
@@ -243,6 +244,7 @@ fn rsdp_v0_uses_rsdt() {
         .all(|c| c.enabled && !c.x2apic && c.node == 0));
     assert!(!info.has_srat);
     assert_eq!(info.nr_nodes, 1);
+    assert_eq!(info.memory_affinity(), None, "no SRAT: all memory node 0");
     assert!(info.warnings.is_empty(), "{:?}", info.warnings);
     assert!(has_line(
         &info,
@@ -584,6 +586,15 @@ fn srat_with_two_sparse_domains() {
             (GIB, GIB, 1, 7, true, false),
             (4 * GIB, GIB, 1, 7, false, true),
         ]
+    );
+    assert_eq!(
+        info.memory_affinity(),
+        Some(vec![
+            NodeAffinity::new(0, 0xA_0000, 0),
+            NodeAffinity::new(0x10_0000, GIB - 0x10_0000, 0),
+            NodeAffinity::new(GIB, GIB, 1),
+            NodeAffinity::new(4 * GIB, GIB, 1),
+        ])
     );
     assert!(info.warnings.is_empty(), "{:?}", info.warnings);
     assert!(has_line(&info, "ACPI: SRAT: PXM 7 -> APIC 0x02 -> Node 1"));

@@ -12,15 +12,16 @@ use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
+use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
 use memboot_kernel::kernel_image::ImageSizes;
+use memboot_kernel::node_ram;
 use memboot_kernel::options::{self, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
-use memboot_kernel::pipeline::{self, Input, Machine};
+use memboot_kernel::pipeline::{self, Machine};
 use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_FAILED_STATUS};
-use memmap::firmware::NodeAffinity;
-use memmap::NodeId;
+use memmap::firmware::FirmwareEntry;
 
 use crate::hw::exit::{exit, ExitCode};
 use crate::hw::heap::KernelHeap;
@@ -316,37 +317,17 @@ impl acpi::PhysMemory for OffsetMapped {
     }
 }
 
-/// One NUMA node as the boot sees it: usable RAM from the memory map
-/// intersected with the node's SRAT ranges, and the CPUs SRAT puts there.
-fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
+/// One line per NUMA node: its usable RAM (`node_ram`: the map's RAM in
+/// the node's SRAT ranges) and the CPUs SRAT puts there, then its ranges.
+fn print_nodes(info: &acpi::AcpiInfo, map: &[FirmwareEntry]) -> u64 {
     let nr_nodes = if info.has_srat {
         info.nr_nodes.max(1)
     } else {
         1
     };
-    let ram = || {
-        regions
-            .iter()
-            .filter(|r| bootmap::region_kind(r.kind).is_ram())
-    };
-    for node in 0..nr_nodes {
-        let node_bytes: u64 = if info.has_srat {
-            info.mem_affinity
-                .iter()
-                .filter(|m| m.node == node)
-                .map(|m| {
-                    ram()
-                        .map(|r| {
-                            r.end
-                                .min(m.base + m.length)
-                                .saturating_sub(r.start.max(m.base))
-                        })
-                        .sum::<u64>()
-                })
-                .sum()
-        } else {
-            ram().map(|r| r.end - r.start).sum()
-        };
+    let srat = info.memory_affinity();
+    let ram = node_ram::ram_bytes_per_node(map, srat.as_deref(), nr_nodes as usize);
+    for (node, node_bytes) in (0..nr_nodes).zip(ram) {
         let cpus: Vec<u32> = info
             .cpus
             .iter()
@@ -359,14 +340,12 @@ fn print_nodes(info: &acpi::AcpiInfo, regions: &MemoryRegions) -> u64 {
             cpus.len(),
             cpus
         );
-        if info.has_srat {
-            for m in info.mem_affinity.iter().filter(|m| m.node == node) {
-                kprintln!(
-                    "NUMA:   [mem {:#018x}-{:#018x}] -> node {node}",
-                    m.base,
-                    m.base + m.length - 1
-                );
-            }
+        for a in srat.iter().flatten().filter(|a| a.nid == node) {
+            kprintln!(
+                "NUMA:   [mem {:#018x}-{:#018x}] -> node {node}",
+                a.start,
+                a.start + a.len_bytes - 1
+            );
         }
     }
     nr_nodes as u64
@@ -377,6 +356,7 @@ fn report_acpi(
     rsdp: Option<u64>,
     phys_offset: u64,
     regions: &MemoryRegions,
+    map: &[FirmwareEntry],
 ) -> Result<acpi::AcpiInfo, BootError> {
     let rsdp = rsdp.ok_or(BootError::NoAcpi)?;
     let limit = regions.iter().map(|r| r.end).max().unwrap_or(0);
@@ -393,7 +373,7 @@ fn report_acpi(
     }
     let cpus = info.cpus.iter().filter(|c| c.enabled).count().max(1) as u64;
     BOOT_FACTS.cpus.store(cpus, Ordering::Relaxed);
-    let nodes = print_nodes(&info, regions);
+    let nodes = print_nodes(&info, map);
     BOOT_FACTS.nodes.store(nodes, Ordering::Relaxed);
     Ok(info)
 }
@@ -449,6 +429,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
     }
     print_memory_map(regions);
+    let map = bootmap::firmware_entries(regions);
     let mem_bytes = bootmap::ram_bytes(regions);
     BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
     kprintln!(
@@ -464,7 +445,12 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);
 
-    let acpi_info = report_acpi(boot_info.rsdp_addr.into_option(), phys_offset, regions)?;
+    let acpi_info = report_acpi(
+        boot_info.rsdp_addr.into_option(),
+        phys_offset,
+        regions,
+        &map,
+    )?;
     let mut heap = heap;
     grow_heap_for_cpus(regions, &mut heap, acpi_info.cpus.len().max(1));
     kprintln!(
@@ -483,8 +469,18 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     }
     smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
     smp::self_test()?;
-    let image = kernel_image_sizes(boot_info, phys_offset)?;
-    run_pipeline(&opts, &acpi_info, regions, phys_offset, heap, image)
+    let input = BootInput {
+        map,
+        srat: acpi_info.memory_affinity(),
+        cpu_nodes: smp::online_cpus().iter().map(|c| c.node).collect(),
+        heap_base: heap.base,
+        heap_bytes: heap.size,
+        phys_addr_bits: crate::hw::cpu::phys_addr_bits(),
+        under_hypervisor: crate::hw::cpu::under_hypervisor(),
+        cmdline,
+        image: kernel_image_sizes(boot_info, phys_offset)?,
+    };
+    run_pipeline(&opts, &input, phys_offset)
 }
 
 /// The loaded kernel's code, data and bss sizes from its ELF file, which the
@@ -503,54 +499,33 @@ fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> Result<ImageSiz
     })
 }
 
-/// The memory-init pipeline on this machine's hardware.
-fn run_pipeline(
-    opts: &Options,
-    acpi_info: &acpi::AcpiInfo,
-    regions: &MemoryRegions,
-    phys_offset: u64,
-    heap: EarlyReservation,
-    image: ImageSizes,
-) -> Result<(), BootError> {
-    let map = bootmap::firmware_entries(regions);
-    let affinity: Vec<NodeAffinity> = acpi_info
-        .mem_affinity
-        .iter()
-        .map(|m| NodeAffinity::new(m.base, m.length, m.node))
-        .collect();
-    // Early reservations memblock cannot see in the firmware map: Linux x86
-    // always reserves the first 1 MiB (BIOS data, the AP trampoline), and
-    // the heap came out of usable RAM before memblock existed.
-    let reserve = [
-        EarlyReservation {
-            base: 0,
-            size: 1 << 20,
-            what: "low 1 MiB",
-        },
-        heap,
-    ];
-    let input = Input {
-        opts,
-        map: &map,
-        affinity: acpi_info.has_srat.then_some(&affinity[..]),
-        phys_addr_bits: crate::hw::cpu::phys_addr_bits(),
-        under_hypervisor: crate::hw::cpu::under_hypervisor(),
-        reserve: &reserve,
-        image,
-    };
+/// The pipeline's input as one unstamped `memboot-input:` line (README
+/// "Output"), so that a log replays the boot (kernel/tests).
+fn print_input_line(input: &BootInput) {
+    if let Some(Err(core::fmt::Error)) =
+        serial::raw_line_with(|mut line| write_input_line(&mut line, input))
+    {
+        kprintln!("memboot: formatting the memboot-input line failed part-way, so the line above is cut and this log cannot be replayed; report it with this log");
+    }
+}
+
+/// The memory-init pipeline on this machine's hardware, from `input`
+/// (printed first, so the log says what the pipeline ran on).
+fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(), BootError> {
+    print_input_line(input);
+    let reserve = input.early_reservations();
     // SAFETY: the bootloader's physical-memory offset; from here on the
     // boot CPU alone edits the page tables (APs only run jobs, which do not
     // map memory).
     let mut mapper = unsafe { KernelMapper::new(phys_offset) };
-    let cpu_nodes: Vec<NodeId> = smp::online_cpus().iter().map(|c| c.node).collect();
     let machine = Machine {
         mapper: &mut mapper,
         executor: &SmpCpus,
         clock: &TscClock,
         log: &SerialLog,
-        cpu_nodes: &cpu_nodes,
+        cpu_nodes: &input.cpu_nodes,
     };
-    let result = pipeline::run(&input, machine, &MM_FACTS);
+    let result = pipeline::run(&input.pipeline_input(opts, &reserve), machine, &MM_FACTS);
     kprintln!(
         "heap: peak {} KiB of {} KiB",
         HEAP.peak_bytes() >> 10,

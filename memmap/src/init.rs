@@ -588,6 +588,15 @@ mod tests {
         assert!(err.to_string().contains("vmemmap_backing_ranges"));
     }
 
+    /// Present memory of [`two_node_map`] in PFNs, read off the firmware map
+    /// by hand: RAM rounded inward, node 1 from 4096 MiB.
+    const TWO_NODE_PRESENT: [(Pfn, Pfn); 4] = [
+        (0x1, 0x9f),
+        (0x100, 0x10000),
+        (4096 * 256, 4396 * 256),
+        (4500 * 256, 4600 * 256),
+    ];
+
     #[test]
     fn touch_writes_every_present_page() {
         let mb = two_node_map();
@@ -597,5 +606,66 @@ mod tests {
             touch_present_pages(&mut mm, &mb).unwrap(),
             mb.memory().total_pages()
         );
+        // The floor's one store per page leaves the pfn in `flags`
+        // (`StructPage::touched`); holes of backed sections stay zero.
+        for (start, end) in TWO_NODE_PRESENT {
+            for pfn in start..end {
+                assert_eq!(mm.page(pfn).unwrap().flags, pfn, "present pfn {pfn:#x}");
+            }
+        }
+        for hole in [0x9f, 0xff, 4396 * 256, 4600 * 256] {
+            assert_eq!(
+                *mm.page(hole).unwrap(),
+                StructPage::ZERO,
+                "hole pfn {hole:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn deferred_split_of_two_node_map_is_exact() {
+        // Node 0 defers nothing (its highest zone, DMA32, never passes a
+        // section's worth of pages followed by a section boundary). Node 1's
+        // Normal zone passes 32768 pages at 4224 MiB, section aligned: the
+        // boundary. Its second region lies wholly past it, so it gives no
+        // eager piece at all (not an empty one).
+        let mb = two_node_map();
+        let plan = split_deferred(&mb, &ZoneLayout::new(&mb));
+        let eager: Vec<_> = plan
+            .eager
+            .iter()
+            .map(|e| (e.nid, e.zone, e.pfns.start, e.pfns.end))
+            .collect();
+        assert_eq!(
+            eager,
+            [
+                (0, ZoneType::Dma, 0x1, 0x9f),
+                (0, ZoneType::Dma, 0x100, 0x1000),
+                (0, ZoneType::Dma32, 0x1000, 0x10000),
+                (1, ZoneType::Normal, 4096 * 256, 4224 * 256),
+            ]
+        );
+        let deferred: Vec<_> = plan
+            .deferred
+            .iter()
+            .map(|d| (d.nid, d.zone, d.pfns.start, d.pfns.end))
+            .collect();
+        assert_eq!(
+            deferred,
+            [
+                (1, ZoneType::Normal, 4224 * 256, 4396 * 256),
+                (1, ZoneType::Normal, 4500 * 256, 4600 * 256),
+            ]
+        );
+    }
+
+    #[test]
+    fn strategy_names_are_the_memmap_option_values() {
+        // The kernel parses `memmap=perpfn|regions|deferred` and prints the
+        // strategy with Display: both must be these exact words.
+        let shown: Vec<String> = Strategy::ALL.iter().map(|s| s.to_string()).collect();
+        assert_eq!(shown, ["perpfn", "regions", "deferred"]);
+        let named: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(named, ["perpfn", "regions", "deferred"]);
     }
 }

@@ -945,6 +945,149 @@ mod tests {
     }
 
     #[test]
+    fn errors_name_the_table_that_overflowed() {
+        // The message is all an operator sees on a failed boot: it must say
+        // which of the two tables hit its cap.
+        let cfg = MemblockConfig {
+            max_regions: 2,
+            ..Default::default()
+        };
+        let (mut mb, _) =
+            Memblock::from_firmware([FirmwareEntry::new(0, 16 * MIB, Usable)], cfg).unwrap();
+        mb.reserve(MIB, 0x1000).unwrap();
+        mb.reserve(3 * MIB, 0x1000).unwrap();
+        let err = mb.reserve(5 * MIB, 0x1000).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "memblock: the reserved table would need 3 regions but holds at most 2;"
+            ),
+            "{err}"
+        );
+        mb.remove(MIB, 0x1000).unwrap();
+        let err = mb.remove(3 * MIB, 0x1000).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "memblock: the memory table would need 3 regions but holds at most 2;"
+            ),
+            "{err}"
+        );
+        let err = MemblockError::OutOfMemory {
+            table: TableKind::Reserved,
+        };
+        assert!(
+            err.to_string()
+                .contains("out of heap memory growing the reserved table"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unaligned_ram_report_counts_every_lost_byte() {
+        // Three RAM runs, hand-rounded inward: [0, 0x1800) keeps page 0 and
+        // loses 0x800; [0x10000, 0x10800) is under a page and loses all
+        // 0x800; [0x20400, 0x21c00) crosses a page boundary without holding a
+        // whole page and loses all 0x1800.
+        let (mb, report) = build(&[
+            FirmwareEntry::new(0, 0x1800, Usable),
+            FirmwareEntry::new(0x10000, 0x800, Usable),
+            FirmwareEntry::new(0x20400, 0x1800, Bootloader),
+        ]);
+        assert_eq!(spans(mb.memory()), [(0, 0x1000)]);
+        assert_eq!(report.unaligned_ram_bytes, 0x800 + 0x800 + 0x1800);
+        // In-use RAM still rounds outward, whole page or not.
+        assert_eq!(spans(mb.reserved()), [(0x20000, 0x22000)]);
+    }
+
+    #[test]
+    fn ranges_may_end_exactly_at_the_phys_addr_width() {
+        let mut mb = Memblock::new(MemblockConfig {
+            phys_addr_bits: 40,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(mb.phys_addr_bits(), 40);
+        assert_eq!(mb.phys_limit_bytes(), 1 << 40);
+        let limit = 1u64 << 40;
+        mb.add(limit - 2 * MIB, 2 * MIB, 0).unwrap();
+        mb.reserve(limit - 0x1000, 0x1000).unwrap();
+        mb.free(limit - 0x1000, 0x1000).unwrap();
+        mb.remove(limit - MIB, MIB).unwrap();
+        assert_eq!(spans(mb.memory()), [(limit - 2 * MIB, limit - MIB)]);
+        // One byte more is past the width.
+        assert_eq!(
+            mb.reserve(limit - 0x1000, 0x1001),
+            Err(MemblockError::BeyondPhysAddrWidth {
+                base: limit - 0x1000,
+                size: 0x1001,
+                phys_addr_bits: 40
+            })
+        );
+    }
+
+    #[test]
+    fn alloc_range_skips_free_ranges_outside_the_window() {
+        // Free: [1, 2) MiB below the window, [4, 8) MiB across it, [16, 32)
+        // MiB above it. Only [4, 5) MiB is inside [3, 5) MiB, and top-down
+        // takes its last page.
+        let (mut mb, _) = build(&[
+            FirmwareEntry::new(MIB, MIB, Usable),
+            FirmwareEntry::new(4 * MIB, 4 * MIB, Usable),
+            FirmwareEntry::new(16 * MIB, 16 * MIB, Usable),
+        ]);
+        assert_eq!(
+            mb.alloc_range(0x1000, 0, 3 * MIB, 5 * MIB, None),
+            Ok(5 * MIB - 0x1000)
+        );
+        // A window that holds no free byte at all fails.
+        assert!(matches!(
+            mb.alloc_range(0x1000, 0, 2 * MIB, 4 * MIB, None),
+            Err(MemblockError::AllocFailed { .. })
+        ));
+    }
+
+    #[test]
+    fn alloc_takes_a_free_range_of_exactly_the_size() {
+        let (mut mb, _) = build(&[FirmwareEntry::new(MIB, 0x2000, Usable)]);
+        assert_eq!(mb.alloc(0x2000, 0, None), Ok(MIB));
+        assert_eq!(spans(mb.reserved()), [(MIB, MIB + 0x2000)]);
+    }
+
+    #[test]
+    fn sub_page_affinity_entry_vanishes() {
+        // An SRAT entry that holds no whole page once rounded down is
+        // dropped: it neither claims memory nor conflicts with the entry
+        // around it.
+        let (mut mb, mut report) = build(&[FirmwareEntry::new(0, 2 * GIB, Usable)]);
+        mb.apply_affinity(
+            [
+                NodeAffinity::new(0, 2 * GIB, 0),
+                NodeAffinity::new(GIB + 0x100, 0x100, 1),
+            ],
+            &mut report,
+        )
+        .unwrap();
+        let nodes: Vec<_> = mb.memory().regions().iter().map(|r| r.nid).collect();
+        assert_eq!(nodes, [0]);
+        assert_eq!(mb.node_ids(), [0]);
+        assert_eq!(report.no_affinity_bytes, 0);
+    }
+
+    #[test]
+    fn min_and_max_pfn_bound_present_memory() {
+        // Linux memblock_start_of_DRAM() and max_pfn: the first and one past
+        // the last page of memory, holes and reservations aside.
+        let (mb, _) = build(&[
+            FirmwareEntry::new(4 * GIB, 4 * GIB, Usable),
+            FirmwareEntry::new(MIB, 2 * GIB - MIB, Usable),
+            FirmwareEntry::new(MIB, MIB, Bootloader),
+        ]);
+        assert_eq!(mb.min_pfn(), Some(0x100));
+        assert_eq!(mb.max_pfn(), Some(0x200000));
+        let empty = Memblock::new(MemblockConfig::default()).unwrap();
+        assert_eq!((empty.min_pfn(), empty.max_pfn()), (None, None));
+    }
+
+    #[test]
     fn add_remove_reserve_free() {
         let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
         mb.add(0x1800, 0x3000, 0).unwrap(); // inward: [0x2000, 0x4000)

@@ -21,6 +21,19 @@ use proptest::prelude::*;
 
 const PAGE: u64 = PAGE_SIZE;
 
+/// `n` cases, unless `PROPTEST_CASES` is set: a mutation-testing run
+/// (`PROPTEST_CASES=... cargo mutants`) trades strength for speed, while a
+/// plain `cargo test` keeps the full counts below. (`with_cases` alone would
+/// override the variable, which proptest reads only into its default.)
+fn cases(n: u32) -> ProptestConfig {
+    match std::env::var("PROPTEST_CASES") {
+        Ok(v) => {
+            ProptestConfig::with_cases(v.parse().expect("PROPTEST_CASES must be a number of cases"))
+        }
+        Err(_) => ProptestConfig::with_cases(n),
+    }
+}
+
 fn arb_kind() -> impl Strategy<Value = RegionKind> {
     prop_oneof![
         6 => Just(RegionKind::Usable),
@@ -203,7 +216,7 @@ fn overlap_pages(a: &[PfnRange], b: &[PfnRange]) -> u64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(cases(3000))]
 
     /// Normalised tables are sorted, disjoint, merged and cover exactly the
     /// usable input; affinity keeps coverage and tags each piece right.
@@ -251,7 +264,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(cases(3000))]
 
     /// Small maps, checked PFN by PFN: pfn_valid, next_valid_pfn (plain and
     /// cached, against a brute-force scan), and that the iterators visit
@@ -335,7 +348,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(cases(3000))]
 
     /// Large sparse maps (to 64 TiB): free ranges = memory − reserved by
     /// interval arithmetic; next_valid_pfn at boundaries vs a linear scan of
@@ -492,7 +505,7 @@ fn arb_small_real_map(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(160))]
+    #![proptest_config(cases(160))]
 
     /// All strategies write byte-identical struct pages (same store, so even
     /// the self-linked `lru` addresses match) and pageblock bits; Deferred
@@ -563,7 +576,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1500))]
+    #![proptest_config(cases(1500))]
 
     /// Block size rules and the registry: O(1) lookup agrees with linear
     /// search for every id, each present section has its block, and node

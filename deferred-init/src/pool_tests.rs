@@ -15,8 +15,8 @@ use proptest::prelude::*;
 
 use crate::host::{StdClock, ThreadExecutor};
 use crate::tests::{
-    assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, span_of, with_counter, InitCounter,
-    TEST_CPUS,
+    assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, proptest_cases, race_loop_done,
+    span_of, with_counter, InitCounter, TEST_CPUS,
 };
 use crate::*;
 
@@ -136,7 +136,8 @@ fn allocations_race_draining_workers_on_the_pool() {
     // node's claims as well as the drain workers.
     let allocators: [(NodeId, u64); 4] = [(0, 1), (0, 2), (1, 3), (1, 4)];
     let (mut partial_runs, mut contended) = (0, 0);
-    for run in 0..200u64 {
+    let (full_runs, mut nr_runs) = (200, 0);
+    for run in 0..full_runs {
         let mm = memmap_for(&ranges);
         let plan =
             DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
@@ -191,19 +192,30 @@ fn allocations_race_draining_workers_on_the_pool() {
         assert_eq!(di.pool_pages(), 0, "drained");
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &[]);
         assert_fully_merged(&di, &ranges, &reserved);
+        nr_runs = run + 1;
+        if race_loop_done(
+            nr_runs,
+            full_runs,
+            partial_runs >= nr_runs / 10 && contended > 0,
+        ) {
+            break;
+        }
     }
     // Whether a run ends with pool left depends on how the host schedules
     // the threads; the race is only exercised when some do. A loaded host
     // lets workers finish first more often, so ask for a tenth, not most.
+    std::println!(
+        "pool race: {partial_runs} of {nr_runs} runs ended with pool left, {contended} growth steps contended"
+    );
     assert!(
-        partial_runs >= 20,
-        "runs that ended with pool left: {partial_runs} of 200"
+        partial_runs >= nr_runs / 10,
+        "runs that ended with pool left: {partial_runs} of {nr_runs}"
     );
     // The race itself: growth steps that ran while another claim of the same
     // node (a drain worker's or the other allocator's) was in progress.
     assert!(
         contended > 0,
-        "no growth step overlapped another claim of its node in 200 runs: the race was not exercised"
+        "no growth step overlapped another claim of its node in {nr_runs} runs: the race was not exercised"
     );
 }
 
@@ -289,7 +301,7 @@ fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(proptest_cases(64)))]
 
     /// Random maps and random sequences of allocations, frees and drain
     /// steps: the state is consistent after every step, and the end state

@@ -20,6 +20,35 @@ const S: u64 = PAGES_PER_SECTION;
 /// CPUs of the host executor: more than any scenario's highest CPU number.
 pub(crate) const TEST_CPUS: usize = 16;
 
+/// `MEMBOOT_MUTATION_PROFILE=1`: the cheap profile of a cargo-mutants run
+/// (tests/mutants/deferred-init.md), which builds and tests hundreds of
+/// mutants. The race tests' loops stop after a tenth of their runs once
+/// they have seen their race, and the property tests run a quarter of their
+/// cases; a plain `cargo test` keeps full strength.
+pub(crate) fn mutation_profile() -> bool {
+    std::env::var_os("MEMBOOT_MUTATION_PROFILE").is_some_and(|v| v == "1")
+}
+
+/// Whether a race loop of `full` runs may stop after `runs_done`: only in
+/// the mutation profile, once it ran a tenth of them and has seen the race it
+/// asserts on (`race_seen`). One that has not goes on to its full count, so
+/// the profile cannot make a "the race happened" assertion flaky (how often
+/// a race happens varies a lot with the host's load).
+pub(crate) fn race_loop_done(runs_done: u64, full: u64, race_seen: bool) -> bool {
+    mutation_profile() && race_seen && runs_done >= full / 10
+}
+
+/// Cases of a property test: `PROPTEST_CASES` if set, else `full`, or a
+/// quarter of it in the mutation profile. (`cases: n` alone would override
+/// the variable, which proptest reads only into its default.)
+pub(crate) fn proptest_cases(full: u32) -> u32 {
+    match std::env::var("PROPTEST_CASES") {
+        Ok(v) => v.parse().expect("PROPTEST_CASES must be a number of cases"),
+        Err(_) if mutation_profile() => full / 4,
+        Err(_) => full,
+    }
+}
+
 pub(crate) fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
     DeferredRange {
         nid,
@@ -326,6 +355,125 @@ fn multi_section_chunks_complete() {
     run_scenario(&sc, 3);
 }
 
+/// A worker claims one section (32 windows) at a time, as Linux's padata
+/// jobs do, also out of a chunk of two sections: that chunk takes two
+/// claims, each leaving a section less in the pool.
+#[test]
+fn workers_claim_one_section_at_a_time() {
+    // Sections 34 and 35: one pair-aligned chunk.
+    let ranges = [dr(0, 34 * S, 36 * S)];
+    let mm = memmap_for(&ranges);
+    let opts = PlanOptions {
+        sections_per_chunk: 2,
+        ..PlanOptions::default()
+    };
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], opts).unwrap();
+    assert_eq!(plan.node(0).unwrap().nr_chunks(), 1);
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let clock = StdClock::new();
+    assert!(di.worker_step(0, &clock).unwrap());
+    assert_eq!(di.pool_pages(), S, "the first section claimed and done");
+    assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), S);
+    assert!(di.worker_step(0, &clock).unwrap());
+    assert_eq!(di.pool_pages(), 0);
+    assert!(!di.worker_step(0, &clock).unwrap(), "nothing left to claim");
+    let w = &di.report().workers[0];
+    assert_eq!((w.nr_claims, w.nr_pages, w.finished), (2, 2 * S, true));
+}
+
+/// Claimants racing for single windows where every chunk is one window, so
+/// every claim is at a chunk's end: each window goes to exactly one claim,
+/// and no claim is empty (one whose `fetch_add` lands on or past the end
+/// moves the cursor on instead of returning nothing to process). The
+/// threads go through many instances in step, so they meet on the same
+/// counters often.
+#[test]
+fn racing_claims_hand_out_each_window_once_and_none_empty() {
+    let ranges: Vec<DeferredRange> = (33..49)
+        .map(|sec| dr(0, sec * S, sec * S + WINDOW_NR_PAGES))
+        .collect();
+    let mm = memmap_for(&ranges);
+    for _ in 0..10 {
+        let instances: Vec<DeferredInit<'_, VecBacking>> = (0..2000)
+            .map(|_| {
+                let plan =
+                    DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default())
+                        .unwrap();
+                DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
+            })
+            .collect();
+        let nr_threads = 4;
+        let barrier = Barrier::new(nr_threads);
+        let per_thread: Vec<Vec<Vec<Claim>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..nr_threads)
+                .map(|_| {
+                    let (instances, barrier) = (&instances, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        instances
+                            .iter()
+                            .map(|di| {
+                                let mut mine = Vec::new();
+                                while let Some(c) = di.claim_in_zone(0, ZoneType::Normal, 1) {
+                                    mine.push(c);
+                                }
+                                mine
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for i in 0..instances.len() {
+            let claims: Vec<&Claim> = per_thread.iter().flat_map(|t| &t[i]).collect();
+            assert!(
+                claims.iter().all(|c| c.windows == (0..1)),
+                "every claim is the one window of its chunk: {claims:?}"
+            );
+            let mut chunks: Vec<usize> = claims.iter().map(|c| c.chunk).collect();
+            chunks.sort_unstable();
+            assert_eq!(chunks, (0..ranges.len()).collect::<Vec<_>>());
+        }
+    }
+}
+
+/// What each setup or run error tells the operator, word for word.
+#[test]
+fn deferred_init_errors_say_what_to_do() {
+    let cases = [
+        (
+            DeferredInitError::SectionNotBacked {
+                nid: 1,
+                section_nr: 34,
+            },
+            "node 1: deferred memory in section 34 has no struct-page backing; populate the vmemmap of every section with present memory before deferred init",
+        ),
+        (
+            DeferredInitError::from(BuddyError::NodeIdTooLarge { nid: 70 }),
+            "buddy allocator setup: node id 70 exceeds the 64 nodes struct-page flags can hold; renumber nodes densely",
+        ),
+        (
+            DeferredInitError::NoSuchWorker {
+                worker: 7,
+                nr_workers: 2,
+            },
+            "worker 7 does not exist (plan has 2); use indices of DeferredPlan::workers()",
+        ),
+        (
+            DeferredInitError::NoSuchCpu {
+                worker: 1,
+                cpu: 5,
+                nr_cpus: 2,
+            },
+            "worker 1 is planned on CPU 5 but the executor has 2 CPUs; build the plan's NodeCpus from the CPUs that are online",
+        ),
+    ];
+    for (e, text) in cases {
+        assert_eq!(e.to_string(), text);
+    }
+}
+
 #[test]
 fn fully_aligned_memory_ends_as_max_order_blocks() {
     let ranges = [dr(0, 33 * S, 35 * S)];
@@ -363,7 +511,8 @@ fn grow_on_demand_races_with_workers() {
         (1, ZoneType::Normal),
     ];
     let (mut nr_grown_total, mut nr_contended) = (0, 0);
-    for run in 0..200u64 {
+    let (full_runs, mut nr_runs) = (200, 0);
+    for run in 0..full_runs {
         let mm = memmap_for(&ranges);
         let plan =
             DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
@@ -437,15 +586,19 @@ fn grow_on_demand_races_with_workers() {
             di.free_pages(pfn, order).unwrap();
         }
         assert_fully_merged(&di, &ranges, &reserved);
+        nr_runs = run + 1;
+        if race_loop_done(nr_runs, full_runs, nr_contended > 0) {
+            break;
+        }
     }
     // The race this test is named for: growth steps that ran while a worker
     // or another grower was initialising a claim of the same node.
     std::println!(
-        "grow-on-demand race: {nr_grown_total} windows grown by allocators, {nr_contended} growth steps contended, over 200 runs"
+        "grow-on-demand race: {nr_grown_total} windows grown by allocators, {nr_contended} growth steps contended, over {nr_runs} runs"
     );
     assert!(
         nr_contended > 0,
-        "no growth step overlapped another claim of its node in 200 runs ({nr_grown_total} grown): the race was not exercised"
+        "no growth step overlapped another claim of its node in {nr_runs} runs ({nr_grown_total} grown): the race was not exercised"
     );
 }
 
@@ -814,6 +967,53 @@ fn growth_steps_are_timed_one_by_one() {
     assert_eq!(di.report().nodes[0].nr_grown_windows, steps.len() as u64);
 }
 
+/// A growth step counts as contended exactly when another claim of the
+/// node is being processed as it begins: here a worker held inside its
+/// first window (by the init hook) while an allocation grows the next
+/// section's first window; a growth step with nobody else at work does not
+/// count.
+#[test]
+fn growth_steps_count_as_contended_only_while_another_claim_runs() {
+    let ranges = [dr(0, 33 * S, 35 * S)];
+    let mm = memmap_for(&ranges);
+    let new_di = || {
+        let plan =
+            DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+        DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
+    };
+    let contended =
+        |di: &DeferredInit<'_, VecBacking>| di.report().nodes[0].nr_contended_growth_steps;
+    // Alone: one growth step, not contended.
+    let di = new_di();
+    let a = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+    assert_eq!((a.growth_steps, contended(&di)), (1, 0));
+    // Against a worker in the middle of section 33.
+    let mut di = new_di();
+    let in_window = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let held = Arc::new(AtomicU32::new(0));
+    let (w, r, h) = (in_window.clone(), release.clone(), held.clone());
+    di.init_hook = Some(Arc::new(move |range: PfnRange| {
+        if range.start < 34 * S && h.fetch_add(1, Ordering::Relaxed) == 0 {
+            w.wait();
+            r.wait();
+        }
+    }));
+    let clock = StdClock::new();
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| di.worker_step(0, &clock).unwrap());
+        in_window.wait();
+        // The worker holds all of section 33: growth takes section 34's
+        // first window.
+        let a = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+        assert_eq!((a.pfn, a.growth_steps), (34 * S, 1));
+        assert_eq!(contended(&di), 1);
+        release.wait();
+        assert!(worker.join().unwrap());
+    });
+    assert_eq!(di.report().nodes[0].nr_grown_windows, 1);
+}
+
 /// A lower-zone request on a node whose pool holds only a higher zone
 /// initialises nothing (before the fix it initialised the whole pool, 4 MiB
 /// at a time, and then failed).
@@ -1165,6 +1365,180 @@ fn buddy_free_errors() {
     );
 }
 
+fn managed(nid: NodeId, zone: ZoneType, start: Pfn, end: Pfn) -> ManagedRange {
+    ManagedRange {
+        nid,
+        zone,
+        pfns: PfnRange::new(start, end),
+    }
+}
+
+/// Each refusal of `BuddyAllocator::new` names the range or node and says
+/// what to do about it (the boot prints these verbatim).
+#[test]
+fn buddy_setup_errors_name_the_range_and_the_fix() {
+    let mm = Memmap::new(VecBacking::new([33]));
+    let refusal = |m: Vec<ManagedRange>| match BuddyAllocator::new(&mm, m) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    // 33 S = 0x108000: Normal memory, labelled DMA32.
+    assert_eq!(
+        refusal(vec![managed(0, ZoneType::Dma32, 33 * S, 33 * S + 8)]),
+        "managed range 0x108000..0x108008 of node 0 is labelled DMA32 but leaves that zone; split it at zone boundaries"
+    );
+    assert_eq!(
+        refusal(vec![managed(64, ZoneType::Normal, 33 * S, 33 * S + 8)]),
+        "node id 64 exceeds the 64 nodes struct-page flags can hold; renumber nodes densely"
+    );
+    assert_eq!(
+        refusal(vec![
+            managed(1, ZoneType::Normal, 33 * S + 4, 33 * S + 16),
+            managed(0, ZoneType::Normal, 33 * S, 33 * S + 8),
+        ]),
+        "managed ranges 0x108000..0x108008 (node 0) and 0x108004..0x108010 (node 1) overlap; give each PFN to one (node, zone) once"
+    );
+    // Only section 33 is backed; the range runs one page into section 34.
+    assert_eq!(
+        refusal(vec![managed(0, ZoneType::Normal, 34 * S - 1, 34 * S + 1)]),
+        "section 34 of managed range 0x10ffff..0x110001 (node 0) has no struct-page backing; populate the vmemmap for every section with present memory first"
+    );
+}
+
+/// Two nodes meet in the middle of one 1024-page block: each half is an
+/// order-9 free block of its own node. Merging must stay inside a (node,
+/// zone), so the halves never become one order-10 block, whichever frees
+/// last.
+#[test]
+fn buddies_of_different_nodes_never_merge() {
+    let base = 33 * S;
+    let mut mm = Memmap::new(VecBacking::new([33]));
+    for pfn in base..base + 1024 {
+        let nid = if pfn < base + 512 { 0 } else { 1 };
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::Normal, nid);
+    }
+    let halves = [
+        managed(0, ZoneType::Normal, base, base + 512),
+        managed(1, ZoneType::Normal, base + 512, base + 1024),
+    ];
+    let buddy = BuddyAllocator::new(&mm, halves).unwrap();
+    let expect_halves = |buddy: &BuddyAllocator<'_, VecBacking>| {
+        for nid in [0, 1] {
+            assert_eq!(buddy.nr_free_blocks(nid, ZoneType::Normal, 9), 1);
+            assert_eq!(buddy.nr_free_blocks(nid, ZoneType::Normal, MAX_ORDER), 0);
+            assert_eq!(buddy.nr_free_pages(nid, ZoneType::Normal), 512);
+        }
+    };
+    for h in halves {
+        // SAFETY: single-threaded; the pages were initialised above.
+        unsafe { buddy.free_initialised_range(h.pfns) }.unwrap();
+    }
+    expect_halves(&buddy);
+    // Allocated and freed again, in both orders of freeing.
+    for first in [0, 1] {
+        let a = buddy.alloc(0, ZoneType::Normal, 9).unwrap();
+        let b = buddy.alloc(1, ZoneType::Normal, 9).unwrap();
+        assert_eq!((a, b), (base, base + 512));
+        let (x, y) = if first == 0 { (a, b) } else { (b, a) };
+        buddy.free(x, 9).unwrap();
+        buddy.free(y, 9).unwrap();
+        expect_halves(&buddy);
+    }
+}
+
+/// The allocator's counters: free pages per (node, zone), per node over
+/// its zones and in total, and blocks per order, where an order above
+/// `MAX_ORDER` (no such list) has no blocks rather than a panic.
+#[test]
+fn free_counters_per_zone_node_and_order() {
+    let mut mm = Memmap::new(VecBacking::new([31, 33]));
+    init_section(&mut mm, 31);
+    init_section(&mut mm, 33);
+    for pfn in 33 * S + 4096..33 * S + 5120 {
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::Normal, 1);
+    }
+    let ranges = [
+        managed(0, ZoneType::Dma32, 31 * S, 31 * S + 100),
+        managed(0, ZoneType::Normal, 33 * S, 33 * S + 2048),
+        managed(1, ZoneType::Normal, 33 * S + 4096, 33 * S + 5120),
+    ];
+    let buddy = BuddyAllocator::new(&mm, ranges).unwrap();
+    for r in ranges {
+        // SAFETY: single-threaded; the pages were initialised above.
+        unsafe { buddy.free_initialised_range(r.pfns) }.unwrap();
+    }
+    assert_eq!(buddy.nr_free_pages(0, ZoneType::Dma32), 100);
+    assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal), 2048);
+    assert_eq!(buddy.nr_free_pages_node(0), 100 + 2048);
+    assert_eq!(buddy.nr_free_pages_node(1), 1024);
+    assert_eq!(buddy.nr_free_pages_node(2), 0, "a node without lists");
+    assert_eq!(buddy.nr_free_pages_total(), 100 + 2048 + 1024);
+    // 100 = 64 + 32 + 4 from an aligned start.
+    let dma32: Vec<u64> = (0..=MAX_ORDER)
+        .map(|o| buddy.nr_free_blocks(0, ZoneType::Dma32, o))
+        .collect();
+    assert_eq!(dma32, [0, 0, 1, 0, 0, 1, 1, 0, 0, 0, 0]);
+    assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 2);
+    assert_eq!(buddy.nr_free_blocks(1, ZoneType::Normal, MAX_ORDER), 1);
+    assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER + 1), 0);
+    assert_eq!(buddy.nr_free_blocks(2, ZoneType::Normal, 0), 0);
+}
+
+/// How a walk of a corrupt free list ends: it visits at most one block past
+/// the list's counter (so the visitor sees what a bad link points at), then
+/// calls the rest a runaway list; a list that ends early, a link out of the
+/// (node, zone) and a visitor that stops are each named.
+#[test]
+fn free_list_walk_reports_how_a_corrupt_list_ends() {
+    let (a, b) = (33 * S, 33 * S + 1024);
+    let mut mm = Memmap::new(VecBacking::new([33]));
+    init_section(&mut mm, 33);
+    let buddy = BuddyAllocator::new(&mm, [managed(0, ZoneType::Normal, a, a + 2048)]).unwrap();
+    // SAFETY: single-threaded; the pages were initialised above.
+    unsafe { buddy.free_initialised_range(PfnRange::new(a, a + 2048)) }.unwrap();
+    let set_next = |pfn: Pfn, next: Pfn| {
+        // SAFETY: single-threaded; nothing else holds this struct page.
+        let pages = unsafe { mm.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
+        pages.unwrap()[0].lru.next = next;
+    };
+    let walk = |stop_at: Option<Pfn>| {
+        let mut seen = Vec::new();
+        let end = buddy.walk_free_list(0, ZoneType::Normal, MAX_ORDER, |pfn| {
+            seen.push(pfn);
+            Some(pfn) != stop_at
+        });
+        (seen, end)
+    };
+    // Freed in ascending order, each pushed at the head: b, then a.
+    assert_eq!(walk(None), (vec![b, a], ListEnd::Complete));
+    assert_eq!(walk(Some(b)), (vec![b], ListEnd::Stopped { at: b }));
+    // A cycle a -> b: b, a, then b once more (one past the count of 2).
+    set_next(a, b);
+    assert_eq!(walk(None), (vec![b, a, b], ListEnd::TooLong { after: b }));
+    // Cut after b: one block of two.
+    set_next(a, PFN_NONE);
+    set_next(b, PFN_NONE);
+    assert_eq!(walk(None), (vec![b], ListEnd::TooShort { walked: 1 }));
+    // b links to a backed page of the section that this zone does not manage.
+    set_next(b, a + 5000);
+    assert_eq!(
+        walk(None),
+        (
+            vec![b],
+            ListEnd::BadLink {
+                from: b,
+                to: a + 5000
+            }
+        )
+    );
+    set_next(b, a);
+    assert_eq!(walk(None), (vec![b, a], ListEnd::Complete), "repaired");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Alloc(u32),
@@ -1179,7 +1553,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(256), ..ProptestConfig::default() })]
 
     /// Random alloc/free sequences keep the free count, never hand out a
     /// page twice, and merge back to the maximal blocks when all is freed.

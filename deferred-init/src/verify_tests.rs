@@ -11,10 +11,10 @@ use memmap::page::{StructPage, NODES_PGSHIFT};
 use memmap::pageblock::PageblockMaps;
 use memmap::store::{Memmap, VecBacking};
 use memmap::zones::ZoneLayout;
-use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
+use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
 use crate::host::{StdClock, ThreadExecutor};
-use crate::tests::TEST_CPUS;
+use crate::tests::{cpus, dr, memmap_for, TEST_CPUS};
 use crate::*;
 
 const MIB: u64 = 1 << 20;
@@ -732,4 +732,201 @@ fn selftest_skips_orders_the_zone_has_no_block_for() {
         let rep = alloc_free_selftest(&w.di, w.mm, 1).unwrap();
         assert!(rep.skipped.is_empty(), "{rep}");
     });
+}
+
+// ------------------------------------------------------------ self-test
+
+/// Node 0 whose only memory is the deferred (Normal) ranges `free`,
+/// initialised and freed by its worker, so the free lists are exactly the
+/// maximal aligned blocks of `free`; `corrupt` then damages struct pages
+/// before `f` runs.
+fn with_small_node<R>(
+    free: &[PfnRange],
+    corrupt: impl FnOnce(&mut dyn FnMut(Pfn, &dyn Fn(&mut StructPage))),
+    f: impl FnOnce(&DeferredInit<'_, VecBacking>, &Memmap<VecBacking>) -> R,
+) -> R {
+    let ranges: Vec<DeferredRange> = free.iter().map(|r| dr(0, r.start, r.end)).collect();
+    let mm = memmap_for(&ranges);
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+        .unwrap();
+    corrupt(&mut |pfn, damage| {
+        // SAFETY: the worker has returned and nothing else runs; no other
+        // reference to this struct page exists during the write.
+        let pages = unsafe { mm.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
+        damage(&mut pages.unwrap()[0]);
+    });
+    f(&di, &mm)
+}
+
+/// The self-test checks every page of each block it allocates. With one
+/// free order-4 block B, it gets B for order 0 (splitting B, Linux
+/// `expand`) and B + 8 for order 3 (the upper half of B's first 16 pages);
+/// order 10 is skipped. A page damaged before the test is named with what
+/// it should have been.
+#[test]
+fn selftest_names_a_bad_page_of_an_allocated_block() {
+    let b = 33 * S;
+    let free = [PfnRange::new(b, b + 16)];
+    let selftest = |damaged: Pfn, damage: &dyn Fn(&mut StructPage)| {
+        with_small_node(
+            &free,
+            |c| c(damaged, damage),
+            |di, mm| alloc_free_selftest(di, mm, 0),
+        )
+    };
+    let clean = with_small_node(&free, |_| {}, |di, mm| alloc_free_selftest(di, mm, 0)).unwrap();
+    assert_eq!(clean.blocks, [(b, 0), (b + 8, 3)]);
+    assert_eq!(clean.skipped, [MAX_ORDER]);
+    assert_eq!(clean.free_pages, 16);
+    let node_bit = |p: &mut StructPage| p.flags ^= 1 << NODES_PGSHIFT;
+    let cases: [(Pfn, &dyn Fn(&mut StructPage), &str); 6] = [
+        (b, &node_bit, "a page of the requested node and zone"),
+        (
+            b,
+            &StructPage::set_reserved,
+            "an allocated page (not PG_reserved)",
+        ),
+        (b + 8, &node_bit, "a page of the requested node and zone"),
+        (
+            b + 9,
+            &|p| p.set_buddy(0),
+            "an allocated page (not PageBuddy)",
+        ),
+        (
+            b + 15,
+            &StructPage::set_reserved,
+            "an allocated page (not PG_reserved)",
+        ),
+        (b + 9, &|p| p.refcount = 1, "tail refcount 0"),
+    ];
+    for (pfn, damage, what) in cases {
+        match selftest(pfn, damage) {
+            Err(SelftestError::BadPage {
+                pfn: p, what: w, ..
+            }) => {
+                assert_eq!((p, w), (pfn, what))
+            }
+            other => panic!("damage at {pfn:#x} ({what}): {other:?}"),
+        }
+    }
+}
+
+/// Blocks that touch without overlapping are not an overlap: an order-0
+/// block right before, or right after, the order-3 block.
+#[test]
+fn selftest_accepts_adjacent_blocks() {
+    let x = 33 * S + 8;
+    // The order-0 block ends where the order-3 block starts...
+    let before = with_small_node(
+        &[PfnRange::new(x - 1, x + 8)],
+        |_| {},
+        |di, mm| alloc_free_selftest(di, mm, 0),
+    );
+    assert_eq!(before.unwrap().blocks, [(x - 1, 0), (x, 3)]);
+    // ... or starts where it ends.
+    let after = with_small_node(
+        &[PfnRange::new(x, x + 9)],
+        |_| {},
+        |di, mm| alloc_free_selftest(di, mm, 0),
+    );
+    assert_eq!(after.unwrap().blocks, [(x + 8, 0), (x, 3)]);
+}
+
+/// A free list corrupted so the allocator hands out a misaligned block: two
+/// order-3 blocks, each with `lru.next` pointing at its own second page.
+/// The order-0 request splits the listed head H and leaves H + 1 at the
+/// head of the order-3 list (and as a free order-0 block); the order-3
+/// request gets H + 1, which the self-test must reject.
+#[test]
+fn selftest_rejects_a_misaligned_block() {
+    let (a, b) = (33 * S, 33 * S + 16);
+    let r = with_small_node(
+        &[PfnRange::new(a, a + 8), PfnRange::new(b, b + 8)],
+        |c| {
+            c(a, &|p| p.lru.next = a + 1);
+            c(b, &|p| p.lru.next = b + 1);
+        },
+        |di, mm| alloc_free_selftest(di, mm, 0),
+    );
+    match r {
+        Err(SelftestError::Misaligned { pfn, order: 3 }) if pfn == a + 1 || pfn == b + 1 => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// What each self-test failure tells the operator, word for word.
+#[test]
+fn selftest_errors_say_what_went_wrong() {
+    let found = PageWords {
+        flags: 0x40,
+        refcount: 2,
+        mapcount: -1,
+        private: 0,
+        lru_next: 5,
+        lru_prev: 6,
+    };
+    let cases = [
+        (
+            SelftestError::InFlight { nid: 1 },
+            "verify: selftest: windows of node 1 are still being initialised; run it after all workers and allocations returned",
+        ),
+        (
+            SelftestError::NoFreeMemory { nid: 2 },
+            "verify: selftest: node 2 has no free pages",
+        ),
+        (
+            SelftestError::Alloc {
+                order: 3,
+                err: AllocError::OrderTooLarge { order: 3 },
+            },
+            "verify: selftest: order-3 allocation failed: order 3 exceeds MAX_ORDER 10 (4 MiB); allocate several blocks instead",
+        ),
+        (
+            SelftestError::Misaligned { pfn: 0x1001, order: 3 },
+            "verify: selftest: order-3 block 0x1001 is not aligned to its order",
+        ),
+        (
+            SelftestError::Overlap {
+                pfn: 0x1000,
+                order: 3,
+                other: 0x1004,
+            },
+            "verify: selftest: order-3 block 0x1000 overlaps block 0x1004 allocated before",
+        ),
+        (
+            SelftestError::BadPage {
+                pfn: 0x1009,
+                what: "tail refcount 0",
+                found,
+            },
+            "verify: selftest: pfn 0x1009: expected tail refcount 0, found refcount 2 mapcount -1 flags 0x40 private 0x0 lru 0x5/0x6",
+        ),
+        (
+            SelftestError::FreeCount {
+                stage: "after freeing",
+                expected: 16,
+                found: 15,
+            },
+            "verify: selftest: after freeing: expected 16 free pages, found 15",
+        ),
+        (
+            SelftestError::BlockCounts {
+                order: 4,
+                before: 1,
+                after: 0,
+            },
+            "verify: selftest: 1 free order-4 blocks before, 0 after freeing everything",
+        ),
+        (
+            SelftestError::Free {
+                err: FreeError::NotAllocated { pfn: 0x1000 },
+            },
+            "verify: selftest: free failed: pfn 0x1000 is not the head of an allocated block (refcount != 1 or already free): double free?",
+        ),
+    ];
+    for (e, text) in cases {
+        assert_eq!(e.to_string(), text);
+    }
 }

@@ -23,7 +23,7 @@
 //! The allocator is told up front which PFN ranges it manages per (node,
 //! zone). It only ever reads a buddy's struct page when the buddy lies in a
 //! managed range of the same (node, zone); reserved pages, holes and other
-//! nodes' pages are never touched. Each (node, zone) has one [`SpinLock`]
+//! nodes' pages are never touched. Each (node, zone) has one spin lock ([`spin::Mutex`])
 //! taken per block allocated or freed, never per page. Since merging stops
 //! at `MAX_ORDER`, a buddy always lies in the same 1024-aligned block, hence
 //! in the same section, which is why deferred-init workers can free into the
@@ -41,7 +41,7 @@ use memmap::page::{ListHead, StructPage, MAX_NUMNODES};
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
-use crate::spin::SpinLock;
+use spin::Mutex;
 
 /// Number of free lists per zone (orders `0..=MAX_ORDER`).
 pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
@@ -215,7 +215,7 @@ pub struct BuddyAllocator<'m, B> {
     /// Managed ranges: sorted, disjoint, adjacent ones of the same slot merged.
     ranges: Vec<(PfnRange, u32)>,
     /// Slot `nid * NR_ZONES + zone`.
-    zones: Vec<SpinLock<ZoneFree>>,
+    zones: Vec<Mutex<ZoneFree>>,
 }
 
 /// Index of the free lists of (nid, zone): `nid * NR_ZONES + zone`. The one
@@ -282,9 +282,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         } else {
             (max_nid as usize + 1) * NR_ZONES
         };
-        let zones = (0..nr_slots)
-            .map(|_| SpinLock::new(ZoneFree::EMPTY))
-            .collect();
+        let zones = (0..nr_slots).map(|_| Mutex::new(ZoneFree::EMPTY)).collect();
         Ok(Self {
             memmap,
             ranges,

@@ -33,7 +33,6 @@ pub mod faults;
 pub mod handoff;
 pub mod plan;
 pub mod run;
-pub mod spin;
 pub mod stats;
 pub mod verify;
 

@@ -6,7 +6,7 @@
 //! CPU, the command line: the pipeline's typed input as the kernel had it
 //! (`memboot_kernel::boot_input`) — runs
 //! the library pipeline with host seams (std threads as CPUs, an `mmap`
-//! window with `MAP_NORESERVE` as the vmemmap, so only written struct pages
+//! area with `MAP_NORESERVE` as the vmemmap, so only written struct pages
 //! cost memory) and checks that it computes exactly the figures the
 //! kernel's summary line reports.
 //!

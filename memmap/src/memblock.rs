@@ -289,24 +289,24 @@ impl RegionTable {
         (first, last)
     }
 
-    /// Replace `regions[first..last]` by `window` (sorted, disjoint), merging
+    /// Replace `regions[first..last]` by `replacement` (sorted, disjoint), merging
     /// with the untouched neighbours; fails without writing when the result
     /// would exceed the cap.
     fn splice(
         &mut self,
         first: usize,
         last: usize,
-        window: Vec<MemblockRegion>,
+        replacement: Vec<MemblockRegion>,
     ) -> Result<(), MemblockError> {
         let lo = first.saturating_sub(1);
         let hi = (last + 1).min(self.regions.len());
         let mut merged: Vec<MemblockRegion> = Vec::new();
         merged
-            .try_reserve(window.len() + 2)
+            .try_reserve(replacement.len() + 2)
             .map_err(|_| MemblockError::OutOfMemory { table: self.kind })?;
         let before = self.regions[lo..first].iter();
         let after = self.regions[last..hi].iter();
-        for r in before.chain(window.iter()).chain(after) {
+        for r in before.chain(replacement.iter()).chain(after) {
             if r.size == 0 {
                 continue;
             }
@@ -345,32 +345,32 @@ impl RegionTable {
             return Ok(());
         }
         let (first, last) = self.overlapping(base, end);
-        let mut window = Vec::new();
-        window
+        let mut replacement = Vec::new();
+        replacement
             .try_reserve(2 * (last - first) + 1)
             .map_err(|_| MemblockError::OutOfMemory { table: self.kind })?;
         let mut cursor = base;
         for r in &self.regions[first..last] {
             if r.base > cursor {
-                window.push(MemblockRegion {
+                replacement.push(MemblockRegion {
                     base: cursor,
                     size: r.base - cursor,
                     nid,
                     flags,
                 });
             }
-            window.push(*r);
+            replacement.push(*r);
             cursor = cursor.max(r.end());
         }
         if cursor < end {
-            window.push(MemblockRegion {
+            replacement.push(MemblockRegion {
                 base: cursor,
                 size: end - cursor,
                 nid,
                 flags,
             });
         }
-        self.splice(first, last, window)
+        self.splice(first, last, replacement)
     }
 
     /// Rewrite the parts of regions inside `[base, end)` with `f` (`None`
@@ -389,13 +389,13 @@ impl RegionTable {
         if first == last {
             return Ok(());
         }
-        let mut window = Vec::new();
-        window
+        let mut replacement = Vec::new();
+        replacement
             .try_reserve(last - first + 2)
             .map_err(|_| MemblockError::OutOfMemory { table: self.kind })?;
         for r in &self.regions[first..last] {
             if r.base < base {
-                window.push(MemblockRegion {
+                replacement.push(MemblockRegion {
                     size: base - r.base,
                     ..*r
                 });
@@ -407,17 +407,17 @@ impl RegionTable {
                 size: in_end - in_base,
                 ..*r
             }) {
-                window.push(piece);
+                replacement.push(piece);
             }
             if r.end() > end {
-                window.push(MemblockRegion {
+                replacement.push(MemblockRegion {
                     base: end,
                     size: r.end() - end,
                     ..*r
                 });
             }
         }
-        self.splice(first, last, window)
+        self.splice(first, last, replacement)
     }
 
     /// Does any region overlap `[base, end)`?
@@ -1025,9 +1025,9 @@ mod tests {
     }
 
     #[test]
-    fn alloc_range_skips_free_ranges_outside_the_window() {
-        // Free: [1, 2) MiB below the window, [4, 8) MiB across it, [16, 32)
-        // MiB above it. Only [4, 5) MiB is inside [3, 5) MiB, and top-down
+    fn alloc_range_skips_free_ranges_outside_the_limits() {
+        // Free: [1, 2) MiB below the limits, [4, 8) MiB across them, [16, 32)
+        // MiB above them. Only [4, 5) MiB is inside [3, 5) MiB, and top-down
         // takes its last page.
         let (mut mb, _) = build(&[
             FirmwareEntry::new(MIB, MIB, Usable),
@@ -1038,7 +1038,7 @@ mod tests {
             mb.alloc_range(0x1000, 0, 3 * MIB, 5 * MIB, None),
             Ok(5 * MIB - 0x1000)
         );
-        // A window that holds no free byte at all fails.
+        // Limits that hold no free byte at all fail.
         assert!(matches!(
             mb.alloc_range(0x1000, 0, 2 * MIB, 4 * MIB, None),
             Err(MemblockError::AllocFailed { .. })

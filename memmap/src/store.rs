@@ -1,5 +1,5 @@
 //! Where struct pages live, behind a tiny trait so the same init code runs on
-//! a host `Vec` in tests and on the kernel's vmemmap window.
+//! a host `Vec` in tests and on the kernel's vmemmap area.
 //!
 //! The unit of backing is one 128 MiB section: its 32768 struct pages are
 //! 2 MiB, exactly one x86_64 huge page in the kernel's vmemmap. A section that
@@ -105,27 +105,27 @@ impl<B: MemmapBacking> Memmap<B> {
     }
 }
 
-/// Struct pages in a virtual window laid out like Linux's vmemmap (the page
-/// of PFN `p` at `window.base() + p * 64`), of which only the sections in a
+/// Struct pages in a virtual area laid out like Linux's vmemmap (the page
+/// of PFN `p` at `area.base() + p * 64`), of which only the sections in a
 /// [`SectionSet`] are mapped. The kernel maps them with 2 MiB pages; the host
-/// reserves the whole window lazily (`MAP_NORESERVE`), so in both cases only
+/// reserves the whole area lazily (`MAP_NORESERVE`), so in both cases only
 /// the struct pages actually written cost memory.
-pub struct WindowBacking {
-    window: Vmemmap,
+pub struct VmemmapBacking {
+    area: Vmemmap,
     mapped: SectionSet,
 }
 
-impl WindowBacking {
+impl VmemmapBacking {
     /// # Safety
     /// For every section number in `mapped`, the 2 MiB of struct pages at
-    /// `window.page_addr(section_nr_to_pfn(nr))` must be valid for reads and
+    /// `area.page_addr(section_nr_to_pfn(nr))` must be valid for reads and
     /// writes and used for nothing else for as long as the backing lives.
-    pub unsafe fn new(window: Vmemmap, mapped: SectionSet) -> Self {
-        Self { window, mapped }
+    pub unsafe fn new(area: Vmemmap, mapped: SectionSet) -> Self {
+        Self { area, mapped }
     }
 
-    pub fn window(&self) -> Vmemmap {
-        self.window
+    pub fn area(&self) -> Vmemmap {
+        self.area
     }
 
     pub fn mapped(&self) -> &SectionSet {
@@ -135,22 +135,22 @@ impl WindowBacking {
 
 // SAFETY: pointers are returned only for sections in `mapped`, which `new`'s
 // caller promised are valid, exclusive 2 MiB blocks; sections are 2 MiB
-// apart in the window, so they never overlap, and the address of a section
+// apart in the area, so they never overlap, and the address of a section
 // never changes.
-unsafe impl MemmapBacking for WindowBacking {
+unsafe impl MemmapBacking for VmemmapBacking {
     fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
         if !self.mapped.contains(section_nr) {
             return None;
         }
-        NonNull::new(self.window.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
+        NonNull::new(self.area.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
     }
 }
 
 // SAFETY: the backing holds addresses only; access discipline is the
-// `Memmap` API's, and the window is not tied to a thread.
-unsafe impl Send for WindowBacking {}
+// `Memmap` API's, and the area is not tied to a thread.
+unsafe impl Send for VmemmapBacking {}
 // SAFETY: as above.
-unsafe impl Sync for WindowBacking {}
+unsafe impl Sync for VmemmapBacking {}
 
 /// A set of section numbers, one bit each (32 KiB for 32 TiB of RAM).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -278,12 +278,12 @@ mod tests {
     }
 
     #[test]
-    fn window_backing_addresses_follow_the_vmemmap_layout() {
-        let window = Vmemmap::new(0x4000_0000).unwrap();
+    fn vmemmap_backing_addresses_follow_the_vmemmap_layout() {
+        let area = Vmemmap::new(0x4000_0000).unwrap();
         let mut mapped = SectionSet::new();
         mapped.insert(3);
         // SAFETY: the pointers are only compared, never dereferenced.
-        let b = unsafe { WindowBacking::new(window, mapped) };
+        let b = unsafe { VmemmapBacking::new(area, mapped) };
         assert!(b.section_ptr(2).is_none());
         let p = b.section_ptr(3).unwrap().as_ptr() as u64;
         assert_eq!(p, 0x4000_0000 + 3 * PAGES_PER_SECTION * 64);

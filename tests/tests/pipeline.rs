@@ -47,7 +47,7 @@ fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
     // bootloader's in-use lines and the heap (each rounded out to pages,
     // present pages only), the struct pages (vmemmap_bytes / 4096) and the
     // page tables mapping them (a page directory per 512 present sections'
-    // GiB of window, a PDPT per 512 GiB): all countable from the log. The
+    // GiB of vmemmap area, a PDPT per 512 GiB): all countable from the log. The
     // eager `reserved_pages` and the per-zone split also depend on where
     // memblock put the struct pages, which the model places by Linux's
     // top-down rule.

@@ -426,7 +426,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         ppm => kprintln!("tsc: frequency source: {} (within {ppm} ppm)", tsc.source),
     }
     if !tsc.tight {
-        kprintln!("tsc: Warning: no PIT window within 0.1% (busy host); timings of this boot are less precise");
+        kprintln!("tsc: Warning: no PIT interval within 0.1% (busy host); timings of this boot are less precise");
     }
     print_memory_map(regions);
     let map = bootmap::firmware_entries(regions);

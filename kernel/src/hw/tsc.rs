@@ -39,7 +39,7 @@ pub fn mark_entry() {
     ENTRY_TSC.store(rdtsc(), Ordering::Relaxed);
 }
 
-/// One PIT window as bounds on its length in TSC cycles: the count starts
+/// One PIT interval as bounds on its length in TSC cycles: the count starts
 /// between the two TSC reads around the write that arms it, and ends between
 /// the last poll that saw OUT2 low and the first that saw it high.
 fn pit_round() -> (u64, u64) {
@@ -75,9 +75,9 @@ pub struct Calibration {
     pub khz: u64,
     pub source: TscSource,
     /// How far the true rate may be from `khz`, in parts per million: the
-    /// PIT window's bounds; 0 for a rate CPUID or the command line states.
+    /// PIT interval's bounds; 0 for a rate CPUID or the command line states.
     pub uncertainty_ppm: u64,
-    /// False when no PIT window was within 0.1% (always true otherwise).
+    /// False when no PIT interval was within 0.1% (always true otherwise).
     pub tight: bool,
 }
 
@@ -102,9 +102,9 @@ pub fn calibrate(given: Option<u64>) -> Calibration {
     found
 }
 
-/// A PIT window is good enough once its bounds are within this many ppm
+/// A PIT interval is good enough once its bounds are within this many ppm
 /// of its length: 0.1 %, about one poll of port 0x61 (an I/O exit under
-/// TCG) in a 10 ms window.
+/// TCG) in a 10 ms interval.
 const TIGHT_PPM: u64 = 1000;
 
 /// Calibrate against the PIT.

@@ -85,6 +85,9 @@ impl VerifyOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MmFacts {
     /// The `memmap=` mode (`none` if the boot failed before memory init).
+    /// The summary key keeps the name `strategy` (the summary is a
+    /// contract), but it holds the mode: `ondemand` and `touch` are modes,
+    /// not `memmap::Strategy` values.
     pub strategy: &'static str,
     pub present_pages: u64,
     pub eager_pages: u64,

@@ -1,5 +1,5 @@
 //! The pipeline's seams in a host process (feature `host`): the vmemmap
-//! window is one anonymous `mmap` with `MAP_NORESERVE`, so only the struct
+//! area is one anonymous `mmap` with `MAP_NORESERVE`, so only the struct
 //! pages the pipeline writes cost memory, as in a guest whose untouched
 //! memory costs the host nothing; CPUs are `std` threads
 //! ([`deferred_init::host::ThreadExecutor`]); the log is a `Vec`.
@@ -15,20 +15,20 @@ use memmap::sections::{Vmemmap, SECTION_MEMMAP_BYTES};
 use super::s3_vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
 use super::seams::{Log, MapError, VmemmapMapper};
 
-/// A lazily backed vmemmap window. It also checks the pipeline's page-table
+/// A lazily backed vmemmap area. It also checks the pipeline's page-table
 /// plan against its own model of a 4-level walk: each mapping must bring
 /// exactly the tables of the 1 GiB and 512 GiB regions not seen before.
 pub struct HostMapper {
     base: *mut libc::c_void,
     len: usize,
-    window: Option<Vmemmap>,
+    area: Option<Vmemmap>,
     pd_regions: HashSet<u64>,
     pdpt_regions: HashSet<u64>,
     nr_mapped: u64,
     nr_tables: u64,
 }
 
-// SAFETY: the window is plain anonymous memory owned by the mapper.
+// SAFETY: the area is plain anonymous memory owned by the mapper.
 unsafe impl Send for HostMapper {}
 
 impl HostMapper {
@@ -36,7 +36,7 @@ impl HostMapper {
         Self {
             base: core::ptr::null_mut(),
             len: 0,
-            window: None,
+            area: None,
             pd_regions: HashSet::new(),
             pdpt_regions: HashSet::new(),
             nr_mapped: 0,
@@ -49,7 +49,7 @@ impl HostMapper {
         (self.nr_mapped, self.nr_tables)
     }
 
-    /// Bytes of the window the host actually backs (`mincore`): what
+    /// Bytes of the area the host actually backs (`mincore`): what
     /// writing struct pages cost.
     pub fn resident_bytes(&self) -> u64 {
         if self.base.is_null() {
@@ -89,19 +89,19 @@ impl Default for HostMapper {
 impl Drop for HostMapper {
     fn drop(&mut self) {
         if !self.base.is_null() {
-            // SAFETY: unmapping exactly the region `choose_window` mapped;
+            // SAFETY: unmapping exactly the region `choose_area` mapped;
             // the backing built over it is gone (it cannot outlive `run`).
             unsafe { libc::munmap(self.base, self.len) };
         }
     }
 }
 
-// SAFETY: the whole window is one private anonymous read-write mapping that
+// SAFETY: the whole area is one private anonymous read-write mapping that
 // lives until the mapper drops, so every 2 MiB page in it is valid, exclusive
 // memory; distinct addresses never alias.
 unsafe impl VmemmapMapper for HostMapper {
-    fn choose_window(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
-        assert!(self.base.is_null(), "one window per mapper");
+    fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
+        assert!(self.base.is_null(), "one area per mapper");
         let len = (bytes + SECTION_MEMMAP_BYTES) as usize;
         // SAFETY: a fresh anonymous mapping; no existing memory is affected.
         let base = unsafe {
@@ -120,20 +120,20 @@ unsafe impl VmemmapMapper for HostMapper {
         self.base = base;
         self.len = len;
         let aligned = (base as u64).next_multiple_of(SECTION_MEMMAP_BYTES);
-        let window = Vmemmap::new(aligned).expect("2 MiB aligned");
-        self.window = Some(window);
-        Ok(window)
+        let area = Vmemmap::new(aligned).expect("2 MiB aligned");
+        self.area = Some(area);
+        Ok(area)
     }
 
     fn map_2mib(&mut self, virt: u64, _phys: u64, new_tables: &[u64]) -> Result<(), MapError> {
-        let window = self.window.expect("choose_window first");
-        let offset = virt - window.base();
+        let area = self.area.expect("choose_area first");
+        let offset = virt - area.base();
         assert!(
             virt.is_multiple_of(SECTION_MEMMAP_BYTES)
                 && virt + SECTION_MEMMAP_BYTES <= self.base as u64 + self.len as u64,
-            "{virt:#x} outside the window"
+            "{virt:#x} outside the area"
         );
-        // Regions relative to a slot-aligned origin, as the kernel's window
+        // Regions relative to a slot-aligned origin, as the kernel's area
         // starts on a top-level slot.
         let needed = usize::from(self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES))
             + usize::from(self.pd_regions.insert(offset / PD_SPAN_BYTES));

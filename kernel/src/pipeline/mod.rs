@@ -22,7 +22,7 @@
 //! [`facts`] records what the summary line reports; [`error::PipelineError`]
 //! is what any stage can fail with; [`seams`] is the hardware boundary. The
 //! kernel binary supplies the seams for real hardware, the host tests
-//! supply `std` threads and an `mmap` window.
+//! supply `std` threads and an `mmap` area.
 
 pub mod context;
 pub mod error;

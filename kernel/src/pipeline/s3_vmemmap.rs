@@ -3,14 +3,14 @@
 //! Each present 128 MiB section's 32768 struct pages (2 MiB) come from its
 //! own node's memory (Linux `sparse_init_nid()` allocates per node), one
 //! contiguous memblock block per run of sections when the node has it, else
-//! one 2 MiB block per section, and are mapped at `window + section_nr *
+//! one 2 MiB block per section, and are mapped at `area + section_nr *
 //! 2 MiB` with one 2 MiB page (`vmemmap_populate_hugepages()`). Sections
 //! without memory cost nothing.
 //!
 //! The page-table frames the mapping needs are planned here too, from the
-//! x86-64 4-level layout with 2 MiB leaves: the window starts in unused
+//! x86-64 4-level layout with 2 MiB leaves: the area starts in unused
 //! top-level slots, so every page-directory-pointer table (one per 512 GiB
-//! of window) and page directory (one per 1 GiB) is new, and each is
+//! of area) and page directory (one per 1 GiB) is new, and each is
 //! allocated from memblock on the node of the first section it maps. The
 //! mapper only writes entries, so the host reserves exactly the memory the
 //! kernel does and the pipeline's figures agree on both.
@@ -20,7 +20,7 @@ use core::fmt;
 
 use memmap::memblock::{Memblock, MemblockError};
 use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
-use memmap::store::{Memmap, SectionSet, WindowBacking};
+use memmap::store::{Memmap, SectionSet, VmemmapBacking};
 use memmap::{NodeId, PAGE_SIZE};
 
 use super::context::Ctx;
@@ -33,7 +33,7 @@ pub fn run<M: VmemmapMapper>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
     mapper: &mut M,
-) -> Result<Memmap<WindowBacking>, PipelineError> {
+) -> Result<Memmap<VmemmapBacking>, PipelineError> {
     let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || populate(mb, mapper));
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
     log(cx.log, &stats, vmemmap_ns);
@@ -44,9 +44,9 @@ pub fn run<M: VmemmapMapper>(
     Ok(Memmap::new(backing))
 }
 
-/// Window bytes one page directory maps with 2 MiB entries.
+/// Area bytes one page directory maps with 2 MiB entries.
 pub const PD_SPAN_BYTES: u64 = 1 << 30;
-/// Window bytes one page-directory-pointer table maps (one top-level slot).
+/// Area bytes one page-directory-pointer table maps (one top-level slot).
 pub const PDPT_SPAN_BYTES: u64 = 512 << 30;
 
 /// The page tables a 2 MiB mapping adds, given the previous one.
@@ -62,10 +62,10 @@ impl TablesNeeded {
     }
 }
 
-/// Which new tables mapping the 2 MiB page at window offset `offset` needs
+/// Which new tables mapping the 2 MiB page at area offset `offset` needs
 /// when the previously mapped page (mappings ascend) was at `prev`: a page
 /// directory when it enters a new 1 GiB region, a PDPT when it enters a new
-/// 512 GiB slot. Offsets count from the window base, which the kernel
+/// 512 GiB slot. Offsets count from the area base, which the kernel
 /// places on a top-level slot boundary.
 pub fn tables_needed(prev: Option<u64>, offset: u64) -> TablesNeeded {
     let new_region = |span: u64| prev.is_none_or(|p| p / span != offset / span);
@@ -121,15 +121,15 @@ impl From<MapError> for VmemmapError {
 pub fn populate<M: VmemmapMapper>(
     mb: &mut Memblock,
     mapper: &mut M,
-) -> Result<(WindowBacking, VmemmapStats), VmemmapError> {
+) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
     let probe = Vmemmap::linux_default();
     let max_section_end = vmemmap_backing_ranges(mb, &probe)
         .last()
         .map_or(0, |r| r.section_nrs.end);
-    let window = mapper.choose_window(max_section_end * SECTION_MEMMAP_BYTES)?;
-    let ranges = vmemmap_backing_ranges(mb, &window);
+    let area = mapper.choose_area(max_section_end * SECTION_MEMMAP_BYTES)?;
+    let ranges = vmemmap_backing_ranges(mb, &area);
     let mut stats = VmemmapStats {
-        base: window.base(),
+        base: area.base(),
         sections: 0,
         bytes: 0,
         table_frames: 0,
@@ -149,7 +149,7 @@ pub fn populate<M: VmemmapMapper>(
                 Some(base) => base + i as u64 * SECTION_MEMMAP_BYTES,
                 None => alloc_on(mb, SECTION_MEMMAP_BYTES, range.nid, "struct pages")?,
             };
-            let offset = virt - window.base();
+            let offset = virt - area.base();
             let needed = tables_needed(prev_offset, offset);
             map_section(mb, mapper, range, virt, phys, needed, &mut stats)?;
             prev_offset = Some(offset);
@@ -161,10 +161,10 @@ pub fn populate<M: VmemmapMapper>(
         }
     }
     // SAFETY: every section in `mapped` was mapped by `mapper.map_2mib` at
-    // `window.page_addr(first pfn of the section)` (= range.virt_start + i *
+    // `area.page_addr(first pfn of the section)` (= range.virt_start + i *
     // 2 MiB), which the mapper's contract makes valid, exclusive memory for
     // as long as the mapper lives; the caller keeps the backing no longer.
-    let backing = unsafe { WindowBacking::new(window, mapped) };
+    let backing = unsafe { VmemmapBacking::new(area, mapped) };
     Ok((backing, stats))
 }
 
@@ -277,9 +277,9 @@ mod tests {
     #[test]
     fn a_1tib_guest_needs_18_table_frames() {
         // QEMU's 1 TiB layout: 3 GiB below 4 GiB (sections 0..24), RAM moved
-        // to [1 TiB, 2 TiB - 3 GiB) (sections 8192..16360). 2 MiB of window
+        // to [1 TiB, 2 TiB - 3 GiB) (sections 8192..16360). 2 MiB of area
         // per section: the low part is 48 MiB in one GiB; the high part
-        // starts at 16 GiB of window and spans 16 GiB - 48 MiB, i.e. 16 GiB
+        // starts at 16 GiB of area and spans 16 GiB - 48 MiB, i.e. 16 GiB
         // regions: 1 PDPT + 1 + 16 PDs = 18, as the kernel logged it.
         let mut prev = None;
         let mut frames = 0;

@@ -1,6 +1,6 @@
 //! The hardware seams the pipeline runs on, each a small trait:
 //!
-//! * [`VmemmapMapper`]: maps the vmemmap window (x86-64 page tables on the
+//! * [`VmemmapMapper`]: maps the vmemmap area (x86-64 page tables on the
 //!   kernel; a lazily backed `mmap` on the host);
 //! * [`Executor`]: runs one job on every CPU at once (APs on the kernel,
 //!   `std` threads on the host), from `deferred-init`;
@@ -9,7 +9,7 @@
 //! * [`Log`]: one dmesg line per call (the serial console; a `Vec`);
 //! * [`BOOT_CPU`]: which of the executor's CPUs the pipeline itself runs on.
 //!
-//! Struct-page storage is [`memmap::store::WindowBacking`] over what the
+//! Struct-page storage is [`memmap::store::VmemmapBacking`] over what the
 //! mapper mapped, so the pipeline is the same code on both sides.
 
 use alloc::string::String;
@@ -37,45 +37,45 @@ pub fn log_lines(log: &dyn Log, text: &dyn fmt::Display) {
     }
 }
 
-/// Why the vmemmap window could not be set up or a section not mapped.
+/// Why the vmemmap area could not be set up or a section not mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapError {
-    /// No free range of top-level page-table slots for a window this large.
-    NoWindow { bytes: u64 },
+    /// No free range of top-level page-table slots for a area this large.
+    NoArea { bytes: u64 },
     /// The page tables need a frame the plan did not provide.
     TablesExhausted { virt: u64 },
     /// Something is mapped there already.
     AlreadyMapped { virt: u64 },
-    /// The host could not reserve the window's address space.
+    /// The host could not reserve the area's address space.
     Reserve { bytes: u64 },
 }
 
 impl fmt::Display for MapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            MapError::NoWindow { bytes } => write!(
+            MapError::NoArea { bytes } => write!(
                 f,
-                "no free top-level page-table slots for a {} GiB vmemmap window (the bootloader's mappings use them); boot with less RAM or a bootloader that leaves the higher half free",
+                "no free top-level page-table slots for a {} GiB vmemmap area (the bootloader's mappings use them); boot with less RAM or a bootloader that leaves the higher half free",
                 bytes >> 30
             ),
             MapError::TablesExhausted { virt } => write!(
                 f,
-                "mapping {virt:#x} needed a page-table frame the vmemmap plan did not provide: the window overlaps existing page tables; this is a memboot bug, report it with the log"
+                "mapping {virt:#x} needed a page-table frame the vmemmap plan did not provide: the area overlaps existing page tables; this is a memboot bug, report it with the log"
             ),
             MapError::AlreadyMapped { virt } => write!(
                 f,
-                "vmemmap address {virt:#x} is already mapped; the chosen window is not free, a memboot bug"
+                "vmemmap address {virt:#x} is already mapped; the chosen area is not free, a memboot bug"
             ),
             MapError::Reserve { bytes } => write!(
                 f,
-                "could not reserve {} GiB of address space for the vmemmap window (mmap with MAP_NORESERVE failed); raise the address-space limit (ulimit -v)",
+                "could not reserve {} GiB of address space for the vmemmap area (mmap with MAP_NORESERVE failed); raise the address-space limit (ulimit -v)",
                 bytes >> 30
             ),
         }
     }
 }
 
-/// Maps the vmemmap window with 2 MiB pages, one per present section.
+/// Maps the vmemmap area with 2 MiB pages, one per present section.
 ///
 /// The pipeline plans everything a mapping needs (the backing memory and
 /// the page-table frames, both from memblock, node-local) so that the same
@@ -88,11 +88,11 @@ impl fmt::Display for MapError {
 /// for nothing else, for as long as the mapper lives, and that distinct
 /// `virt`s never alias.
 pub unsafe trait VmemmapMapper {
-    /// Pick a window of at least `bytes` (2 MiB aligned) whose page-table
+    /// Pick a area of at least `bytes` (2 MiB aligned) whose page-table
     /// structure is entirely unused, so every table the mapping needs is new.
-    fn choose_window(&mut self, bytes: u64) -> Result<Vmemmap, MapError>;
+    fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError>;
 
-    /// Map the 2 MiB page at `virt` (inside the window) to physical `phys`.
+    /// Map the 2 MiB page at `virt` (inside the area) to physical `phys`.
     /// `new_tables` are fresh frames, in the order the walk needs them
     /// (page-directory-pointer table first, then page directory), exactly
     /// as [`crate::pipeline::s3_vmemmap::tables_needed`] planned.

@@ -23,7 +23,7 @@ const LINUX_VMEMMAP_SLOT: usize = 468;
 /// The higher half starts at top-level slot 256.
 const FIRST_KERNEL_SLOT: usize = 256;
 
-/// Maps the vmemmap window into the active page tables.
+/// Maps the vmemmap area into the active page tables.
 pub struct KernelMapper<'a> {
     tables: OffsetPageTable<'a>,
 }
@@ -70,7 +70,7 @@ unsafe impl FrameAllocator<Size4KiB> for PlannedFrames<'_> {
 // in memblock for that section alone, inside top-level slots that were
 // unused, and the mapping is never removed.
 unsafe impl VmemmapMapper for KernelMapper<'_> {
-    fn choose_window(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
+    fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
         let slots = bytes.div_ceil(PDPT_SPAN_BYTES).max(1) as usize;
         let pml4 = self.tables.level_4_table();
         let free = |first: usize| (first..first + slots).all(|i| i < 512 && pml4[i].is_unused());
@@ -79,9 +79,9 @@ unsafe impl VmemmapMapper for KernelMapper<'_> {
         } else {
             (FIRST_KERNEL_SLOT..512)
                 .find(|&i| free(i))
-                .ok_or(MapError::NoWindow { bytes })?
+                .ok_or(MapError::NoArea { bytes })?
         };
-        Vmemmap::new(slot_addr(slot)).ok_or(MapError::NoWindow { bytes })
+        Vmemmap::new(slot_addr(slot)).ok_or(MapError::NoArea { bytes })
     }
 
     fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError> {

@@ -332,6 +332,33 @@ fn a_max_order_head(w: &World<'_>, nid: NodeId) -> Pfn {
         .2
 }
 
+/// `check_all` (what the kernel's verify stage calls) runs every part: a
+/// clean world passes with as many pages checked as the serial scan and a
+/// self-test per node; a damaged page fails at the scan, before the lists.
+#[test]
+fn check_all_runs_every_part_and_stops_at_the_first_failure() {
+    with_world(|w| {
+        let executor = ThreadExecutor::new(TEST_CPUS);
+        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, &w.di)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(verified.pages_checked, w.scan_all().pages_checked);
+        assert_eq!(verified.untouched_pages, 0, "the workers ran: no pool");
+        assert_eq!(verified.buddy, w.verify(&w.scan_all()).unwrap());
+        assert_eq!(verified.selftests.len(), 2, "a self-test per node");
+        assert!(verified
+            .selftests
+            .iter()
+            .all(|t| matches!(t, verify::NodeSelftest::Ran(_))));
+        w.corrupt(NODE1_RSV + 3, |p| p.flags ^= 1 << NODES_PGSHIFT);
+        match verify::check_all(&executor, w.mm, w.mb, w.layout, &w.di) {
+            Err(verify::CheckFailure::Pages(pages)) => {
+                assert_eq!(pages.mismatches[0].pfn, NODE1_RSV + 3, "{pages}");
+            }
+            other => panic!("expected a page failure, got {other:?}"),
+        }
+    });
+}
+
 #[test]
 fn wrong_node_bits_detected() {
     let (_, f) = expect_detected(

@@ -11,7 +11,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::pipeline::facts::MmFacts;
+use crate::pipeline::facts::{MmFacts, PhaseSpan};
 
 /// What the summary line starts with; tools find the line by it.
 pub const SUMMARY_PREFIX: &str = "memboot-summary: ";
@@ -195,18 +195,7 @@ pub fn write_summary<W: Write>(
     o.u64("free_pages", mm.free_pages)?;
     o.str("verify", mm.verify.name())?;
     o.u64("verify_ns", mm.verify_ns)?;
-    o.objects("phases", &mm.phases, |p, span| {
-        p.str("phase", span.phase.name())?;
-        p.u64("cpu", span.cpu.into())?;
-        if let Some(node) = span.node {
-            p.u64("node", node.into())?;
-        }
-        if let Some(nodes) = span.nodes {
-            p.u64("nodes", nodes.into())?;
-        }
-        p.u64("start_ns", span.start_ns)?;
-        p.u64("end_ns", span.end_ns)
-    })?;
+    o.objects("phases", &mm.phases, write_phase)?;
     o.u64("allocatable_ns", mm.allocatable_ns)?;
     o.u64("pool_pages", mm.pool_pages)?;
     o.u64("drained_pages", mm.drained_pages)?;
@@ -239,6 +228,20 @@ pub fn write_summary<W: Write>(
     o.u64("grow_step_p99_ns", a.growth.p99_ns)?;
     o.u64("grow_step_max_ns", a.growth.max_ns)?;
     o.end()
+}
+
+/// One element of the summary's `phases` array.
+fn write_phase<W: Write>(p: &mut JsonObject<'_, W>, span: &PhaseSpan) -> fmt::Result {
+    p.str("phase", span.phase.name())?;
+    p.u64("cpu", span.cpu.into())?;
+    if let Some(node) = span.node {
+        p.u64("node", node.into())?;
+    }
+    if let Some(nodes) = span.nodes {
+        p.u64("nodes", nodes.into())?;
+    }
+    p.u64("start_ns", span.start_ns)?;
+    p.u64("end_ns", span.end_ns)
 }
 
 /// A summary line that did not go out whole: its writer took `sent` of its

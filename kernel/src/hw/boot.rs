@@ -396,6 +396,20 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
     }
 }
 
+/// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
+/// and how precise it is.
+fn print_tsc(tsc: &tsc::Calibration) {
+    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
+    kprintln!("tsc: Detected {mhz} MHz processor");
+    match tsc.uncertainty_ppm {
+        0 => kprintln!("tsc: frequency source: {}", tsc.source),
+        ppm => kprintln!("tsc: frequency source: {} (within {ppm} ppm)", tsc.source),
+    }
+    if !tsc.tight {
+        kprintln!("tsc: Warning: no PIT interval within 0.1% (busy host); timings of this boot are less precise");
+    }
+}
+
 /// The boot after the console and exception handlers are up.
 fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     // The command line first, silently: it may state the TSC frequency, and
@@ -418,16 +432,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     };
     let tsc = tsc::calibrate(given_khz);
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
-    // Linux's line (arch/x86/kernel/tsc.c), then where the number came from.
-    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
-    kprintln!("tsc: Detected {mhz} MHz processor");
-    match tsc.uncertainty_ppm {
-        0 => kprintln!("tsc: frequency source: {}", tsc.source),
-        ppm => kprintln!("tsc: frequency source: {} (within {ppm} ppm)", tsc.source),
-    }
-    if !tsc.tight {
-        kprintln!("tsc: Warning: no PIT interval within 0.1% (busy host); timings of this boot are less precise");
-    }
+    print_tsc(&tsc);
     print_memory_map(regions);
     let map = bootmap::firmware_entries(regions);
     let mem_bytes = bootmap::ram_bytes(regions);

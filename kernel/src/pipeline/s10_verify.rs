@@ -1,19 +1,16 @@
-//! Stage 10, verification: every initialised PFN's struct page checked on all
-//! CPUs (each claims batches of sections), then the buddy lists against the
-//! pages and the per-zone counts — with the untouched pool (`ondemand`)
-//! accounted from its claim counters, never read — then an alloc/free
-//! self-test per node.
+//! Stage 10, verification: the boot CPU's ranges checked for overlap, then
+//! `deferred_init::verify::check_all`: every initialised PFN's struct page
+//! on all CPUs, the buddy lists against the pages and the per-zone counts —
+//! with the untouched pool (`ondemand`) accounted from its claim counters,
+//! never read — and an alloc/free self-test per node.
 
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
-use deferred_init::{
-    alloc_free_selftest, faults, verify_buddy_with_pool, verify_scan_range, DeferredInit, Executor,
-    PageCheck, PoolCheck, ScanRange,
-};
+use deferred_init::verify::check_all;
+use deferred_init::{faults, DeferredInit, Executor};
 use memmap::init::{EagerRange, InitOutcome};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
@@ -76,10 +73,6 @@ pub fn run<B: MemmapBacking>(
     Ok(())
 }
 
-/// Sections per claim in the parallel page scan: large enough that claims
-/// cost nothing, small enough that CPUs finish together.
-const SECTIONS_PER_CLAIM: usize = 8;
-
 /// What differs, as the first lines of the checker's report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerifyError {
@@ -98,39 +91,6 @@ fn failed(e: impl fmt::Display) -> VerifyError {
     }
 }
 
-/// Scan every initialised page's struct page on all CPUs: the present
-/// sections minus the untouched pool, claimed in batches of sections.
-fn scan_pages<B: MemmapBacking>(
-    executor: &dyn Executor,
-    memmap: &Memmap<B>,
-    mb: &Memblock,
-    layout: &ZoneLayout,
-    pool: &PoolCheck,
-) -> PageCheck {
-    let ranges: Vec<ScanRange> = pool.scan_ranges(layout);
-    let cursor = AtomicUsize::new(0);
-    let results: spin::Mutex<Vec<PageCheck>> = spin::Mutex::new(Vec::new());
-    executor.on_each_cpu(&|_| {
-        let mut check = PageCheck::new(layout);
-        loop {
-            let first = cursor.fetch_add(SECTIONS_PER_CLAIM, Ordering::Relaxed);
-            if first >= ranges.len() {
-                break;
-            }
-            let last = (first + SECTIONS_PER_CLAIM).min(ranges.len());
-            for range in &ranges[first..last] {
-                check.merge(verify_scan_range(memmap, mb, layout, *range));
-            }
-        }
-        results.lock().push(check);
-    });
-    let mut pages = PageCheck::new(layout);
-    for c in results.into_inner() {
-        pages.merge(c);
-    }
-    pages
-}
-
 /// What verification covered, for its closing line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checked {
@@ -138,9 +98,8 @@ pub struct Checked {
     pub untouched: u64,
 }
 
-/// Check everything; print the per-zone lines and the self-test reports.
-/// Costs O(initialised pages + sections): untouched struct pages are never
-/// read.
+/// Check everything (`deferred_init::verify::check_all`); print the
+/// per-zone lines and the self-test reports.
 fn verify<B: MemmapBacking>(
     executor: &dyn Executor,
     memmap: &Memmap<B>,
@@ -149,37 +108,14 @@ fn verify<B: MemmapBacking>(
     di: &DeferredInit<'_, B>,
     log: &dyn Log,
 ) -> Result<Checked, VerifyError> {
-    let pool = PoolCheck::new(di);
-    let pages = scan_pages(executor, memmap, mb, layout, &pool);
-    if !pages.is_ok() {
-        return Err(failed(&pages));
-    }
-    let summary =
-        verify_buddy_with_pool(di.buddy(), memmap, layout, mb, &pages, &pool).map_err(failed)?;
-    log_lines(log, &summary);
-    for node in layout.nodes() {
-        // A node memblock reserves whole (the heap, the kernel) has nothing
-        // to allocate; the counts above proved its free pages are 0.
-        let expected_free: u64 = summary
-            .zones
-            .iter()
-            .filter(|z| z.nid == node.nid)
-            .map(|z| z.expected_free)
-            .sum();
-        if expected_free == 0 {
-            log.line(format_args!(
-                "verify: node {}: no free pages (all reserved): alloc/free self-test skipped",
-                node.nid
-            ));
-            continue;
-        }
-        let report = alloc_free_selftest(di, memmap, node.nid)
-            .map_err(|e| failed(format_args!("node {}: {e}", node.nid)))?;
-        log.line(format_args!("{report}"));
+    let verified = check_all(executor, memmap, mb, layout, di).map_err(failed)?;
+    log_lines(log, &verified.buddy);
+    for selftest in &verified.selftests {
+        log.line(format_args!("{selftest}"));
     }
     Ok(Checked {
-        pages: pages.pages_checked,
-        untouched: pool.pages(),
+        pages: verified.pages_checked,
+        untouched: verified.untouched_pages,
     })
 }
 

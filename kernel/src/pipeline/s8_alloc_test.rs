@@ -456,16 +456,7 @@ pub fn test<B: MemmapBacking>(
         report.failed += run.failed.load(Ordering::Relaxed);
     }
     report.wall_ns = clock.now_ns() - start;
-    for (cpu, f) in folded.iter().enumerate() {
-        let nodes = f.nodes.load(Ordering::Relaxed);
-        if nodes > 0 {
-            let (start_ns, end_ns) = (
-                f.start_ns.load(Ordering::Relaxed),
-                f.end_ns.load(Ordering::Relaxed),
-            );
-            facts.phase_over_nodes(Phase::AllocTest, cpu as CpuId, nodes, start_ns, end_ns);
-        }
-    }
+    record_folded_spans(&folded, facts);
     for (slot, order) in ORDERS.into_iter().enumerate() {
         let h = &histograms[slot];
         report.orders[slot] = OrderFigures {
@@ -481,6 +472,21 @@ pub fn test<B: MemmapBacking>(
     match error.0.into_inner() {
         Some(e) => Err(e),
         None => Ok(report),
+    }
+}
+
+/// The per-CPU phases, when the test folded its (CPU, node) phases per CPU:
+/// one phase per CPU that took part, over the nodes it ran on.
+fn record_folded_spans(folded: &[FoldedSpan], facts: &Facts) {
+    for (cpu, f) in folded.iter().enumerate() {
+        let nodes = f.nodes.load(Ordering::Relaxed);
+        if nodes > 0 {
+            let (start_ns, end_ns) = (
+                f.start_ns.load(Ordering::Relaxed),
+                f.end_ns.load(Ordering::Relaxed),
+            );
+            facts.phase_over_nodes(Phase::AllocTest, cpu as CpuId, nodes, start_ns, end_ns);
+        }
     }
 }
 

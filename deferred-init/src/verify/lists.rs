@@ -1,0 +1,757 @@
+//! The buddy free lists against the struct pages and the counters: every
+//! listed block is a valid head of its list's order, node and zone, each
+//! list is a consistent doubly linked list, and per zone the listed pages
+//! equal the free pages the page scan found plus the untouched pool's.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use memmap::iter::intersect_sorted;
+use memmap::memblock::Memblock;
+use memmap::page::StructPage;
+use memmap::store::{Memmap, MemmapBacking};
+use memmap::zones::ZoneLayout;
+use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
+
+use crate::buddy::{slot, slot_key, BuddyAllocator, ListEnd, NR_ORDERS, PFN_NONE};
+
+use super::{PageCheck, PageWords, PoolCheck, ZoneCheck, MAX_RECORDED_MISMATCHES};
+
+/// Verified numbers of one (node, zone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneSummary {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    /// `ZoneInfo::present_pages`.
+    pub present: u64,
+    /// Memory pages with matching links (page scan).
+    pub initialised: u64,
+    /// Reserved memory pages per memblock, within the node's memory.
+    pub expected_reserved: u64,
+    /// Correctly reserved pages (page scan).
+    pub reserved: u64,
+    /// Free pages of initialised memory: `present - expected_reserved`
+    /// minus the pool's unreserved pages.
+    pub expected_free: u64,
+    /// Free pages in valid blocks (page scan).
+    pub free: u64,
+    /// `BuddyAllocator::nr_free_pages`.
+    pub buddy_free: u64,
+    /// Blocks on the free lists, per order.
+    pub listed_blocks: [u64; NR_ORDERS],
+    /// Memory pages still in the pool (struct pages untouched), and the
+    /// memblock-reserved pages among them.
+    pub untouched: u64,
+    pub untouched_reserved: u64,
+}
+
+impl fmt::Display for ZoneSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "verify: node {} zone {}: {} present, {} initialised, {} reserved, {} free (expected {})",
+            self.nid,
+            self.zone.name(),
+            self.present,
+            self.initialised,
+            self.reserved,
+            self.free,
+            self.expected_free
+        )?;
+        if self.untouched > 0 {
+            write!(
+                f,
+                ", {} untouched ({} of them reserved)",
+                self.untouched, self.untouched_reserved
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`verify_buddy`] checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuddySummary {
+    /// Zones of the layout with present pages, plus any (node, zone) the
+    /// scan or the allocator has pages of.
+    pub zones: Vec<ZoneSummary>,
+    pub pages_checked: u64,
+    /// Blocks walked on all free lists.
+    pub listed_blocks: u64,
+}
+
+impl fmt::Display for BuddySummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for z in &self.zones {
+            writeln!(f, "{z}")?;
+        }
+        write!(
+            f,
+            "verify: {} pages checked, {} free blocks listed",
+            self.pages_checked, self.listed_blocks
+        )
+    }
+}
+
+/// What is wrong with a block on a free list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadProblem {
+    NotBuddy,
+    WrongOrder,
+    Misaligned,
+    WrongLinks,
+    Refcount,
+    /// `lru.prev` is not the previous head on the list.
+    BrokenList {
+        expected_prev: Pfn,
+    },
+    /// The head has no struct-page backing.
+    Unbacked,
+}
+
+impl fmt::Display for HeadProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            HeadProblem::NotBuddy => write!(f, "not PageBuddy"),
+            HeadProblem::WrongOrder => write!(f, "wrong order"),
+            HeadProblem::Misaligned => write!(f, "not aligned to its order"),
+            HeadProblem::WrongLinks => write!(f, "section/node/zone bits wrong"),
+            HeadProblem::Refcount => write!(f, "wrong refcount"),
+            HeadProblem::BrokenList { expected_prev } => {
+                write!(f, "lru.prev should be {expected_prev:#x}")
+            }
+            HeadProblem::Unbacked => write!(f, "no struct-page backing"),
+        }
+    }
+}
+
+/// What is wrong with a free list as a list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListProblem {
+    /// Head `from`'s `lru.next` (the list head if `from` is `PFN_NONE`)
+    /// points at `to`, which is not memory of the list's node and zone.
+    LeavesZone { from: Pfn, to: Pfn },
+    /// More blocks are linked than the list's counter says; `after` is the
+    /// last one counted.
+    TooLong { after: Pfn },
+    /// The links end after `walked` blocks, before the counter says.
+    TooShort { walked: u64 },
+}
+
+impl fmt::Display for ListProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ListProblem::LeavesZone { from, to } if from == PFN_NONE => {
+                write!(
+                    f,
+                    "the list head points at pfn {to:#x}, outside the zone's memory"
+                )
+            }
+            ListProblem::LeavesZone { from, to } => write!(
+                f,
+                "pfn {from:#x}'s lru.next points at pfn {to:#x}, outside the zone's memory"
+            ),
+            ListProblem::TooLong { after } => write!(
+                f,
+                "more blocks linked than counted, after pfn {after:#x} (a cycle?)"
+            ),
+            ListProblem::TooShort { walked } => {
+                write!(f, "the links end after {walked} blocks, before the counter")
+            }
+        }
+    }
+}
+
+/// `node N zone Z`, the place most mismatches are counted for.
+struct InZone(NodeId, ZoneType);
+
+impl fmt::Display for InZone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} zone {}", self.0, self.1.name())
+    }
+}
+
+/// A disagreement found by [`verify_buddy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuddyMismatch {
+    /// The page scan itself found mismatches.
+    PageScan { nr_mismatches: u64 },
+    /// The page scan did not cover all present-section pages.
+    ScanIncomplete { checked: u64, expected: u64 },
+    /// A block on a free list is not a proper head.
+    ListedHead {
+        nid: NodeId,
+        zone: ZoneType,
+        pfn: Pfn,
+        order: u32,
+        problem: HeadProblem,
+        found: PageWords,
+    },
+    /// Blocks of one order: listed vs valid heads in the scan vs the list counter.
+    BlockCount {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        listed: u64,
+        scanned: u64,
+        counter: u64,
+    },
+    /// Free pages: allocator counter vs listed blocks vs the scan.
+    FreePages {
+        nid: NodeId,
+        zone: ZoneType,
+        counter: u64,
+        listed: u64,
+        scanned: u64,
+    },
+    /// Initialised pages differ from the zone's present pages.
+    Initialised {
+        nid: NodeId,
+        zone: ZoneType,
+        present: u64,
+        initialised: u64,
+    },
+    /// Reserved pages differ from memblock's.
+    Reserved {
+        nid: NodeId,
+        zone: ZoneType,
+        expected: u64,
+        found: u64,
+    },
+    /// Free pages differ from present − reserved.
+    Free {
+        nid: NodeId,
+        zone: ZoneType,
+        expected: u64,
+        found: u64,
+    },
+    /// A free list's links are broken.
+    List {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        problem: ListProblem,
+    },
+    /// A block on a free list lies in the untouched pool.
+    PoolOverlap {
+        nid: NodeId,
+        zone: ZoneType,
+        pfn: Pfn,
+        order: u32,
+    },
+    /// Claimed windows vs what the claimants reported initialising: a
+    /// difference means a window was initialised twice, or not at all.
+    ClaimedPages {
+        nid: NodeId,
+        claimed: u64,
+        initialised: u64,
+    },
+    /// A chunk's windows were initialised a different number of times than
+    /// they were claimed: some window twice (or one never).
+    WindowInits {
+        nid: NodeId,
+        section_nr: u64,
+        claimed: u32,
+        initialised: u32,
+    },
+    /// Verification ran while windows of the node were still in flight.
+    InFlight { nid: NodeId },
+    /// Pages counted for a (node, zone) the layout does not have.
+    UnknownZone {
+        nid: NodeId,
+        zone: ZoneType,
+        pages: u64,
+    },
+}
+
+impl fmt::Display for BuddyMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BuddyMismatch::PageScan { nr_mismatches } => {
+                write!(f, "verify: page scan found {nr_mismatches} mismatching pages")
+            }
+            BuddyMismatch::ScanIncomplete { checked, expected } => write!(
+                f,
+                "verify: page scan covered {checked} pages, present sections have {expected}; scan all of present_section_ranges() and merge"
+            ),
+            BuddyMismatch::ListedHead {
+                nid,
+                zone,
+                pfn,
+                order,
+                problem,
+                found,
+            } => {
+                write!(
+                    f,
+                    "verify: pfn {pfn:#x}: expected head of a free order-{order} block of node {nid} zone {} (PageBuddy, order {order}, refcount 0), found {found} (",
+                    zone.name()
+                )?;
+                write!(f, "{problem})")
+            }
+            BuddyMismatch::BlockCount {
+                nid,
+                zone,
+                order,
+                listed,
+                scanned,
+                counter,
+            } => write!(
+                f,
+                "verify: {} order {order}: {listed} blocks listed, {scanned} heads in the page scan, list counter {counter}",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::FreePages {
+                nid,
+                zone,
+                counter,
+                listed,
+                scanned,
+            } => write!(
+                f,
+                "verify: {}: nr_free_pages {counter}, {listed} pages in listed blocks, {scanned} free pages in the page scan",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::Initialised {
+                nid,
+                zone,
+                present,
+                initialised,
+            } => write!(
+                f,
+                "verify: {}: {present} present, but {initialised} initialised",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::Reserved {
+                nid,
+                zone,
+                expected,
+                found,
+            } => write!(
+                f,
+                "verify: {}: {found} reserved pages, memblock reserves {expected}",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::Free {
+                nid,
+                zone,
+                expected,
+                found,
+            } => write!(
+                f,
+                "verify: {}: {found} free pages, expected {expected} (present - reserved)",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::List {
+                nid,
+                zone,
+                order,
+                problem,
+            } => write!(
+                f,
+                "verify: {} order-{order} free list: {problem}",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::PoolOverlap {
+                nid,
+                zone,
+                pfn,
+                order,
+            } => write!(
+                f,
+                "verify: {}: free order-{order} block {pfn:#x} lies in untouched pool memory",
+                InZone(nid, zone)
+            ),
+            BuddyMismatch::ClaimedPages {
+                nid,
+                claimed,
+                initialised,
+            } => write!(
+                f,
+                "verify: node {nid}: {claimed} pages in claimed windows, but claimants initialised {initialised}: a window was initialised twice or not at all"
+            ),
+            BuddyMismatch::WindowInits {
+                nid,
+                section_nr,
+                claimed,
+                initialised,
+            } => write!(
+                f,
+                "verify: node {nid} section {section_nr}: {claimed} block windows claimed, but the init path ran {initialised} times: {}",
+                if initialised > claimed {
+                    "a window was initialised twice"
+                } else {
+                    "a claimed window was never initialised"
+                }
+            ),
+            BuddyMismatch::InFlight { nid } => write!(
+                f,
+                "verify: node {nid}: claimed windows are still being initialised; verify once every worker and allocation returned"
+            ),
+            BuddyMismatch::UnknownZone { nid, zone, pages } => write!(
+                f,
+                "verify: {} is not in the zone layout but has {pages} pages",
+                InZone(nid, zone)
+            ),
+        }
+    }
+}
+
+/// [`verify_buddy`] failed: the numbers and what differs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuddyFailure {
+    pub summary: BuddySummary,
+    /// The first [`MAX_RECORDED_MISMATCHES`] mismatches.
+    pub mismatches: Vec<BuddyMismatch>,
+    pub nr_mismatches: u64,
+}
+
+impl BuddyFailure {
+    fn record(&mut self, m: BuddyMismatch) {
+        self.nr_mismatches += 1;
+        if self.mismatches.len() < MAX_RECORDED_MISMATCHES {
+            self.mismatches.push(m);
+        }
+    }
+}
+
+impl fmt::Display for BuddyFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.summary)?;
+        for m in &self.mismatches {
+            writeln!(f, "{m}")?;
+        }
+        write!(f, "verify: FAILED, {} mismatches", self.nr_mismatches)?;
+        if self.nr_mismatches > self.mismatches.len() as u64 {
+            write!(f, " (first {} shown)", self.mismatches.len())?;
+        }
+        Ok(())
+    }
+}
+
+/// Check the free lists against the struct pages and `pages` (the merged
+/// [`verify_pages`] result over all of `layout.present_section_ranges()`),
+/// and the zones' totals against memblock. `memmap` must be the allocator's.
+/// Equivalent to [`verify_buddy_with_pool`] with an empty pool.
+pub fn verify_buddy<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    memmap: &Memmap<B>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+    pages: &PageCheck,
+) -> Result<BuddySummary, BuddyFailure> {
+    verify_buddy_with_pool(buddy, memmap, layout, mb, pages, &PoolCheck::empty())
+}
+
+/// [`verify_buddy`] when part of the memory is still in an untouched pool:
+/// `pages` covers [`PoolCheck::scan_ranges`] and the pool makes up the rest.
+/// Per zone: initialised + untouched = present, scanned reserved + pool
+/// reserved = memblock's, free = initialised − scanned reserved; no listed
+/// block lies in the pool, and the claims add up.
+pub fn verify_buddy_with_pool<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    memmap: &Memmap<B>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+    pages: &PageCheck,
+    pool: &PoolCheck,
+) -> Result<BuddySummary, BuddyFailure> {
+    let mut fail = BuddyFailure {
+        summary: BuddySummary {
+            zones: Vec::new(),
+            pages_checked: pages.pages_checked,
+            listed_blocks: 0,
+        },
+        mismatches: Vec::new(),
+        nr_mismatches: 0,
+    };
+    if pages.nr_mismatches > 0 {
+        fail.record(BuddyMismatch::PageScan {
+            nr_mismatches: pages.nr_mismatches,
+        });
+    }
+    let present_section_pages: u64 = layout
+        .present_section_ranges()
+        .iter()
+        .map(|r| r.nr_pages())
+        .sum();
+    if pages.pages_checked + pool.pages() != present_section_pages {
+        fail.record(BuddyMismatch::ScanIncomplete {
+            checked: pages.pages_checked,
+            expected: present_section_pages - pool.pages(),
+        });
+    }
+    for m in &pool.problems {
+        fail.record(*m);
+    }
+
+    let walk = walk_free_lists(buddy, memmap, pool);
+    fail.summary.listed_blocks = walk.listed.iter().flatten().sum();
+    for m in walk.head_problems {
+        fail.record(m);
+    }
+    fail.nr_mismatches += walk
+        .nr_head_problems
+        .saturating_sub(MAX_RECORDED_MISMATCHES as u64);
+
+    // Every (nid, zone) that the layout, the scan or the lists know.
+    let nr_slots = walk.listed.len().max(pages.zones.len()).max(
+        layout
+            .zones()
+            .iter()
+            .map(|z| slot(z.nid, z.zone) + 1)
+            .max()
+            .unwrap_or(0),
+    );
+    for s in 0..nr_slots {
+        let scan = pages
+            .zones
+            .get(s)
+            .copied()
+            .unwrap_or_else(|| ZoneCheck::empty(s));
+        let lists = walk.listed.get(s).copied().unwrap_or([0; NR_ORDERS]);
+        check_zone(s, &scan, lists, buddy, layout, mb, pool, &mut fail);
+    }
+    if fail.nr_mismatches == 0 {
+        Ok(fail.summary)
+    } else {
+        Err(fail)
+    }
+}
+
+/// What one walk of the free lists found: blocks per (node, zone) slot and
+/// order, and the listed heads that are wrong.
+struct ListWalk {
+    listed: Vec<[u64; NR_ORDERS]>,
+    head_problems: Vec<BuddyMismatch>,
+    nr_head_problems: u64,
+}
+
+/// Walk every free list once, counting blocks and checking each head's
+/// struct page, without reading struct pages that lie in the pool and
+/// without following links out of a head that is not a proper one.
+fn walk_free_lists<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    memmap: &Memmap<B>,
+    pool: &PoolCheck,
+) -> ListWalk {
+    let mut walk = ListWalk {
+        listed: alloc::vec![[0; NR_ORDERS]; buddy.nr_slots()],
+        head_problems: Vec::new(),
+        nr_head_problems: 0,
+    };
+    for s in 0..buddy.nr_slots() {
+        let (nid, zone) = slot_key(s);
+        for order in 0..=MAX_ORDER {
+            let mut expected_prev = PFN_NONE;
+            let end = buddy.walk_free_list(nid, zone, order, |pfn| {
+                walk.listed[s][order as usize] += 1;
+                let problem =
+                    listed_head_problem(memmap, pool, nid, zone, pfn, order, expected_prev);
+                expected_prev = pfn;
+                let ok = problem.is_none();
+                if let Some(m) = problem {
+                    walk.record(m);
+                }
+                ok
+            });
+            let link = match end {
+                ListEnd::Complete | ListEnd::Stopped { .. } => None,
+                ListEnd::BadLink { from, to } => Some(ListProblem::LeavesZone { from, to }),
+                ListEnd::TooLong { after } => Some(ListProblem::TooLong { after }),
+                ListEnd::TooShort { walked } => Some(ListProblem::TooShort { walked }),
+            };
+            if let Some(problem) = link {
+                walk.record(BuddyMismatch::List {
+                    nid,
+                    zone,
+                    order,
+                    problem,
+                });
+            }
+        }
+    }
+    walk
+}
+
+impl ListWalk {
+    fn record(&mut self, m: BuddyMismatch) {
+        self.nr_head_problems += 1;
+        if self.head_problems.len() < MAX_RECORDED_MISMATCHES {
+            self.head_problems.push(m);
+        }
+    }
+}
+
+/// What is wrong with listed block `pfn`, if anything: it lies in the pool
+/// (its struct page is then not read), has no backing, or is not a proper
+/// head of a free block of its list.
+fn listed_head_problem<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    pool: &PoolCheck,
+    nid: NodeId,
+    zone: ZoneType,
+    pfn: Pfn,
+    order: u32,
+    expected_prev: Pfn,
+) -> Option<BuddyMismatch> {
+    if pool.contains(pfn) {
+        return Some(BuddyMismatch::PoolOverlap {
+            nid,
+            zone,
+            pfn,
+            order,
+        });
+    }
+    let (problem, found) = match memmap.page(pfn) {
+        None => (Some(HeadProblem::Unbacked), PageWords::default()),
+        Some(p) => (
+            head_problem(p, pfn, nid, zone, order, expected_prev),
+            PageWords::of(p),
+        ),
+    };
+    problem.map(|problem| BuddyMismatch::ListedHead {
+        nid,
+        zone,
+        pfn,
+        order,
+        problem,
+        found,
+    })
+}
+
+/// What is wrong with the struct page of a listed block head, if anything.
+fn head_problem(
+    p: &StructPage,
+    pfn: Pfn,
+    nid: NodeId,
+    zone: ZoneType,
+    order: u32,
+    expected_prev: Pfn,
+) -> Option<HeadProblem> {
+    if !p.is_buddy() {
+        Some(HeadProblem::NotBuddy)
+    } else if p.private != order as u64 {
+        Some(HeadProblem::WrongOrder)
+    } else if pfn & ((1 << order) - 1) != 0 {
+        Some(HeadProblem::Misaligned)
+    } else if !p.links_match(pfn, zone, nid) {
+        Some(HeadProblem::WrongLinks)
+    } else if p.refcount != 0 {
+        Some(HeadProblem::Refcount)
+    } else if p.lru.prev != expected_prev {
+        Some(HeadProblem::BrokenList { expected_prev })
+    } else {
+        None
+    }
+}
+
+/// Check one (node, zone) slot: the scan, the lists and the counters agree
+/// with each other, and with the layout, memblock and the pool.
+#[allow(clippy::too_many_arguments)]
+fn check_zone<B: MemmapBacking>(
+    s: usize,
+    scan: &ZoneCheck,
+    lists: [u64; NR_ORDERS],
+    buddy: &BuddyAllocator<'_, B>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+    pool: &PoolCheck,
+    fail: &mut BuddyFailure,
+) {
+    let (nid, zone) = slot_key(s);
+    let counter = buddy.nr_free_pages(nid, zone);
+    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
+    let Some(info) = layout.zone(nid, zone) else {
+        let pages = scan.memory_pages + scan.holes + counter + listed_pages;
+        if pages > 0 {
+            fail.record(BuddyMismatch::UnknownZone { nid, zone, pages });
+        }
+        return;
+    };
+    let node_mem = mb.mem_pfn_ranges(Some(nid)).map(|(r, _)| r);
+    let expected_reserved: u64 = intersect_sorted(mb.reserved_mem_ranges(info.span), node_mem)
+        .map(|r| r.nr_pages())
+        .sum();
+    let (untouched, untouched_reserved) = pool.zone_pages(nid, zone);
+    let expected_free =
+        (info.present_pages + untouched_reserved).saturating_sub(expected_reserved + untouched);
+    let zs = ZoneSummary {
+        nid,
+        zone,
+        present: info.present_pages,
+        initialised: scan.initialised,
+        expected_reserved,
+        reserved: scan.reserved,
+        expected_free,
+        free: scan.free,
+        buddy_free: counter,
+        listed_blocks: lists,
+        untouched,
+        untouched_reserved,
+    };
+    record_zone_mismatches(&zs, &scan.heads, buddy, fail);
+    if info.present_pages > 0 || !scan.is_empty() || counter > 0 {
+        fail.summary.zones.push(zs);
+    }
+}
+
+/// The comparisons behind [`check_zone`]: per order, the lists, the scan's
+/// block heads and the allocator's counters; then the page totals.
+fn record_zone_mismatches<B: MemmapBacking>(
+    zs: &ZoneSummary,
+    scanned_heads: &[u64; NR_ORDERS],
+    buddy: &BuddyAllocator<'_, B>,
+    fail: &mut BuddyFailure,
+) {
+    let (nid, zone) = (zs.nid, zs.zone);
+    let lists = zs.listed_blocks;
+    for order in 0..=MAX_ORDER {
+        let o = order as usize;
+        let c = buddy.nr_free_blocks(nid, zone, order);
+        if lists[o] != scanned_heads[o] || lists[o] != c {
+            fail.record(BuddyMismatch::BlockCount {
+                nid,
+                zone,
+                order,
+                listed: lists[o],
+                scanned: scanned_heads[o],
+                counter: c,
+            });
+        }
+    }
+    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
+    if zs.buddy_free != zs.free || zs.buddy_free != listed_pages {
+        fail.record(BuddyMismatch::FreePages {
+            nid,
+            zone,
+            counter: zs.buddy_free,
+            listed: listed_pages,
+            scanned: zs.free,
+        });
+    }
+    if zs.initialised + zs.untouched != zs.present {
+        fail.record(BuddyMismatch::Initialised {
+            nid,
+            zone,
+            present: zs.present,
+            initialised: zs.initialised,
+        });
+    }
+    if zs.reserved + zs.untouched_reserved != zs.expected_reserved {
+        fail.record(BuddyMismatch::Reserved {
+            nid,
+            zone,
+            expected: zs.expected_reserved,
+            found: zs.reserved,
+        });
+    }
+    if zs.free != zs.expected_free {
+        fail.record(BuddyMismatch::Free {
+            nid,
+            zone,
+            expected: zs.expected_free,
+            found: zs.free,
+        });
+    }
+}

@@ -730,7 +730,7 @@ fn the_model_covers_every_measured_boot() {
     let kernel = repo_root().join("Cargo.toml");
     let kernel = kernel.to_str().unwrap();
     let mut checked = 0;
-    for dir in ["1-node", "16-nodes"] {
+    for dir in ["1-node", "16-nodes", "linux-peer-1t"] {
         let path = repo_root().join(format!("tests/bench-results/{dir}/bench.json"));
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -1,0 +1,62 @@
+//! The README's measured figures against the committed runs they name
+//! (`memboot_tests::readme_figures`), and each committed bench table
+//! against the logs it was made from.
+
+use memboot_tests::bench::{self, Plan};
+use memboot_tests::readme_figures::{check, RESULTS_DIR};
+use memboot_tests::repo_root;
+
+#[test]
+fn every_figure_the_readme_quotes_is_in_the_run_it_names() {
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let problems = check(&root, &readme);
+    let listing: Vec<String> = problems
+        .iter()
+        .map(|p| format!("README.md:{}: {}", p.line, p.what))
+        .collect();
+    assert!(problems.is_empty(), "{}", listing.join("\n"));
+}
+
+/// A bench run committed with `--svg DIR` keeps its logs in `DIR/logs`
+/// with what `memboot-bench report` was given (`logs/report`); the table
+/// rebuilt from those logs must be the committed `DIR/bench.md`.
+#[test]
+fn every_committed_bench_table_is_rebuilt_from_its_logs() {
+    let results = repo_root().join(RESULTS_DIR);
+    let mut checked = 0;
+    for run in std::fs::read_dir(&results).unwrap() {
+        let run = run.unwrap().path();
+        let Ok(report) = std::fs::read_to_string(run.join("logs/report")) else {
+            continue;
+        };
+        let field = |key: &str| -> String {
+            report
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("{}: no '{key}'", run.display()))
+                .to_string()
+        };
+        let words = |s: String| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
+        let (sizes, entries) = (words(field("sizes")), words(field("entries")));
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: field("rounds").parse().unwrap(),
+        };
+        let rows = bench::read_dir(&run.join("logs"), &plan)
+            .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+        let rebuilt = bench::table(&rows, &plan, &field("heading"));
+        let committed = std::fs::read_to_string(run.join("bench.md")).unwrap();
+        assert!(
+            committed.starts_with(&rebuilt),
+            "{}/bench.md is not the table its logs make:\n{rebuilt}",
+            run.display()
+        );
+        checked += 1;
+    }
+    assert!(
+        checked > 0,
+        "no committed bench run with logs under {RESULTS_DIR}"
+    );
+}

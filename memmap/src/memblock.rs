@@ -503,13 +503,9 @@ impl Memblock {
             }
             let worst = RegionKind::ALL[counts.iter().rposition(|&c| c > 0).unwrap_or(0)];
             if worst.is_ram() {
-                ram_run = match ram_run {
-                    Some((s, e)) if e == addr => Some((s, next_addr)),
-                    mut other => {
-                        mb.flush_ram_run(&mut other, &mut report)?;
-                        Some((addr, next_addr))
-                    }
-                };
+                // A live run always ends at `addr`: a gap or a non-RAM
+                // interval flushed it, so RAM here extends it.
+                ram_run = Some((ram_run.map_or(addr, |(start, _)| start), next_addr));
                 if worst.is_reserved_ram() {
                     mb.reserved.insert(
                         page_round_down(addr),

@@ -395,3 +395,33 @@ fn free_with_the_allocated_size_releases_the_pages() {
         );
     }
 }
+
+/// `memblock_add_range()` semantics for a range that covers existing
+/// regions with gaps before, between and after them: only the gaps are
+/// added, each exactly its size, and the result merges into one region.
+/// (Firmware maps reach memblock without overlaps, so only direct adds and
+/// reservations exercise this.)
+#[test]
+fn add_over_existing_regions_fills_only_the_gaps() {
+    let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+    mb.reserve(3 * MIB, MIB).unwrap();
+    mb.reserve(6 * MIB, MIB).unwrap();
+    assert_eq!(spans(mb.reserved()), [(3 * MIB, 4 * MIB), (6 * MIB, 7 * MIB)]);
+    mb.reserve(MIB, 8 * MIB).unwrap();
+    assert_eq!(spans(mb.reserved()), [(MIB, 9 * MIB)]);
+    assert_eq!(mb.reserved().total_bytes(), 8 * MIB);
+    // Memory of another node is kept where it was, the gaps take the new
+    // node.
+    mb.add(2 * MIB, MIB, 1).unwrap();
+    mb.add(0, 4 * MIB, 0).unwrap();
+    let pieces: Vec<(u64, u64, NodeId)> = mb
+        .memory()
+        .regions()
+        .iter()
+        .map(|r| (r.base, r.end(), r.nid))
+        .collect();
+    assert_eq!(
+        pieces,
+        [(0, 2 * MIB, 0), (2 * MIB, 3 * MIB, 1), (3 * MIB, 4 * MIB, 0)]
+    );
+}

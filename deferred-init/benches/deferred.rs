@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use deferred_init::host::{StdClock, ThreadExecutor};
-use deferred_init::{DeferredInit, DeferredPlan, InitMode, NodeCpus, PlanOptions};
+use deferred_init::{BuddyAllocator, DeferredInit, DeferredPlan, InitMode, NodeCpus, PlanOptions};
 use memmap::store::{Memmap, VecBacking};
 use memmap::{DeferredRange, PfnRange, ZoneType, PAGES_PER_SECTION};
 
@@ -45,7 +45,8 @@ fn bare_store(mm: &mut Memmap<VecBacking>) {
 }
 
 fn deferred(mm: &Memmap<VecBacking>, plan: &DeferredPlan, mode: InitMode, clock: &StdClock) {
-    let di = DeferredInit::new(mm, plan.clone(), mode, &[]).expect("bench setup");
+    let buddy = BuddyAllocator::new(mm, plan.managed_ranges()).expect("bench setup");
+    let di = DeferredInit::new(mm, &buddy, plan.clone(), mode).expect("bench setup");
     di.run(&ThreadExecutor::new(2), clock)
         .expect("plan CPUs 0..2");
     assert!(di.is_done());

@@ -16,9 +16,12 @@
 //!    memory blocks first). Workers claim chunks
 //!    through a lock-free per-node cursor ([`run`] explains the protocol).
 //! 3. Initialised pages are freed into a per-(node, zone) [`BuddyAllocator`]
-//!    in the largest aligned blocks ([`buddy`] explains the list encoding).
-//! 4. [`DeferredInit::alloc_pages`] grows a node on demand if an allocation
-//!    comes before its workers are done.
+//!    in the largest aligned blocks ([`buddy`] explains the list encoding),
+//!    which its owner creates and lends to deferred init.
+//! 4. The [`PageAllocator`] ([`page_alloc`]), what every caller allocates
+//!    from, serves requests in Linux's zone fallback order from those lists
+//!    and grows a zone from deferred init's pool ([`DeferredInit`] is its
+//!    [`Grow`] source) if an allocation comes before the workers are done.
 //! 5. [`DeferredInit::report`] gives per-node and per-worker statistics and
 //!    the dmesg-equivalent lines ([`stats`]).
 //!
@@ -31,6 +34,7 @@ extern crate alloc;
 pub mod buddy;
 pub mod faults;
 pub mod handoff;
+pub mod page_alloc;
 pub mod plan;
 pub mod run;
 pub mod stats;
@@ -49,13 +53,14 @@ mod verify_tests;
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, NR_ORDERS, PFN_NONE,
 };
+pub use page_alloc::{Allocation, Grow, PageAllocator};
 pub use plan::{
     ChunkWindows, CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions,
     WorkerAssignment, WINDOW_NR_PAGES,
 };
 pub use run::{
-    Allocation, ChunkInits, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode,
-    PoolPiece, GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
+    ChunkInits, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode, PoolPiece,
+    GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
 };
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{

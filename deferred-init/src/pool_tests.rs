@@ -15,8 +15,8 @@ use proptest::prelude::*;
 
 use crate::host::{StdClock, ThreadExecutor};
 use crate::tests::{
-    assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, proptest_cases, race_loop_done,
-    span_of, with_counter, InitCounter, TEST_CPUS,
+    assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, new_di, proptest_cases,
+    race_loop_done, span_of, with_counter, InitCounter, TEST_CPUS,
 };
 use crate::*;
 
@@ -99,7 +99,10 @@ fn allocate(
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let order = ORDERS[(seed >> 33) as usize % ORDERS.len()];
-        match di.alloc_pages_counted(nid, ZoneType::Normal, order) {
+        match di
+            .allocator()
+            .alloc_pages_counted(nid, ZoneType::Normal, order)
+        {
             Ok(a) => {
                 assert!(
                     a.growth_steps <= 64,
@@ -114,7 +117,7 @@ fn allocate(
         }
         if i % 4 == 3 && !held.is_empty() {
             let (p, o) = held.swap_remove((seed >> 40) as usize % held.len());
-            di.free_pages(p, o).unwrap();
+            di.allocator().free_pages(p, o).unwrap();
         }
     }
     held
@@ -142,7 +145,7 @@ fn allocations_race_draining_workers_on_the_pool() {
         let plan =
             DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
         let nr_workers = plan.workers().len();
-        let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+        let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
         let clock = StdClock::new();
         let barrier = Barrier::new(nr_workers + allocators.len());
@@ -185,7 +188,7 @@ fn allocations_race_draining_workers_on_the_pool() {
             .sum::<u64>();
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
-            di.free_pages(pfn, order).unwrap();
+            di.allocator().free_pages(pfn, order).unwrap();
         }
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &[]);
         di.run(&ThreadExecutor::new(TEST_CPUS), &clock).unwrap();
@@ -224,22 +227,29 @@ fn pool_setup_touches_no_struct_page_and_growth_is_one_window_per_step() {
     let ranges = [dr(0, 33 * S, 41 * S)];
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&ranges));
     assert_eq!(di.pool_pages(), 8 * S);
     check_pool_state(&mm, &di, &ranges, &[], &counter, &[]);
     // An order-0 allocation initialises one window: 1024 pages, not a section.
-    let a = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+    let a = di
+        .allocator()
+        .alloc_pages_counted(0, ZoneType::Normal, 0)
+        .unwrap();
     assert_eq!((a.pfn, a.growth_steps), (33 * S, 1));
     assert_eq!(di.pool_pages(), 8 * S - 1024);
     // The next 1023 order-0 allocations come from that window, no growth.
     let mut held = vec![(a.pfn, 0)];
     for _ in 0..1023 {
-        let b = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+        let b = di
+            .allocator()
+            .alloc_pages_counted(0, ZoneType::Normal, 0)
+            .unwrap();
         assert_eq!(b.growth_steps, 0);
         held.push((b.pfn, 0));
     }
     let c = di
+        .allocator()
         .alloc_pages_counted(0, ZoneType::Normal, MAX_ORDER)
         .unwrap();
     assert_eq!((c.pfn, c.growth_steps), (33 * S + 1024, 1));
@@ -312,7 +322,7 @@ proptest! {
         let node_cpus = [cpus(0, &[0, 1]), cpus(1, &[1])];
         let plan = DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
         let nr_workers = plan.workers().len();
-        let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+        let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
         let clock = StdClock::new();
         let mut held: Vec<(Pfn, u32)> = Vec::new();
@@ -321,7 +331,7 @@ proptest! {
             match *op {
                 Op::Alloc { nid, order_idx } => {
                     let zone = ranges.iter().find(|r| r.nid == nid).map_or(ZoneType::Normal, |r| r.zone);
-                    if let Ok(a) = di.alloc_pages_counted(nid, zone, ORDERS[order_idx]) {
+                    if let Ok(a) = di.allocator().alloc_pages_counted(nid, zone, ORDERS[order_idx]) {
                         prop_assert!(heads.insert(a.pfn, ORDERS[order_idx]).is_none(), "handed out twice");
                         held.push((a.pfn, ORDERS[order_idx]));
                     }
@@ -329,7 +339,7 @@ proptest! {
                 Op::Free { idx } if !held.is_empty() => {
                     let (p, o) = held.swap_remove(idx % held.len());
                     heads.remove(&p);
-                    di.free_pages(p, o).unwrap();
+                    di.allocator().free_pages(p, o).unwrap();
                 }
                 Op::Free { .. } => {}
                 Op::Drain { worker } if nr_workers > 0 => {
@@ -340,7 +350,7 @@ proptest! {
         }
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &held);
         for &(p, o) in &held {
-            di.free_pages(p, o).unwrap();
+            di.allocator().free_pages(p, o).unwrap();
         }
         di.run(&ThreadExecutor::new(TEST_CPUS), &clock).unwrap();
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &[]);

@@ -45,7 +45,8 @@
 //! so merging only ever reads pages the claimant has just initialised.
 //!
 //! # Grow on demand
-//! [`DeferredInit::alloc_pages`] serves a request of a zone from that zone
+//! [`PageAllocator::alloc_pages`](crate::PageAllocator::alloc_pages), with
+//! this deferred init as its [`Grow`] source, serves a request of a zone from that zone
 //! or a lower one, in Linux's fallback order (Normal, then DMA32, then
 //! DMA). For each zone it first tries the buddy lists; if they are empty
 //! for the request it claims one window of *that zone* of the node (Linux
@@ -75,14 +76,10 @@ use memmap::page::StructPage;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType};
 
-use crate::buddy::{
-    for_each_max_block, AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, NR_ZONES,
-};
+use crate::buddy::{for_each_max_block, BuddyAllocator, BuddyError, NR_ZONES};
+use crate::page_alloc::{Grow, PageAllocator};
 use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
-
-/// A clock and what to call with each growth step's duration.
-type StepTimer<'a> = (&'a dyn Clock, &'a mut dyn FnMut(u64));
 
 /// `double_init_pfn` before the armed double init hit a window.
 const PFN_NOT_DOUBLED: Pfn = Pfn::MAX;
@@ -254,14 +251,6 @@ pub struct Claim {
     pub zone: ZoneType,
 }
 
-/// An allocation and how many growth steps it took.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Allocation {
-    pub pfn: Pfn,
-    /// Windows this allocation initialised (0: served from the free lists).
-    pub growth_steps: u32,
-}
-
 /// One chunk's claimed windows and how often the init path ran on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkInits {
@@ -286,13 +275,13 @@ pub struct PoolPiece {
 #[cfg(test)]
 pub(crate) type InitHook = alloc::sync::Arc<dyn Fn(PfnRange) + Send + Sync>;
 
-/// Deferred struct-page init of all nodes, plus the buddy allocator that
-/// receives the pages.
+/// Deferred struct-page init of all nodes: a client of the page allocator,
+/// whose free lists receive the pages and whose growth source it is.
 pub struct DeferredInit<'m, B> {
     memmap: &'m Memmap<B>,
     plan: DeferredPlan,
     mode: InitMode,
-    buddy: BuddyAllocator<'m, B>,
+    buddy: &'m BuddyAllocator<'m, B>,
     nodes: Vec<NodeRuntime>,
     workers: Vec<WorkerRuntime>,
     /// `test_fault=double_init`: the next window processed is initialised
@@ -306,16 +295,15 @@ pub struct DeferredInit<'m, B> {
 }
 
 impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
-    /// Set up deferred init of `plan` over `memmap`: O(chunks), no struct
-    /// page touched. `eager` lists pages the boot CPU initialised that the
-    /// buddy allocator should also manage (hand them over with
-    /// [`BuddyAllocator::free_initialised_range`] before starting workers,
-    /// or pass `&[]`).
+    /// Set up deferred init of `plan` over `memmap`, freeing into `buddy`:
+    /// O(chunks), no struct page touched. `buddy` must manage the plan's
+    /// ranges ([`DeferredPlan::managed_ranges`], plus whatever else its
+    /// owner hands it, such as the boot CPU's pages).
     pub fn new(
         memmap: &'m Memmap<B>,
+        buddy: &'m BuddyAllocator<'m, B>,
         plan: DeferredPlan,
         mode: InitMode,
-        eager: &[ManagedRange],
     ) -> Result<Self, DeferredInitError> {
         for node in plan.nodes() {
             for p in node.pieces() {
@@ -327,8 +315,6 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                 }
             }
         }
-        let buddy =
-            BuddyAllocator::new(memmap, plan.managed_ranges().chain(eager.iter().copied()))?;
         let nodes = plan.nodes().iter().map(NodeRuntime::new).collect();
         let workers = plan
             .workers()
@@ -365,13 +351,20 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     }
 
     /// The buddy allocator the pages are freed into.
-    pub fn buddy(&self) -> &BuddyAllocator<'m, B> {
-        &self.buddy
+    pub fn buddy(&self) -> &'m BuddyAllocator<'m, B> {
+        self.buddy
     }
 
-    /// Keep only the allocator once deferred init is over.
-    pub fn into_buddy(self) -> BuddyAllocator<'m, B> {
-        self.buddy
+    /// This deferred init as the free lists' growth source: only when its
+    /// pages go to the allocator ([`InitMode::InitAndFree`]).
+    pub fn growth(&self) -> Option<&dyn Grow> {
+        (self.mode == InitMode::InitAndFree).then_some(self as &dyn Grow)
+    }
+
+    /// The page allocator over the same free lists, growing from this
+    /// deferred init's pool.
+    pub fn allocator(&self) -> PageAllocator<'_, 'm, B> {
+        PageAllocator::new(self.buddy, self.growth())
     }
 
     /// Run every worker of the plan on `executor` (each CPU runs its
@@ -634,100 +627,6 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         }
     }
 
-    /// Allocate `1 << order` pages for a request of (nid, zone), in Linux's
-    /// zone fallback order: `zone` first, then each lower zone (a Normal
-    /// request may be served from DMA32 or DMA, never the other way round).
-    /// Before falling back from a zone, its windows still in the pool are
-    /// initialised on this CPU, one per growth step, while its free lists
-    /// cannot serve the request (Linux grows the zone it is trying,
-    /// `_deferred_grow_zone`). Growth never claims a window of a zone above
-    /// `zone`, so a request no pool can serve fails at once and initialises
-    /// nothing.
-    pub fn alloc_pages(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
-        self.alloc_pages_counted(nid, zone, order).map(|a| a.pfn)
-    }
-
-    /// [`alloc_pages`](Self::alloc_pages), also saying how many growth
-    /// steps the allocation took.
-    pub fn alloc_pages_counted(
-        &self,
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-    ) -> Result<Allocation, AllocError> {
-        self.alloc(nid, zone, order, None)
-    }
-
-    /// [`alloc_pages_counted`](Self::alloc_pages_counted), also timing
-    /// each growth step with `clock` and handing its duration (ns; one
-    /// window of [`GROW_CLAIM_WINDOWS`]) to `on_step`.
-    pub fn alloc_pages_timed(
-        &self,
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-        clock: &dyn Clock,
-        on_step: &mut dyn FnMut(u64),
-    ) -> Result<Allocation, AllocError> {
-        self.alloc(nid, zone, order, Some((clock, on_step)))
-    }
-
-    fn alloc(
-        &self,
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-        mut step_timer: Option<StepTimer<'_>>,
-    ) -> Result<Allocation, AllocError> {
-        let pos = self.plan.node_pos(nid);
-        let can_grow = self.mode == InitMode::InitAndFree;
-        let mut growth_steps = 0;
-        let mut in_flight = false;
-        for z in zone_fallback(zone) {
-            loop {
-                // Read before the attempt: if every window of the zone was
-                // done by then, a failed attempt cannot have missed frees.
-                let all_done = pos.is_none_or(|p| self.nodes[p].zone_done(z));
-                match self.buddy.alloc(nid, z, order) {
-                    Err(AllocError::OutOfMemory { .. }) => {}
-                    other => return other.map(|pfn| Allocation { pfn, growth_steps }),
-                }
-                let Some(pos) = pos.filter(|_| can_grow) else {
-                    break;
-                };
-                let Some(claim) = self.claim_in_zone(pos, z, GROW_CLAIM_WINDOWS) else {
-                    in_flight |= !all_done;
-                    break;
-                };
-                match step_timer.as_mut() {
-                    Some((clock, on_step)) => {
-                        let start = clock.now_ns();
-                        self.grow(pos, &claim);
-                        on_step(clock.now_ns().saturating_sub(start));
-                    }
-                    None => self.grow(pos, &claim),
-                }
-                growth_steps += 1;
-            }
-        }
-        if let Some(windows_in_flight) = pos.filter(|_| in_flight).map(|p| {
-            let rt = &self.nodes[p];
-            zone_fallback(zone)
-                .map(|z| {
-                    rt.nr_windows[z as usize] - rt.windows_done[z as usize].load(Ordering::Acquire)
-                })
-                .sum()
-        }) {
-            return Err(AllocError::InitInProgress {
-                nid,
-                zone,
-                order,
-                windows_in_flight,
-            });
-        }
-        Err(AllocError::OutOfMemory { nid, zone, order })
-    }
-
     /// One growth step: process `claim` on this CPU and count it.
     fn grow(&self, pos: usize, claim: &Claim) {
         let rt = &self.nodes[pos];
@@ -738,11 +637,6 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         if contended {
             rt.nr_contended_growth_steps.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Free pages allocated with [`alloc_pages`](Self::alloc_pages).
-    pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.buddy.free(pfn, order)
     }
 
     /// Has every window of `nid` been processed? (True for nodes without
@@ -921,8 +815,38 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     }
 }
 
-/// The zones a request of `zone` may be served from, in Linux's order:
-/// `zone` itself, then each lower one (`ZONELIST_FALLBACK` within a node).
-fn zone_fallback(zone: ZoneType) -> impl Iterator<Item = ZoneType> + Clone {
-    ZoneType::ALL[..=zone as usize].iter().rev().copied()
+/// Growth from the pool: a step claims [`GROW_CLAIM_WINDOWS`] block windows
+/// of the zone on the node and initialises them on the calling CPU, exactly
+/// as a worker would (Linux `deferred_grow_zone`, 4 MiB a step instead of a
+/// section).
+impl<B: MemmapBacking> Grow for DeferredInit<'_, B> {
+    fn zone_done(&self, nid: NodeId, zone: ZoneType) -> bool {
+        self.plan
+            .node_pos(nid)
+            .is_none_or(|pos| self.nodes[pos].zone_done(zone))
+    }
+
+    fn grow_step(&self, nid: NodeId, zone: ZoneType) -> bool {
+        let Some(pos) = self.plan.node_pos(nid) else {
+            return false;
+        };
+        match self.claim_in_zone(pos, zone, GROW_CLAIM_WINDOWS) {
+            Some(claim) => {
+                self.grow(pos, &claim);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn windows_in_flight(&self, nid: NodeId, zones: &mut dyn Iterator<Item = ZoneType>) -> u64 {
+        self.plan.node_pos(nid).map_or(0, |pos| {
+            let rt = &self.nodes[pos];
+            zones
+                .map(|z| {
+                    rt.nr_windows[z as usize] - rt.windows_done[z as usize].load(Ordering::Acquire)
+                })
+                .sum()
+        })
+    }
 }

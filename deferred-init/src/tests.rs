@@ -49,6 +49,21 @@ pub(crate) fn proptest_cases(full: u32) -> u32 {
     }
 }
 
+/// Deferred init of `plan` over `mm`, freeing into a buddy allocator that
+/// manages the plan's ranges and `eager`, as the pipeline sets them up. The
+/// allocator is leaked, so the `DeferredInit` can be returned from helpers
+/// and live as long as `mm` (tests only; the kernel's pipeline owns its
+/// allocator).
+pub(crate) fn new_di<'m>(
+    mm: &'m Memmap<VecBacking>,
+    plan: DeferredPlan,
+    mode: InitMode,
+    eager: &[ManagedRange],
+) -> Result<DeferredInit<'m, VecBacking>, DeferredInitError> {
+    let buddy = BuddyAllocator::new(mm, plan.managed_ranges().chain(eager.iter().copied()))?;
+    DeferredInit::new(mm, Box::leak(Box::new(buddy)), plan, mode)
+}
+
 pub(crate) fn dr(nid: NodeId, start: Pfn, end: Pfn) -> DeferredRange {
     DeferredRange {
         nid,
@@ -322,7 +337,7 @@ fn run_scenario(sc: &Scenario, iterations: usize) {
     let mm = memmap_for(&sc.ranges);
     for _ in 0..iterations {
         let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
-        let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+        let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&sc.ranges));
         di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
             .unwrap();
@@ -369,7 +384,7 @@ fn workers_claim_one_section_at_a_time() {
     };
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], opts).unwrap();
     assert_eq!(plan.node(0).unwrap().nr_chunks(), 1);
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let clock = StdClock::new();
     assert!(di.worker_step(0, &clock).unwrap());
     assert_eq!(di.pool_pages(), S, "the first section claimed and done");
@@ -399,7 +414,7 @@ fn racing_claims_hand_out_each_window_once_and_none_empty() {
                 let plan =
                     DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default())
                         .unwrap();
-                DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
+                new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
             })
             .collect();
         let nr_threads = 4;
@@ -480,7 +495,7 @@ fn fully_aligned_memory_ends_as_max_order_blocks() {
     let mm = memmap_for(&ranges);
     let plan =
         DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
     let nr_blocks = (2 * S) >> MAX_ORDER;
@@ -517,7 +532,7 @@ fn grow_on_demand_races_with_workers() {
         let plan =
             DeferredPlan::new(&ranges, &reserved, &node_cpus, PlanOptions::default()).unwrap();
         let nr_workers = plan.workers().len();
-        let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+        let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
         let clock = StdClock::new();
         let barrier = Barrier::new(nr_workers + targets.len());
@@ -545,7 +560,7 @@ fn grow_on_demand_races_with_workers() {
                                 .wrapping_mul(6364136223846793005)
                                 .wrapping_add(1442695040888963407);
                             let order = ((seed >> 33) % (max_order as u64 + 1)) as u32;
-                            match di.alloc_pages(nid, zone, order) {
+                            match di.allocator().alloc_pages(nid, zone, order) {
                                 Ok(pfn) => {
                                     held.push((pfn, order));
                                     nr_allocs += 1;
@@ -553,7 +568,7 @@ fn grow_on_demand_races_with_workers() {
                                     if nr_allocs.is_multiple_of(3) {
                                         let (p, o) =
                                             held.swap_remove((seed >> 40) as usize % held.len());
-                                        di.free_pages(p, o).unwrap();
+                                        di.allocator().free_pages(p, o).unwrap();
                                     }
                                 }
                                 Err(AllocError::InitInProgress { .. }) => std::thread::yield_now(),
@@ -583,7 +598,7 @@ fn grow_on_demand_races_with_workers() {
             .sum::<u64>();
         verify_complete(&mm, &di, &ranges, &reserved, &counter, &allocated);
         for &(pfn, order) in &allocated {
-            di.free_pages(pfn, order).unwrap();
+            di.allocator().free_pages(pfn, order).unwrap();
         }
         assert_fully_merged(&di, &ranges, &reserved);
         nr_runs = run + 1;
@@ -793,7 +808,10 @@ fn init_rejects_unbacked_sections() {
     let ranges = [dr(0, 33 * S, 35 * S)];
     let mm = Memmap::new(VecBacking::new([33]));
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let e = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[])
+    // The allocator refuses the plan's ranges for the same reason, so give
+    // deferred init one that manages nothing: its own check must refuse.
+    let buddy = BuddyAllocator::new(&mm, core::iter::empty()).unwrap();
+    let e = DeferredInit::new(&mm, &buddy, plan, InitMode::InitAndFree)
         .err()
         .unwrap();
     assert_eq!(
@@ -812,12 +830,15 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     let sc = two_nodes_with_holes();
     let mm = memmap_for(&sc.ranges);
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
-    let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
     // Nothing initialised yet: the allocation initialises windows itself.
     // Node 1's first window, [40 S, 40 S + 1024), has free pages 40 S + 3…:
     // one step serves an order-3 request.
-    let a = di.alloc_pages_counted(1, ZoneType::Normal, 3).unwrap();
+    let a = di
+        .allocator()
+        .alloc_pages_counted(1, ZoneType::Normal, 3)
+        .unwrap();
     assert_eq!(a.growth_steps, 1);
     let a = a.pfn;
     let rep = di.report();
@@ -831,6 +852,7 @@ fn grow_on_demand_without_workers_then_workers_finish() {
     let dma32_pool = di.pool_free_pages(0, ZoneType::Dma32);
     assert!(dma32_pool > 0);
     let b = di
+        .allocator()
         .alloc_pages_counted(0, ZoneType::Normal, MAX_ORDER)
         .unwrap();
     assert_eq!(b.growth_steps, 1);
@@ -849,14 +871,14 @@ fn grow_on_demand_without_workers_then_workers_finish() {
         &counter,
         &[(a, 3), (b, MAX_ORDER)],
     );
-    di.free_pages(a, 3).unwrap();
-    di.free_pages(b, MAX_ORDER).unwrap();
+    di.allocator().free_pages(a, 3).unwrap();
+    di.allocator().free_pages(b, MAX_ORDER).unwrap();
     assert_fully_merged(&di, &sc.ranges, &sc.reserved);
 }
 
 /// Free pages a request of `zone` on `nid` could ever get, counted per PFN
 /// from the ranges under Linux's fallback rule (the zone or a lower one):
-/// the model [`DeferredInit::alloc_pages`] must agree with.
+/// the model [`PageAllocator::alloc_pages`] must agree with.
 fn servable_pages(
     ranges: &[DeferredRange],
     reserved: &[PfnRange],
@@ -871,6 +893,42 @@ fn servable_pages(
         .count() as u64
 }
 
+/// The page allocator grows only through its source: without one it
+/// serves what the lists hold (here nothing: the pool is untouched) and
+/// fails with `OutOfMemory`, initialising nothing; with deferred init as
+/// its source the same request grows one window. A deferred init that does
+/// not free its pages (`InitOnly`) is no source.
+#[test]
+fn the_allocator_grows_only_through_its_source() {
+    let ranges = [dr(0, 33 * S, 34 * S)];
+    let mm = memmap_for(&ranges);
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let lists_only = PageAllocator::new(di.buddy(), None);
+    assert_eq!(
+        lists_only.alloc_pages(0, ZoneType::Normal, 0),
+        Err(AllocError::OutOfMemory {
+            nid: 0,
+            zone: ZoneType::Normal,
+            order: 0
+        })
+    );
+    assert_eq!(di.report().nodes[0].nr_grown_pages, 0);
+    assert_eq!(di.pool_pages(), S);
+    let a = di
+        .allocator()
+        .alloc_pages_counted(0, ZoneType::Normal, 0)
+        .unwrap();
+    assert_eq!(a.growth_steps, 1);
+    assert_eq!(di.pool_pages(), S - WINDOW_NR_PAGES);
+    // The pages growth freed are on the lists for every allocator.
+    assert!(lists_only.alloc_pages(0, ZoneType::Normal, 0).is_ok());
+
+    let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+    let init_only = new_di(&mm, plan, InitMode::InitOnly, &[]).unwrap();
+    assert!(init_only.growth().is_none());
+}
+
 /// Growth claims only windows that can serve the request: a DMA32 request
 /// never initialises Normal memory, and once DMA32 is used up it fails at
 /// once, initialising nothing, while Normal's pool is still full. A Normal
@@ -882,12 +940,12 @@ fn growth_respects_the_zone_fallback_order() {
     let mm = memmap_for(&ranges);
     let plan =
         DeferredPlan::new(&ranges, &reserved, &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let normal_pool = di.pool_free_pages(0, ZoneType::Normal);
     assert_eq!(normal_pool, 2 * S);
     // Exhaust DMA32 with order-0 requests: exactly its free pages, by growth.
     let mut held = Vec::new();
-    while let Ok(pfn) = di.alloc_pages(0, ZoneType::Dma32, 0) {
+    while let Ok(pfn) = di.allocator().alloc_pages(0, ZoneType::Dma32, 0) {
         assert_eq!(ZoneType::of_pfn(pfn), ZoneType::Dma32, "{pfn:#x}");
         held.push(pfn);
     }
@@ -899,7 +957,7 @@ fn growth_respects_the_zone_fallback_order() {
     // Normal's pool is full; a DMA32 request fails at once and grows nothing.
     let grown = di.report().nodes[0].nr_grown_pages;
     assert_eq!(
-        di.alloc_pages_counted(0, ZoneType::Dma32, 0),
+        di.allocator().alloc_pages_counted(0, ZoneType::Dma32, 0),
         Err(AllocError::OutOfMemory {
             nid: 0,
             zone: ZoneType::Dma32,
@@ -909,7 +967,7 @@ fn growth_respects_the_zone_fallback_order() {
     assert_eq!(di.report().nodes[0].nr_grown_pages, grown);
     assert_eq!(di.pool_free_pages(0, ZoneType::Normal), normal_pool);
     assert_eq!(
-        di.alloc_pages_counted(0, ZoneType::Dma, 3),
+        di.allocator().alloc_pages_counted(0, ZoneType::Dma, 3),
         Err(AllocError::OutOfMemory {
             nid: 0,
             zone: ZoneType::Dma,
@@ -919,10 +977,10 @@ fn growth_respects_the_zone_fallback_order() {
     // Give DMA32 back; a Normal request now takes Normal memory first (it
     // grows its own zone before falling back), then DMA32's free pages.
     for pfn in held.drain(..) {
-        di.free_pages(pfn, 0).unwrap();
+        di.allocator().free_pages(pfn, 0).unwrap();
     }
     let mut zones = HashMap::new();
-    while let Ok(pfn) = di.alloc_pages(0, ZoneType::Normal, 0) {
+    while let Ok(pfn) = di.allocator().alloc_pages(0, ZoneType::Normal, 0) {
         *zones.entry(ZoneType::of_pfn(pfn)).or_insert(0u64) += 1;
         // No DMA32 page before Normal is exhausted.
         if ZoneType::of_pfn(pfn) == ZoneType::Dma32 {
@@ -945,21 +1003,24 @@ fn growth_steps_are_timed_one_by_one() {
     let ranges = [dr(0, 33 * S, 34 * S)];
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let ticks = AtomicU64::new(0);
     let clock = || ticks.fetch_add(1000, Ordering::Relaxed);
     let mut steps = Vec::new();
     let a = di
+        .allocator()
         .alloc_pages_timed(0, ZoneType::Normal, MAX_ORDER, &clock, &mut |ns| {
             steps.push(ns)
         })
         .unwrap();
     assert_eq!((a.growth_steps, steps.as_slice()), (1, &[1000][..]));
     let b = di
+        .allocator()
         .alloc_pages_timed(0, ZoneType::Normal, 0, &clock, &mut |ns| steps.push(ns))
         .unwrap();
     assert_eq!(b.growth_steps, 1, "the first window went whole to a");
     let c = di
+        .allocator()
         .alloc_pages_timed(0, ZoneType::Normal, 0, &clock, &mut |ns| steps.push(ns))
         .unwrap();
     assert_eq!(c.growth_steps, 0, "served from b's window");
@@ -976,19 +1037,22 @@ fn growth_steps_are_timed_one_by_one() {
 fn growth_steps_count_as_contended_only_while_another_claim_runs() {
     let ranges = [dr(0, 33 * S, 35 * S)];
     let mm = memmap_for(&ranges);
-    let new_di = || {
+    let fresh_di = || {
         let plan =
             DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-        DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
+        new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
     };
     let contended =
         |di: &DeferredInit<'_, VecBacking>| di.report().nodes[0].nr_contended_growth_steps;
     // Alone: one growth step, not contended.
-    let di = new_di();
-    let a = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+    let di = fresh_di();
+    let a = di
+        .allocator()
+        .alloc_pages_counted(0, ZoneType::Normal, 0)
+        .unwrap();
     assert_eq!((a.growth_steps, contended(&di)), (1, 0));
     // Against a worker in the middle of section 33.
-    let mut di = new_di();
+    let mut di = fresh_di();
     let in_window = Arc::new(Barrier::new(2));
     let release = Arc::new(Barrier::new(2));
     let held = Arc::new(AtomicU32::new(0));
@@ -1005,7 +1069,10 @@ fn growth_steps_count_as_contended_only_while_another_claim_runs() {
         in_window.wait();
         // The worker holds all of section 33: growth takes section 34's
         // first window.
-        let a = di.alloc_pages_counted(0, ZoneType::Normal, 0).unwrap();
+        let a = di
+            .allocator()
+            .alloc_pages_counted(0, ZoneType::Normal, 0)
+            .unwrap();
         assert_eq!((a.pfn, a.growth_steps), (34 * S, 1));
         assert_eq!(contended(&di), 1);
         release.wait();
@@ -1022,12 +1089,12 @@ fn a_request_no_pool_can_serve_fails_at_once() {
     let ranges = [dr(0, 33 * S, 37 * S)];
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let mut di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&ranges));
     for zone in [ZoneType::Dma, ZoneType::Dma32] {
         for order in [0, MAX_ORDER] {
             assert_eq!(
-                di.alloc_pages_counted(0, zone, order),
+                di.allocator().alloc_pages_counted(0, zone, order),
                 Err(AllocError::OutOfMemory {
                     nid: 0,
                     zone,
@@ -1046,7 +1113,7 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     let ranges = [dr(0, 33 * S, 35 * S)];
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     // Simulate a worker that claimed chunk 0 and has not finished it.
     let claim = di.claim(0, WORKER_CLAIM_WINDOWS).unwrap();
     assert_eq!(
@@ -1060,7 +1127,7 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     assert_eq!(di.pool_pages(), S, "chunk 1 is still untouched");
     let mut held = Vec::new();
     let e = loop {
-        match di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
+        match di.allocator().alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
             Ok(p) => held.push(p),
             Err(e) => break e,
         }
@@ -1086,12 +1153,12 @@ fn alloc_reports_in_progress_until_claimed_chunk_is_done() {
     di.process_claim(0, &claim);
     assert!(di.is_node_quiescent(0));
     assert!(di.is_done());
-    while let Ok(p) = di.alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
+    while let Ok(p) = di.allocator().alloc_pages(0, ZoneType::Normal, MAX_ORDER) {
         held.push(p);
     }
     assert_eq!(held.len() as u64, (2 * S) >> MAX_ORDER);
     assert_eq!(
-        di.alloc_pages(0, ZoneType::Normal, 0),
+        di.allocator().alloc_pages(0, ZoneType::Normal, 0),
         Err(AllocError::OutOfMemory {
             nid: 0,
             zone: ZoneType::Normal,
@@ -1114,7 +1181,7 @@ fn touch_mode_writes_each_page_once_and_frees_nothing() {
     let sc = four_nodes_memory_only();
     let mm = memmap_for(&sc.ranges);
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
-    let mut di = DeferredInit::new(&mm, plan, InitMode::Touch, &[]).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::Touch, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
@@ -1133,7 +1200,7 @@ fn touch_mode_writes_each_page_once_and_frees_nothing() {
     }
     assert_eq!(di.buddy().nr_free_pages_total(), 0);
     assert!(matches!(
-        di.alloc_pages(0, ZoneType::Normal, 0),
+        di.allocator().alloc_pages(0, ZoneType::Normal, 0),
         Err(AllocError::OutOfMemory { .. })
     ));
     let rep = di.report();
@@ -1148,7 +1215,7 @@ fn init_only_mode_initialises_without_freeing() {
     let sc = one_node();
     let mm = memmap_for(&sc.ranges);
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &sc.node_cpus, sc.opts).unwrap();
-    let mut di = DeferredInit::new(&mm, plan, InitMode::InitOnly, &[]).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::InitOnly, &[]).unwrap();
     let counter = with_counter(&mut di, span_of(&sc.ranges));
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
@@ -1188,7 +1255,7 @@ fn eager_pages_merge_with_deferred_pages() {
     }
     let plan =
         DeferredPlan::new(&deferred, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[eager]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[eager]).unwrap();
     // SAFETY: the eager pages are initialised, on no list, and no one else uses them.
     unsafe { di.buddy().free_initialised_range(eager.pfns) }.unwrap();
     assert_eq!(di.buddy().nr_free_pages(0, ZoneType::Normal), 100);
@@ -1206,7 +1273,7 @@ fn eager_pages_merge_with_deferred_pages() {
         ..eager
     };
     assert!(matches!(
-        DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[bad]),
+        new_di(&mm, plan, InitMode::InitAndFree, &[bad]),
         Err(DeferredInitError::Buddy(
             BuddyError::OverlappingRanges { .. }
         ))
@@ -1238,7 +1305,7 @@ fn report_lines_and_statistics() {
     let mm = memmap_for(&sc.ranges);
     let node_cpus = [cpus(0, &[0]), cpus(1, &[1])];
     let plan = DeferredPlan::new(&sc.ranges, &sc.reserved, &node_cpus, sc.opts).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     // Every reading advances the fake clock by 1.5 ms.
     let ticks = AtomicU64::new(0);
     let clock = || ticks.fetch_add(1_500_000, Ordering::Relaxed);

@@ -14,7 +14,7 @@ use memmap::zones::ZoneLayout;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
 use crate::host::{StdClock, ThreadExecutor};
-use crate::tests::{cpus, dr, memmap_for, TEST_CPUS};
+use crate::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
 use crate::*;
 
 const MIB: u64 = 1 << 20;
@@ -92,7 +92,7 @@ fn with_world_setup<R>(
     ];
     let plan =
         DeferredPlan::new(&out.deferred, &reserved, &node_cpus, PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &out.eager).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &out.eager).unwrap();
     // SAFETY: the eager pages were initialised by init_memmap, are on no
     // list, and nothing else touches them.
     unsafe { crate::handoff::free_eager_pages(di.buddy(), &mb, &out.eager) }.unwrap();
@@ -692,7 +692,8 @@ fn corrupt_grown_page_is_caught() {
             let mut held = Vec::new();
             let a = loop {
                 let a =
-                    w.di.alloc_pages_counted(1, ZoneType::Normal, MAX_ORDER)
+                    w.di.allocator()
+                        .alloc_pages_counted(1, ZoneType::Normal, MAX_ORDER)
                         .unwrap();
                 held.push(a.pfn);
                 if a.growth_steps > 0 {
@@ -701,7 +702,7 @@ fn corrupt_grown_page_is_caught() {
             };
             assert_eq!(a.growth_steps, 1, "one window grown");
             for pfn in held {
-                w.di.free_pages(pfn, MAX_ORDER).unwrap();
+                w.di.allocator().free_pages(pfn, MAX_ORDER).unwrap();
             }
             let pfn = faults::free_page_in_claimed_windows(&w.di).unwrap();
             assert_eq!(
@@ -775,7 +776,7 @@ fn with_small_node<R>(
     let ranges: Vec<DeferredRange> = free.iter().map(|r| dr(0, r.start, r.end)).collect();
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
-    let di = DeferredInit::new(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
     di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
         .unwrap();
     corrupt(&mut |pfn, damage| {

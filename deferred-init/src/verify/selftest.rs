@@ -7,7 +7,7 @@ use core::fmt;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
-use crate::buddy::{AllocError, FreeError, NR_ORDERS};
+use crate::buddy::{AllocError, BuddyAllocator, FreeError, NR_ORDERS};
 use crate::run::DeferredInit;
 
 use super::PageWords;
@@ -195,6 +195,36 @@ fn check_allocated<B: MemmapBacking>(
     Ok(())
 }
 
+/// After the self-test freed its blocks: the zone's free pages and its
+/// free blocks of every order are what they were before it.
+fn check_restored<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
+    nid: NodeId,
+    zone: ZoneType,
+    free_before: u64,
+    blocks_before: &[u64; NR_ORDERS],
+) -> Result<(), SelftestError> {
+    let found = buddy.nr_free_pages(nid, zone);
+    if found != free_before {
+        return Err(SelftestError::FreeCount {
+            stage: "after freeing",
+            expected: free_before,
+            found,
+        });
+    }
+    for (o, &before) in blocks_before.iter().enumerate() {
+        let after = buddy.nr_free_blocks(nid, zone, o as u32);
+        if after != before {
+            return Err(SelftestError::BlockCounts {
+                order: o as u32,
+                before,
+                after,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// When nothing is in flight on `nid`, on the node's highest zone with free
 /// pages, allocate blocks of orders [`SELFTEST_ORDERS`] from the free lists
 /// (no growth from the pool, so the counts below are exact), check them
@@ -263,24 +293,7 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
         }
     }
     result?;
-    let found = buddy.nr_free_pages(nid, zone);
-    if found != free_before {
-        return Err(SelftestError::FreeCount {
-            stage: "after freeing",
-            expected: free_before,
-            found,
-        });
-    }
-    for (o, &before) in blocks_before.iter().enumerate() {
-        let after = buddy.nr_free_blocks(nid, zone, o as u32);
-        if after != before {
-            return Err(SelftestError::BlockCounts {
-                order: o as u32,
-                before,
-                after,
-            });
-        }
-    }
+    check_restored(buddy, nid, zone, free_before, &blocks_before)?;
     Ok(SelftestReport {
         nid,
         zone,

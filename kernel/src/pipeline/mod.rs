@@ -11,7 +11,7 @@
 //! | 2 | [`s2_zones`] | memblock → `ZoneLayout` (zones, present sections) |
 //! | 3 | [`s3_vmemmap`] | present sections → node-local struct-page storage |
 //! | 4 | [`s4_eager`] | the `memmap=` mode → struct pages the boot CPU initialises |
-//! | 5 | [`s5_handoff`] | deferred ranges → worker plan; eager free pages → buddy |
+//! | 5 | [`s5_handoff`] | deferred ranges → worker plan; the buddy free lists, which `run` owns; eager free pages → the lists; deferred init set up as their client and growth source, and the `PageAllocator` the later stages allocate from |
 //! | 6 | [`s6_deferred`] or [`s6_pool`] | workers on each node's CPUs initialise the rest, or it goes to the allocator untouched; memory is ready |
 //! | 7 | [`s7_memory_blocks`] | memory-block devices (created on the boot CPU during 6) and Linux's `Memory:` line |
 //! | 8 | [`s8_alloc_test`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
@@ -43,6 +43,7 @@ pub mod s8_alloc_test;
 pub mod s9_pool;
 pub mod seams;
 
+use deferred_init::PageAllocator;
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::NodeId;
 
@@ -102,13 +103,16 @@ pub fn run<M: VmemmapMapper>(
     let layout = s2_zones::run(&cx, &mb);
     let mut memmap = s3_vmemmap::run(&cx, &mut mb, machine.mapper)?;
     let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
-    let di = s5_handoff::run(&cx, &memmap, &mb, &outcome, &layout)?;
+    let s5_handoff::Handoff { plan, buddy } =
+        s5_handoff::run(&cx, &memmap, &mb, &outcome, &layout)?;
+    let di = s5_handoff::deferred_init(&cx, &memmap, &buddy, plan)?;
+    let pages = PageAllocator::new(&buddy, di.growth());
     let blocks = match cx.mode.deferral {
         Deferral::Workers => s6_deferred::run(&cx, &di, &mb, &layout)?,
         Deferral::Pool => s6_pool::run(&cx, &di, &mb)?,
     };
-    s7_memory_blocks::run(&cx, blocks, &di, &layout);
-    s8_alloc_test::run(&cx, &di, &layout)?;
+    s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
+    s8_alloc_test::run(&cx, pages, &di, &layout)?;
     s9_pool::run(&cx, &di, &layout)?;
     s10_verify::run(&cx, &memmap, &mb, &layout, &di, &outcome)
 }

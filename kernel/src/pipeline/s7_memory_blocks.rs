@@ -4,7 +4,7 @@
 //! run, or after the pool is handed over); this stage reports them and
 //! what the allocator holds (Linux's `Memory:` line).
 
-use deferred_init::DeferredInit;
+use deferred_init::{DeferredInit, PageAllocator};
 use memmap::memblock::Memblock;
 use memmap::memory_block::{probe_memory_block_size, BlockError, MemoryBlockSize, MemoryBlocks};
 use memmap::page::MAX_NUMNODES;
@@ -45,6 +45,7 @@ pub fn create_timed(
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
     created: Created,
+    pages: PageAllocator<'_, '_, B>,
     di: &DeferredInit<'_, B>,
     layout: &ZoneLayout,
 ) {
@@ -56,7 +57,7 @@ pub fn run<B: MemmapBacking>(
     cx.facts
         .phase(Phase::MemoryBlocks, BOOT_CPU, None, start_ns, end_ns);
     log(cx.log, &blocks, end_ns - start_ns);
-    let free_pages = di.buddy().nr_free_pages_total();
+    let free_pages = pages.buddy().nr_free_pages_total();
     let pool_free: u64 = di
         .pool_pieces()
         .filter(|p| !p.piece.reserved)

@@ -16,7 +16,9 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use deferred_init::{Clock, CpuId, DeferredInit, DeferredInitError, Executor, FreeError};
+use deferred_init::{
+    Clock, CpuId, DeferredInit, DeferredInitError, Executor, FreeError, PageAllocator,
+};
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER, PAGE_SHIFT};
@@ -32,6 +34,7 @@ use super::seams::Log;
 /// mode has an allocator; logged and recorded.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
+    pages: PageAllocator<'_, '_, B>,
     di: &DeferredInit<'_, B>,
     layout: &ZoneLayout,
 ) -> Result<(), PipelineError> {
@@ -39,16 +42,12 @@ pub fn run<B: MemmapBacking>(
         return Ok(());
     }
     let drain = cx.drains();
-    let report = test(
-        di,
-        layout,
-        cx.executor,
-        cx.clock,
-        cx.opts.alloc_test_bytes,
+    let workload = Workload {
+        bytes_per_node: cx.opts.alloc_test_bytes,
         drain,
-        cx.facts,
-    )
-    .map_err(PipelineError::AllocTest)?;
+    };
+    let report = test(pages, di, layout, cx.executor, cx.clock, workload, cx.facts)
+        .map_err(PipelineError::AllocTest)?;
     log(cx.log, &report, cx.executor.nr_cpus(), drain);
     cx.facts.record(|f| f.alloc_test = report);
     Ok(())
@@ -277,6 +276,8 @@ fn unpack(v: u64) -> (Pfn, u32) {
 
 /// The shared state of one node's run.
 struct NodeRun<'a, B> {
+    pages: PageAllocator<'a, 'a, B>,
+    /// Deferred init, for the drain's workers and the pool's size.
     di: &'a DeferredInit<'a, B>,
     clock: &'a dyn Clock,
     nid: NodeId,
@@ -298,7 +299,7 @@ impl<B: MemmapBacking> NodeRun<'_, B> {
         let t0 = self.clock.now_ns();
         let steps = self.step_histogram;
         let r = self
-            .di
+            .pages
             .alloc_pages_timed(self.nid, self.zone, order, self.clock, &mut |ns| {
                 steps.record(ns)
             });
@@ -398,18 +399,32 @@ enum Spans<'a> {
     PerCpu(&'a [FoldedSpan]),
 }
 
+/// What the test asks of each node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// At most this much per node (and at most half the node).
+    pub bytes_per_node: u64,
+    /// Each CPU takes a drain claim of `di`'s pool after each round
+    /// (`ondemand_drain=on`).
+    pub drain: bool,
+}
+
 /// Run the test on every node of `layout`: at most `bytes_per_node` each,
 /// and at most half of what the node can allocate, so it never drives a
 /// node out of memory.
 pub fn test<B: MemmapBacking>(
+    pages: PageAllocator<'_, '_, B>,
     di: &DeferredInit<'_, B>,
     layout: &ZoneLayout,
     executor: &dyn Executor,
     clock: &dyn Clock,
-    bytes_per_node: u64,
-    drain: bool,
+    workload: Workload,
     facts: &Facts,
 ) -> Result<AllocTestReport, AllocTestError> {
+    let Workload {
+        bytes_per_node,
+        drain,
+    } = workload;
     let error = FirstError(spin::Mutex::new(None));
     let histograms: [Histogram; 4] = core::array::from_fn(|_| Histogram::new());
     let growth_steps: [AtomicU64; 4] = core::array::from_fn(|_| AtomicU64::new(0));
@@ -435,15 +450,16 @@ pub fn test<B: MemmapBacking>(
         let Some(zone) = layout.highest_zone(node.nid) else {
             continue;
         };
-        let allocatable =
-            di.buddy().nr_free_pages(node.nid, zone.zone) + di.pool_free_pages(node.nid, zone.zone);
-        let pages = (bytes_per_node >> PAGE_SHIFT).min(allocatable / 2);
+        let allocatable = pages.buddy().nr_free_pages(node.nid, zone.zone)
+            + di.pool_free_pages(node.nid, zone.zone);
+        let nr_pages = (bytes_per_node >> PAGE_SHIFT).min(allocatable / 2);
         let run = NodeRun {
+            pages,
             di,
             clock,
             nid: node.nid,
             zone: zone.zone,
-            nr_rounds: pages / ROUND_PAGES,
+            nr_rounds: nr_pages / ROUND_PAGES,
             next_round: AtomicU64::new(0),
             histograms: &histograms,
             growth_steps: &growth_steps,
@@ -526,7 +542,7 @@ fn run_node<B: MemmapBacking>(
             let (pfn, order) = unpack(v);
             // Blocks this CPU allocated above and nobody else touched: a
             // refusal is an allocator bug, reported, not ignored.
-            if let Err(err) = run.di.free_pages(pfn, order) {
+            if let Err(err) = run.pages.free_pages(pfn, order) {
                 run.error.set(AllocTestError::Free { pfn, order, err });
             }
         }

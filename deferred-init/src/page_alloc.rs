@@ -1,0 +1,166 @@
+//! The page allocator: what every stage that allocates or frees pages calls.
+//!
+//! A request for `2^order` pages of (node, zone) is served in Linux's zone
+//! fallback order (`ZONELIST_FALLBACK` within a node): `zone` first, then
+//! each lower zone, so a Normal request may be served from DMA32 or DMA,
+//! never the other way round. The pages come from the per-(node, zone)
+//! buddy free lists ([`BuddyAllocator`]); when a zone's lists cannot serve
+//! the request, the allocator asks its [`Grow`] source to initialise more
+//! of that zone on this CPU, one growth step at a time, and retries before
+//! it falls back to the next lower zone (Linux `_deferred_grow_zone`).
+//!
+//! Deferred init is a client on both sides: its workers free the pages
+//! they initialise into the free lists, and its untouched pool is the
+//! [`Grow`] source (`DeferredInit` implements it). An allocator without a
+//! source serves what the lists hold.
+
+use memmap::store::MemmapBacking;
+use memmap::{NodeId, Pfn, ZoneType};
+
+use crate::buddy::{AllocError, BuddyAllocator, FreeError};
+use crate::run::Clock;
+
+/// Where more free pages of a zone come from when its lists run dry.
+pub trait Grow: Sync {
+    /// Has every page of (`nid`, `zone`) been initialised and freed? Read
+    /// before an attempt on the lists: if it was true then, a failed
+    /// attempt cannot have missed pages still on their way.
+    fn zone_done(&self, nid: NodeId, zone: ZoneType) -> bool;
+    /// One growth step on this CPU: initialise more of (`nid`, `zone`) and
+    /// free it into the lists. False if nothing of the zone is left to
+    /// claim (others may still be initialising what they claimed).
+    fn grow_step(&self, nid: NodeId, zone: ZoneType) -> bool;
+    /// Block windows of `nid` in `zones` claimed but not yet initialised.
+    fn windows_in_flight(&self, nid: NodeId, zones: &mut dyn Iterator<Item = ZoneType>) -> u64;
+}
+
+/// An allocation and how many growth steps it took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub pfn: Pfn,
+    /// Growth steps this allocation took (0: served from the free lists).
+    pub growth_steps: u32,
+}
+
+/// How a timed allocation reports each growth step's duration.
+type StepTimer<'a> = (&'a dyn Clock, &'a mut dyn FnMut(u64));
+
+/// The buddy free lists and, if there is one, the source that grows them.
+pub struct PageAllocator<'a, 'm, B> {
+    buddy: &'a BuddyAllocator<'m, B>,
+    grow: Option<&'a dyn Grow>,
+}
+
+impl<B> Clone for PageAllocator<'_, '_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for PageAllocator<'_, '_, B> {}
+
+impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
+    pub fn new(buddy: &'a BuddyAllocator<'m, B>, grow: Option<&'a dyn Grow>) -> Self {
+        Self { buddy, grow }
+    }
+
+    /// The free lists themselves (counts, verification, the hand-off).
+    pub fn buddy(&self) -> &'a BuddyAllocator<'m, B> {
+        self.buddy
+    }
+
+    /// Allocate `1 << order` pages for a request of (nid, zone) in the
+    /// fallback order (module docs). Growth never initialises a zone above
+    /// `zone`, so a request no zone can serve fails at once and initialises
+    /// nothing. `InitInProgress` means pages of those zones were claimed
+    /// by others and not yet freed: a retry may succeed.
+    pub fn alloc_pages(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
+        self.alloc_pages_counted(nid, zone, order).map(|a| a.pfn)
+    }
+
+    /// [`alloc_pages`](Self::alloc_pages), also saying how many growth
+    /// steps the allocation took.
+    pub fn alloc_pages_counted(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+    ) -> Result<Allocation, AllocError> {
+        self.alloc(nid, zone, order, None)
+    }
+
+    /// [`alloc_pages_counted`](Self::alloc_pages_counted), also timing
+    /// each growth step with `clock` and handing its duration (ns) to
+    /// `on_step`.
+    pub fn alloc_pages_timed(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        clock: &dyn Clock,
+        on_step: &mut dyn FnMut(u64),
+    ) -> Result<Allocation, AllocError> {
+        self.alloc(nid, zone, order, Some((clock, on_step)))
+    }
+
+    /// Free pages allocated with [`alloc_pages`](Self::alloc_pages).
+    pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
+        self.buddy.free(pfn, order)
+    }
+
+    fn alloc(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        mut step_timer: Option<StepTimer<'_>>,
+    ) -> Result<Allocation, AllocError> {
+        let mut growth_steps = 0;
+        let mut in_flight = false;
+        for z in zone_fallback(zone) {
+            loop {
+                // Read before the attempt: if every page of the zone was
+                // freed by then, a failed attempt cannot have missed any.
+                let done = self.grow.is_none_or(|g| g.zone_done(nid, z));
+                match self.buddy.alloc(nid, z, order) {
+                    Err(AllocError::OutOfMemory { .. }) => {}
+                    other => return other.map(|pfn| Allocation { pfn, growth_steps }),
+                }
+                let Some(grow) = self.grow else {
+                    break;
+                };
+                let grew = match step_timer.as_mut() {
+                    Some((clock, on_step)) => {
+                        let start = clock.now_ns();
+                        let grew = grow.grow_step(nid, z);
+                        if grew {
+                            on_step(clock.now_ns().saturating_sub(start));
+                        }
+                        grew
+                    }
+                    None => grow.grow_step(nid, z),
+                };
+                if !grew {
+                    in_flight |= !done;
+                    break;
+                }
+                growth_steps += 1;
+            }
+        }
+        if let Some(grow) = self.grow.filter(|_| in_flight) {
+            return Err(AllocError::InitInProgress {
+                nid,
+                zone,
+                order,
+                windows_in_flight: grow.windows_in_flight(nid, &mut zone_fallback(zone)),
+            });
+        }
+        Err(AllocError::OutOfMemory { nid, zone, order })
+    }
+}
+
+/// The zones a request of `zone` may be served from, in Linux's order:
+/// `zone` itself, then each lower one (`ZONELIST_FALLBACK` within a node).
+pub(crate) fn zone_fallback(zone: ZoneType) -> impl Iterator<Item = ZoneType> + Clone {
+    ZoneType::ALL[..=zone as usize].iter().rev().copied()
+}

@@ -406,7 +406,10 @@ fn add_over_existing_regions_fills_only_the_gaps() {
     let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
     mb.reserve(3 * MIB, MIB).unwrap();
     mb.reserve(6 * MIB, MIB).unwrap();
-    assert_eq!(spans(mb.reserved()), [(3 * MIB, 4 * MIB), (6 * MIB, 7 * MIB)]);
+    assert_eq!(
+        spans(mb.reserved()),
+        [(3 * MIB, 4 * MIB), (6 * MIB, 7 * MIB)]
+    );
     mb.reserve(MIB, 8 * MIB).unwrap();
     assert_eq!(spans(mb.reserved()), [(MIB, 9 * MIB)]);
     assert_eq!(mb.reserved().total_bytes(), 8 * MIB);
@@ -422,6 +425,10 @@ fn add_over_existing_regions_fills_only_the_gaps() {
         .collect();
     assert_eq!(
         pieces,
-        [(0, 2 * MIB, 0), (2 * MIB, 3 * MIB, 1), (3 * MIB, 4 * MIB, 0)]
+        [
+            (0, 2 * MIB, 0),
+            (2 * MIB, 3 * MIB, 1),
+            (3 * MIB, 4 * MIB, 0)
+        ]
     );
 }

@@ -369,19 +369,13 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
 
     /// Merge `pfn`/`order` with free buddies and push the result. Every page
     /// of the block has `_refcount == 0` and the block lies in `range`.
-    fn merge_and_push(
-        &self,
-        zf: &mut ZoneFree,
-        range: PfnRange,
-        s: usize,
-        mut pfn: Pfn,
-        mut order: u32,
-    ) {
+    fn merge_and_push(&self, zf: &mut ZoneFree, range: PfnRange, mut pfn: Pfn, mut order: u32) {
         while order < MAX_ORDER {
             let buddy = pfn ^ (1 << order);
-            let same_zone =
-                range.contains(buddy) || self.range_of(buddy).is_some_and(|(_, bs)| bs == s);
-            if !same_zone {
+            // `new` merges adjacent ranges of one (node, zone), so a free
+            // buddy of this (node, zone) lies in `range`; one outside it is
+            // another zone's, or not wholly free memory.
+            if !range.contains(buddy) {
                 break;
             }
             // SAFETY: the buddy is managed by this (node, zone), so it is
@@ -408,7 +402,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             return;
         };
         let mut zf = self.zones[s].lock();
-        self.merge_and_push(&mut zf, range, s, pfn, order);
+        self.merge_and_push(&mut zf, range, pfn, order);
     }
 
     /// Allocate `1 << order` contiguous pages from (nid, zone); returns the
@@ -469,7 +463,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         if !ok {
             return Err(FreeError::NotAllocated { pfn });
         }
-        self.merge_and_push(&mut zf, range, s, pfn, order);
+        self.merge_and_push(&mut zf, range, pfn, order);
         Ok(())
     }
 

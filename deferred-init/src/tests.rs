@@ -1515,6 +1515,40 @@ fn buddies_of_different_nodes_never_merge() {
     }
 }
 
+/// The other side of `buddies_of_different_nodes_never_merge`: two managed
+/// ranges of the same (node, zone) that split one `MAX_ORDER` block (as the
+/// boot CPU's share and a deferred chunk may) merge into that block, freed
+/// either way round.
+#[test]
+fn buddies_in_adjacent_ranges_of_one_zone_merge() {
+    let base = 33 * S;
+    let mut mm = Memmap::new(VecBacking::new([33]));
+    for pfn in base..base + 1024 {
+        mm.page_mut(pfn)
+            .unwrap()
+            .init_single_page(pfn, ZoneType::Normal, 0);
+    }
+    let halves = [
+        managed(0, ZoneType::Normal, base, base + 512),
+        managed(0, ZoneType::Normal, base + 512, base + 1024),
+    ];
+    let buddy = BuddyAllocator::new(&mm, halves).unwrap();
+    for h in halves.iter().rev() {
+        // SAFETY: single-threaded; the pages were initialised above.
+        unsafe { buddy.free_initialised_range(h.pfns) }.unwrap();
+    }
+    assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 1);
+    assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, 9), 0);
+    for first in [0, 1] {
+        let a = buddy.alloc(0, ZoneType::Normal, 9).unwrap();
+        let b = buddy.alloc(0, ZoneType::Normal, 9).unwrap();
+        let (x, y) = if first == 0 { (a, b) } else { (b, a) };
+        buddy.free(x, 9).unwrap();
+        buddy.free(y, 9).unwrap();
+        assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 1);
+    }
+}
+
 /// The allocator's counters: free pages per (node, zone), per node over
 /// its zones and in total, and blocks per order, where an order above
 /// `MAX_ORDER` (no such list) has no blocks rather than a panic.

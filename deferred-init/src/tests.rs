@@ -21,7 +21,7 @@ const S: u64 = PAGES_PER_SECTION;
 pub(crate) const TEST_CPUS: usize = 16;
 
 /// `MEMBOOT_MUTATION_PROFILE=1`: the cheap profile of a cargo-mutants run
-/// (tests/mutants/deferred-init.md), which builds and tests hundreds of
+/// (README "Mutation testing"), which builds and tests hundreds of
 /// mutants. The race tests' loops stop after a tenth of their runs once
 /// they have seen their race, and the property tests run a quarter of their
 /// cases; a plain `cargo test` keeps full strength.
@@ -904,6 +904,11 @@ fn the_allocator_grows_only_through_its_source() {
     let mm = memmap_for(&ranges);
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
     let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    assert!(
+        !di.is_done() && !di.is_node_done(0),
+        "nothing processed yet"
+    );
+    assert!(di.is_node_done(5), "a node without deferred memory is done");
     let lists_only = PageAllocator::new(di.buddy(), None);
     assert_eq!(
         lists_only.alloc_pages(0, ZoneType::Normal, 0),
@@ -921,6 +926,20 @@ fn the_allocator_grows_only_through_its_source() {
         .unwrap();
     assert_eq!(a.growth_steps, 1);
     assert_eq!(di.pool_pages(), S - WINDOW_NR_PAGES);
+    // The step claimed the first block window, and only it.
+    let first = 33 * S;
+    for (pfn, claimed) in [
+        (first, true),
+        (first + WINDOW_NR_PAGES - 1, true),
+        (first + WINDOW_NR_PAGES, false),
+        (first + 5 * WINDOW_NR_PAGES + 3, false),
+        (34 * S - 1, false),
+    ] {
+        assert_eq!(di.is_claimed(0, pfn), claimed, "pfn {pfn:#x}");
+    }
+    assert!(!di.is_claimed(1, first), "no such node");
+    assert!(!di.is_claimed(0, 32 * S), "not deferred memory");
+    assert!(!di.is_done());
     // The pages growth freed are on the lists for every allocator.
     assert!(lists_only.alloc_pages(0, ZoneType::Normal, 0).is_ok());
 

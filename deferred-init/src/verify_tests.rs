@@ -958,3 +958,166 @@ fn selftest_errors_say_what_went_wrong() {
         assert_eq!(e.to_string(), text);
     }
 }
+
+/// The wording of verification's reports, the parts no failing boot above
+/// reaches: every head problem, a list that leaves its zone from the list
+/// head, a zone with untouched pages, a failure with more mismatches than
+/// it keeps, a node skipped by the self-test, and `check_all`'s failures.
+#[test]
+fn report_wording() {
+    let head = |problem| {
+        BuddyMismatch::ListedHead {
+            nid: 1,
+            zone: ZoneType::Normal,
+            pfn: 0x4000,
+            order: 3,
+            problem,
+            found: PageWords::default(),
+        }
+        .to_string()
+    };
+    for (problem, text) in [
+        (HeadProblem::NotBuddy, "not PageBuddy)"),
+        (HeadProblem::WrongOrder, "wrong order)"),
+        (HeadProblem::Misaligned, "not aligned to its order)"),
+        (HeadProblem::WrongLinks, "section/node/zone bits wrong)"),
+        (HeadProblem::Refcount, "wrong refcount)"),
+        (
+            HeadProblem::BrokenList {
+                expected_prev: 0x3ff8,
+            },
+            "lru.prev should be 0x3ff8)",
+        ),
+        (HeadProblem::Unbacked, "no struct-page backing)"),
+    ] {
+        let line = head(problem);
+        assert!(line.ends_with(text), "{line}");
+        assert!(
+            line.starts_with(
+                "verify: pfn 0x4000: expected head of a free order-3 block of node 1 zone Normal"
+            ),
+            "{line}"
+        );
+    }
+    let count = BuddyMismatch::BlockCount {
+        nid: 2,
+        zone: ZoneType::Dma32,
+        order: 4,
+        listed: 1,
+        scanned: 2,
+        counter: 3,
+    };
+    assert_eq!(
+        count.to_string(),
+        "verify: node 2 zone DMA32 order 4: 1 blocks listed, 2 heads in the page scan, list counter 3"
+    );
+    assert_eq!(
+        ListProblem::LeavesZone {
+            from: PFN_NONE,
+            to: 0x77
+        }
+        .to_string(),
+        "the list head points at pfn 0x77, outside the zone's memory"
+    );
+    assert_eq!(
+        ListProblem::LeavesZone {
+            from: 0x10,
+            to: 0x77
+        }
+        .to_string(),
+        "pfn 0x10's lru.next points at pfn 0x77, outside the zone's memory"
+    );
+
+    let zone = |untouched, untouched_reserved| ZoneSummary {
+        nid: 0,
+        zone: ZoneType::Normal,
+        present: 100,
+        initialised: 60,
+        expected_reserved: 5,
+        reserved: 5,
+        expected_free: 55,
+        free: 55,
+        buddy_free: 55,
+        listed_blocks: [0; NR_ORDERS],
+        untouched,
+        untouched_reserved,
+    };
+    assert!(!zone(0, 0).to_string().contains("untouched"));
+    assert!(
+        zone(40, 2)
+            .to_string()
+            .ends_with(", 40 untouched (2 of them reserved)"),
+        "{}",
+        zone(40, 2)
+    );
+
+    let failure = |nr_mismatches| BuddyFailure {
+        summary: BuddySummary {
+            zones: Vec::new(),
+            pages_checked: 0,
+            listed_blocks: 0,
+        },
+        mismatches: vec![count; 2],
+        nr_mismatches,
+    };
+    assert!(failure(2)
+        .to_string()
+        .ends_with("verify: FAILED, 2 mismatches"));
+    assert!(failure(9)
+        .to_string()
+        .ends_with("verify: FAILED, 9 mismatches (first 2 shown)"));
+
+    assert_eq!(
+        verify::NodeSelftest::NoFreePages(3).to_string(),
+        "verify: node 3: no free pages (all reserved): alloc/free self-test skipped"
+    );
+    let selftest = verify::CheckFailure::Selftest {
+        nid: 3,
+        error: SelftestError::NoFreeMemory { nid: 3 },
+    };
+    assert!(selftest.to_string().starts_with("node 3: "), "{selftest}");
+    assert!(verify::CheckFailure::Buddy(failure(2))
+        .to_string()
+        .ends_with("verify: FAILED, 2 mismatches"));
+}
+
+/// More head problems than a failure keeps: the first
+/// `MAX_RECORDED_MISMATCHES` are kept, every one is counted, and the report
+/// says how many it shows. (Scanned before the damage, so the heads are the
+/// only mismatches.)
+#[test]
+fn head_problems_past_the_cap_are_counted_not_kept() {
+    with_world(|w| {
+        let pages = w.scan_all();
+        let heads: Vec<Pfn> = w
+            .blocks()
+            .into_iter()
+            .filter(|&(_, _, _, order)| order >= 1)
+            .map(|(_, _, pfn, _)| pfn)
+            .take(MAX_RECORDED_MISMATCHES + 4)
+            .collect();
+        assert_eq!(heads.len(), MAX_RECORDED_MISMATCHES + 4);
+        for &pfn in &heads {
+            w.corrupt(pfn, StructPage::clear_buddy);
+        }
+        let f = w.verify(&pages).expect_err("damaged heads must fail");
+        assert_eq!(f.mismatches.len(), MAX_RECORDED_MISMATCHES);
+        // Each head counted (the damaged heads also make the list walk
+        // and the scan disagree on a count or two).
+        assert!(f.nr_mismatches >= heads.len() as u64, "{f}");
+        assert!(f.mismatches.iter().any(|m| matches!(
+            m,
+            BuddyMismatch::ListedHead {
+                problem: HeadProblem::NotBuddy,
+                ..
+            }
+        )));
+        assert!(
+            f.to_string().ends_with(&format!(
+                "verify: FAILED, {} mismatches (first {MAX_RECORDED_MISMATCHES} shown)",
+                f.nr_mismatches
+            )),
+            "{f}"
+        );
+    });
+}

@@ -1121,3 +1121,40 @@ fn head_problems_past_the_cap_are_counted_not_kept() {
         );
     });
 }
+
+/// A PageBuddy head whose block would cover memblock-reserved memory (or a
+/// hole) is refused at the head, whatever its pages look like: a free
+/// block must be wholly free memory of its node and zone.
+#[test]
+fn a_head_whose_block_covers_reserved_memory_is_refused() {
+    let base = NODE1_RSV & !((1 << MAX_ORDER) - 1);
+    assert!(base < NODE1_RSV, "the reserved page lies inside the block");
+    expect_detected(
+        |_| base,
+        |p| p.set_buddy(MAX_ORDER),
+        0,
+        Problem::BlockOutsideFree,
+    );
+    // Over the firmware hole below 1 MiB (DMA): pages 0x9f.. are a hole.
+    expect_detected(|_| 0x80, |p| p.set_buddy(7), 0, Problem::BlockOutsideFree);
+}
+
+/// Any of `mapping`, `index` and `memcg_data` set on a free or a
+/// reserved page is stray state (Linux leaves all three zero at init).
+#[test]
+fn stray_state_in_any_one_field_is_caught() {
+    // One field at a time, and two with equal values (which an xor of
+    // the fields would miss).
+    let fields: [fn(&mut StructPage); 5] = [
+        |p| p.mapping = 0x10,
+        |p| p.index = 0x20,
+        |p| p.memcg_data = 0x40,
+        |p| (p.mapping, p.index) = (0x10, 0x10),
+        |p| (p.index, p.memcg_data) = (0x20, 0x20),
+    ];
+    for set in fields {
+        // A free tail page, and a reserved one.
+        expect_detected(|w| a_max_order_head(w, 0) + 9, set, 0, Problem::StrayState);
+        expect_detected(|_| NODE1_RSV + 1, set, 0, Problem::StrayState);
+    }
+}

@@ -730,28 +730,31 @@ fn record_zone_mismatches<B: MemmapBacking>(
             scanned: zs.free,
         });
     }
-    if zs.initialised + zs.untouched != zs.present {
-        fail.record(BuddyMismatch::Initialised {
+    // The page totals: initialised (or untouched) = present, reserved as
+    // memblock says, free as expected.
+    let (present, initialised) = (zs.present, zs.initialised);
+    let (expected, reserved) = (zs.expected_reserved, zs.reserved);
+    let totals = [
+        (initialised + zs.untouched != present).then_some(BuddyMismatch::Initialised {
             nid,
             zone,
-            present: zs.present,
-            initialised: zs.initialised,
-        });
-    }
-    if zs.reserved + zs.untouched_reserved != zs.expected_reserved {
-        fail.record(BuddyMismatch::Reserved {
+            present,
+            initialised,
+        }),
+        (reserved + zs.untouched_reserved != expected).then_some(BuddyMismatch::Reserved {
             nid,
             zone,
-            expected: zs.expected_reserved,
-            found: zs.reserved,
-        });
-    }
-    if zs.free != zs.expected_free {
-        fail.record(BuddyMismatch::Free {
+            expected,
+            found: reserved,
+        }),
+        (zs.free != zs.expected_free).then_some(BuddyMismatch::Free {
             nid,
             zone,
             expected: zs.expected_free,
             found: zs.free,
-        });
+        }),
+    ];
+    for m in totals.into_iter().flatten() {
+        fail.record(m);
     }
 }

@@ -231,7 +231,8 @@ fn clean_boot_verifies_and_selftest_passes() {
             ((384 - 300) * MIB + 10 * MIB) >> 12
         );
         for nid in [0, 1] {
-            let rep = alloc_free_selftest(&w.di, w.mm, nid).unwrap_or_else(|e| panic!("{e}"));
+            let rep = alloc_free_selftest(w.di.buddy(), &w.di, w.mm, nid)
+                .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(rep.zone, [ZoneType::Dma32, ZoneType::Normal][nid as usize]);
             assert_eq!(rep.blocks.len(), 3);
             assert!(rep.to_string().starts_with("verify: node "), "{rep}");
@@ -339,7 +340,7 @@ fn a_max_order_head(w: &World<'_>, nid: NodeId) -> Pfn {
 fn check_all_runs_every_part_and_stops_at_the_first_failure() {
     with_world(|w| {
         let executor = ThreadExecutor::new(TEST_CPUS);
-        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, &w.di)
+        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(verified.pages_checked, w.scan_all().pages_checked);
         assert_eq!(verified.untouched_pages, 0, "the workers ran: no pool");
@@ -350,7 +351,7 @@ fn check_all_runs_every_part_and_stops_at_the_first_failure() {
             .iter()
             .all(|t| matches!(t, verify::NodeSelftest::Ran(_))));
         w.corrupt(NODE1_RSV + 3, |p| p.flags ^= 1 << NODES_PGSHIFT);
-        match verify::check_all(&executor, w.mm, w.mb, w.layout, &w.di) {
+        match verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di) {
             Err(verify::CheckFailure::Pages(pages)) => {
                 assert_eq!(pages.mismatches[0].pfn, NODE1_RSV + 3, "{pages}");
             }
@@ -745,7 +746,8 @@ fn selftest_skips_orders_the_zone_has_no_block_for() {
         while buddy.nr_free_blocks(1, ZoneType::Normal, MAX_ORDER) > 0 {
             held.push(buddy.alloc(1, ZoneType::Normal, MAX_ORDER).unwrap());
         }
-        let rep = alloc_free_selftest(&w.di, w.mm, 1).unwrap_or_else(|e| panic!("{e}"));
+        let rep =
+            alloc_free_selftest(w.di.buddy(), &w.di, w.mm, 1).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(rep.skipped, [MAX_ORDER]);
         let orders: Vec<u32> = rep.blocks.iter().map(|b| b.1).collect();
         assert_eq!(orders, [0, 3]);
@@ -757,7 +759,7 @@ fn selftest_skips_orders_the_zone_has_no_block_for() {
         for pfn in held {
             buddy.free(pfn, MAX_ORDER).unwrap();
         }
-        let rep = alloc_free_selftest(&w.di, w.mm, 1).unwrap();
+        let rep = alloc_free_selftest(w.di.buddy(), &w.di, w.mm, 1).unwrap();
         assert!(rep.skipped.is_empty(), "{rep}");
     });
 }
@@ -801,10 +803,15 @@ fn selftest_names_a_bad_page_of_an_allocated_block() {
         with_small_node(
             &free,
             |c| c(damaged, damage),
-            |di, mm| alloc_free_selftest(di, mm, 0),
+            |di, mm| alloc_free_selftest(di.buddy(), di, mm, 0),
         )
     };
-    let clean = with_small_node(&free, |_| {}, |di, mm| alloc_free_selftest(di, mm, 0)).unwrap();
+    let clean = with_small_node(
+        &free,
+        |_| {},
+        |di, mm| alloc_free_selftest(di.buddy(), di, mm, 0),
+    )
+    .unwrap();
     assert_eq!(clean.blocks, [(b, 0), (b + 8, 3)]);
     assert_eq!(clean.skipped, [MAX_ORDER]);
     assert_eq!(clean.free_pages, 16);
@@ -850,14 +857,14 @@ fn selftest_accepts_adjacent_blocks() {
     let before = with_small_node(
         &[PfnRange::new(x - 1, x + 8)],
         |_| {},
-        |di, mm| alloc_free_selftest(di, mm, 0),
+        |di, mm| alloc_free_selftest(di.buddy(), di, mm, 0),
     );
     assert_eq!(before.unwrap().blocks, [(x - 1, 0), (x, 3)]);
     // ... or starts where it ends.
     let after = with_small_node(
         &[PfnRange::new(x, x + 9)],
         |_| {},
-        |di, mm| alloc_free_selftest(di, mm, 0),
+        |di, mm| alloc_free_selftest(di.buddy(), di, mm, 0),
     );
     assert_eq!(after.unwrap().blocks, [(x + 8, 0), (x, 3)]);
 }
@@ -876,7 +883,7 @@ fn selftest_rejects_a_misaligned_block() {
             c(a, &|p| p.lru.next = a + 1);
             c(b, &|p| p.lru.next = b + 1);
         },
-        |di, mm| alloc_free_selftest(di, mm, 0),
+        |di, mm| alloc_free_selftest(di.buddy(), di, mm, 0),
     );
     match r {
         Err(SelftestError::Misaligned { pfn, order: 3 }) if pfn == a + 1 || pfn == b + 1 => {}

@@ -59,6 +59,7 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
+use crate::buddy::BuddyAllocator;
 use crate::run::{DeferredInit, Executor};
 
 mod lists;
@@ -137,14 +138,16 @@ impl fmt::Display for CheckFailure {
 /// page's struct page (on all of `executor`'s CPUs), then the free lists
 /// and per-zone counts with the untouched pool accounted from its claim
 /// counters, then the alloc/free self-test on every node that has free
-/// pages. Costs O(initialised pages + sections): untouched struct pages are
-/// never read. The preconditions are the module's: nothing allocates or
-/// frees meanwhile.
+/// pages. `buddy` is the page allocator's free lists, `di` the deferred
+/// init that frees into them and keeps the pool. Costs O(initialised
+/// pages and sections): untouched struct pages are never read. The
+/// preconditions are the module's: nothing allocates or frees meanwhile.
 pub fn check_all<B: MemmapBacking>(
     executor: &dyn Executor,
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    buddy: &BuddyAllocator<'_, B>,
     di: &DeferredInit<'_, B>,
 ) -> Result<Verified, CheckFailure> {
     let pool = PoolCheck::new(di);
@@ -152,11 +155,11 @@ pub fn check_all<B: MemmapBacking>(
     if !pages.is_ok() {
         return Err(CheckFailure::Pages(pages));
     }
-    let buddy = verify_buddy_with_pool(di.buddy(), memmap, layout, mb, &pages, &pool)
+    let summary = verify_buddy_with_pool(buddy, memmap, layout, mb, &pages, &pool)
         .map_err(CheckFailure::Buddy)?;
     let mut selftests = Vec::new();
     for node in layout.nodes() {
-        let expected_free: u64 = buddy
+        let expected_free: u64 = summary
             .zones
             .iter()
             .filter(|z| z.nid == node.nid)
@@ -166,17 +169,18 @@ pub fn check_all<B: MemmapBacking>(
             selftests.push(NodeSelftest::NoFreePages(node.nid));
             continue;
         }
-        let report =
-            alloc_free_selftest(di, memmap, node.nid).map_err(|error| CheckFailure::Selftest {
+        let report = alloc_free_selftest(buddy, di, memmap, node.nid).map_err(|error| {
+            CheckFailure::Selftest {
                 nid: node.nid,
                 error,
-            })?;
+            }
+        })?;
         selftests.push(NodeSelftest::Ran(report));
     }
     Ok(Verified {
         pages_checked: pages.pages_checked,
         untouched_pages: pool.pages(),
-        buddy,
+        buddy: summary,
         selftests,
     })
 }

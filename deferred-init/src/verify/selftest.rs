@@ -230,9 +230,11 @@ fn check_restored<B: MemmapBacking>(
 /// (no growth from the pool, so the counts below are exact), check them
 /// (distinct, aligned, pages of this node and zone, not PageBuddy, head
 /// refcount 1), free them, and check that the free-page count and the
-/// per-order block counts are back where they were. `memmap` must be the
-/// one `di` runs over. Nothing else may allocate from the zone meanwhile.
+/// per-order block counts are back where they were. `buddy` holds the free
+/// lists `di` frees into, over `memmap`; `di` says whether the node is
+/// quiescent. Nothing else may allocate from the zone meanwhile.
 pub fn alloc_free_selftest<B: MemmapBacking>(
+    buddy: &BuddyAllocator<'_, B>,
     di: &DeferredInit<'_, B>,
     memmap: &Memmap<B>,
     nid: NodeId,
@@ -240,7 +242,6 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
     if !di.is_node_quiescent(nid) {
         return Err(SelftestError::InFlight { nid });
     }
-    let buddy = di.buddy();
     let zone = ZoneType::ALL
         .iter()
         .rev()

@@ -114,5 +114,5 @@ pub fn run<M: VmemmapMapper>(
     s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
     s8_alloc_test::run(&cx, pages, &di, &layout)?;
     s9_pool::run(&cx, &di, &layout)?;
-    s10_verify::run(&cx, &memmap, &mb, &layout, &di, &outcome)
+    s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome)
 }

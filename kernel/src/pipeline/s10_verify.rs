@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use deferred_init::verify::check_all;
-use deferred_init::{faults, DeferredInit, Executor};
+use deferred_init::{faults, BuddyAllocator, DeferredInit, Executor, PageAllocator};
 use memmap::init::{EagerRange, InitOutcome};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
@@ -29,6 +29,7 @@ use super::seams::{log_lines, Log};
 /// mode has Linux state to check and `verify=off` was not given.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
+    pages: PageAllocator<'_, '_, B>,
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
@@ -58,7 +59,7 @@ pub fn run<B: MemmapBacking>(
     .map_err(PipelineError::TestFault)?;
     let (verdict, verify_ns) = cx.timed(Phase::Verify, || {
         check_eager(outcome)?;
-        verify(cx.executor, memmap, mb, layout, di, cx.log)
+        verify(cx.executor, memmap, mb, layout, pages.buddy(), di, cx.log)
     });
     cx.facts.record(|f| {
         f.verify = if verdict.is_ok() {
@@ -105,10 +106,11 @@ fn verify<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    buddy: &BuddyAllocator<'_, B>,
     di: &DeferredInit<'_, B>,
     log: &dyn Log,
 ) -> Result<Checked, VerifyError> {
-    let verified = check_all(executor, memmap, mb, layout, di).map_err(failed)?;
+    let verified = check_all(executor, memmap, mb, layout, buddy, di).map_err(failed)?;
     log_lines(log, &verified.buddy);
     for selftest in &verified.selftests {
         log.line(format_args!("{selftest}"));

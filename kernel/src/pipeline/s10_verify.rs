@@ -9,8 +9,8 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use deferred_init::verify::check_all;
-use deferred_init::{faults, BuddyAllocator, DeferredInit, Executor, PageAllocator};
+use deferred_init::verify::{check_all, Verified};
+use deferred_init::{faults, DeferredInit, PageAllocator};
 use memmap::init::{EagerRange, InitOutcome};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
@@ -59,7 +59,10 @@ pub fn run<B: MemmapBacking>(
     .map_err(PipelineError::TestFault)?;
     let (verdict, verify_ns) = cx.timed(Phase::Verify, || {
         check_eager(outcome)?;
-        verify(cx.executor, memmap, mb, layout, pages.buddy(), di, cx.log)
+        let verified =
+            check_all(cx.executor, memmap, mb, layout, pages.buddy(), di).map_err(failed)?;
+        log_verified(cx.log, &verified);
+        Ok(verified)
     });
     cx.facts.record(|f| {
         f.verify = if verdict.is_ok() {
@@ -69,8 +72,8 @@ pub fn run<B: MemmapBacking>(
         };
         f.verify_ns = verify_ns;
     });
-    let checked = verdict.map_err(PipelineError::Verify)?;
-    log_ok(cx.log, &checked, verify_ns);
+    let verified = verdict.map_err(PipelineError::Verify)?;
+    log_ok(cx.log, &verified, verify_ns);
     Ok(())
 }
 
@@ -92,38 +95,18 @@ fn failed(e: impl fmt::Display) -> VerifyError {
     }
 }
 
-/// What verification covered, for its closing line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Checked {
-    pub pages: u64,
-    pub untouched: u64,
-}
-
-/// Check everything (`deferred_init::verify::check_all`); print the
-/// per-zone lines and the self-test reports.
-fn verify<B: MemmapBacking>(
-    executor: &dyn Executor,
-    memmap: &Memmap<B>,
-    mb: &Memblock,
-    layout: &ZoneLayout,
-    buddy: &BuddyAllocator<'_, B>,
-    di: &DeferredInit<'_, B>,
-    log: &dyn Log,
-) -> Result<Checked, VerifyError> {
-    let verified = check_all(executor, memmap, mb, layout, buddy, di).map_err(failed)?;
+/// The per-zone lines and the self-test reports of a verification that
+/// passed.
+fn log_verified(log: &dyn Log, verified: &Verified) {
     log_lines(log, &verified.buddy);
     for selftest in &verified.selftests {
         log.line(format_args!("{selftest}"));
     }
-    Ok(Checked {
-        pages: verified.pages_checked,
-        untouched: verified.untouched_pages,
-    })
 }
 
 /// The closing line of a verification that passed.
-fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
-    if checked.untouched == 0 {
+fn log_ok(log: &dyn Log, verified: &Verified, verify_ns: u64) {
+    if verified.untouched_pages == 0 {
         log.line(format_args!(
             "verify: ok: every present page, the counts and the buddy lists checked in {} ms",
             verify_ns / 1_000_000
@@ -131,7 +114,7 @@ fn log_ok(log: &dyn Log, checked: &Checked, verify_ns: u64) {
     } else {
         log.line(format_args!(
             "verify: ok: {} initialised pages, the counts and the buddy lists checked, {} untouched pages accounted in the pool, in {} ms",
-            checked.pages, checked.untouched, verify_ns / 1_000_000
+            verified.pages_checked, verified.untouched_pages, verify_ns / 1_000_000
         ));
     }
 }

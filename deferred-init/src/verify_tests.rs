@@ -26,11 +26,17 @@ const S: u64 = PAGES_PER_SECTION;
 /// 10 MiB hole. Reserved: page 0, an unaligned range in node 0's deferred
 /// memory and one in node 1's.
 fn memblock() -> Memblock {
+    memblock_with(300 * MIB, 1)
+}
+
+/// [`memblock`] with node 0's memory ending at `node0_end` (bytes) and the
+/// memory of SRAT's second node numbered `node1`.
+fn memblock_with(node0_end: u64, node1: NodeId) -> Memblock {
     let (mut mb, mut report) = Memblock::from_firmware(
         [
             FirmwareEntry::new(0, 0x9fc00, Usable),
             FirmwareEntry::new(0x9fc00, 0x60400, Reserved),
-            FirmwareEntry::new(MIB, 300 * MIB - MIB, Usable),
+            FirmwareEntry::new(MIB, node0_end - MIB, Usable),
             FirmwareEntry::new(4 * GIB, 200 * MIB, Usable),
             FirmwareEntry::new(4 * GIB + 210 * MIB, 302 * MIB, Usable),
         ],
@@ -45,7 +51,7 @@ fn memblock() -> Memblock {
     mb.apply_affinity(
         [
             NodeAffinity::new(0, 4 * GIB, 0),
-            NodeAffinity::new(4 * GIB, 4 * GIB, 1),
+            NodeAffinity::new(4 * GIB, 4 * GIB, node1),
         ],
         &mut report,
     )
@@ -74,7 +80,16 @@ fn with_world_setup<R>(
     run_workers: bool,
     f: impl FnOnce(&World<'_>) -> R,
 ) -> R {
-    let mb = memblock();
+    with_world_on(memblock(), before_run, run_workers, f)
+}
+
+/// [`with_world_setup`] on the memory of `mb` (nodes 0 and 1).
+fn with_world_on<R>(
+    mb: Memblock,
+    before_run: impl FnOnce(&DeferredInit<'_, VecBacking>),
+    run_workers: bool,
+    f: impl FnOnce(&World<'_>) -> R,
+) -> R {
     let layout = ZoneLayout::new(&mb);
     let mut mm = Memmap::new(VecBacking::for_ranges(layout.present_section_ranges()));
     let pageblocks = PageblockMaps::new(&layout);
@@ -1164,4 +1179,295 @@ fn stray_state_in_any_one_field_is_caught() {
         expect_detected(|w| a_max_order_head(w, 0) + 9, set, 0, Problem::StrayState);
         expect_detected(|_| NODE1_RSV + 1, set, 0, Problem::StrayState);
     }
+}
+
+// ------------------------------------------- gaps found by cargo-mutants
+
+/// Node 0 reserved whole: `check_all` proves its free pages are 0 and
+/// skips its self-test, and runs node 1's; each node's expected free pages
+/// are its own zones' (not the other node's).
+#[test]
+fn check_all_skips_the_selftest_of_a_node_without_free_pages() {
+    let mut mb = memblock();
+    mb.reserve(0, 4 * GIB).unwrap();
+    with_world_on(
+        mb,
+        |_| {},
+        true,
+        |w| {
+            let executor = ThreadExecutor::new(TEST_CPUS);
+            let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(verified.selftests.len(), 2, "{:?}", verified.selftests);
+            assert_eq!(verified.selftests[0], verify::NodeSelftest::NoFreePages(0));
+            assert!(
+                matches!(&verified.selftests[1], verify::NodeSelftest::Ran(r) if r.nid == 1),
+                "{:?}",
+                verified.selftests[1]
+            );
+        },
+    );
+}
+
+/// A scan that misses part of the initialised memory while a pool holds
+/// the rest: the failure says how many pages it should have covered, the
+/// present sections' pages less the pool's.
+#[test]
+fn an_incomplete_scan_beside_a_pool_names_what_it_should_cover() {
+    with_world_setup(
+        |_| {},
+        false,
+        |w| {
+            let pool = PoolCheck::new(&w.di);
+            let first = pool.scan_ranges(w.layout)[0];
+            let pages = verify_scan_range(w.mm, w.mb, w.layout, first);
+            let f = verify_buddy_with_pool(w.di.buddy(), w.mm, w.layout, w.mb, &pages, &pool)
+                .expect_err("half a scan must fail");
+            let present: u64 = w
+                .layout
+                .present_section_ranges()
+                .iter()
+                .map(|r| r.nr_pages())
+                .sum();
+            assert!(w.di.pool_pages() > 0);
+            assert_eq!(
+                f.mismatches[0],
+                BuddyMismatch::ScanIncomplete {
+                    checked: first.pfns.nr_pages(),
+                    expected: present - w.di.pool_pages(),
+                }
+            );
+        },
+    );
+}
+
+/// The last block of a list unlinked and no longer a head: the list walk
+/// and the page scan agree on one block fewer, the list's counter does
+/// not, and that alone is a block-count mismatch.
+#[test]
+fn a_block_count_differing_only_from_the_counter_is_caught() {
+    with_world(|w| {
+        let blocks = w.blocks();
+        let (nid, zone, order) = blocks
+            .iter()
+            .map(|&(n, z, _, o)| (n, z, o))
+            .find(|&k| {
+                blocks
+                    .iter()
+                    .filter(|&&(n, z, _, o)| (n, z, o) == k)
+                    .count()
+                    >= 2
+            })
+            .expect("a list with two blocks");
+        let list: Vec<Pfn> = blocks
+            .iter()
+            .filter(|&&(n, z, _, o)| (n, z, o) == (nid, zone, order))
+            .map(|b| b.2)
+            .collect();
+        let n = list.len() as u64;
+        let (before_last, last) = (list[list.len() - 2], list[list.len() - 1]);
+        w.corrupt(before_last, |p| p.lru.next = crate::buddy::PFN_NONE);
+        w.corrupt(last, StructPage::clear_buddy);
+        let f = w.verify(&w.scan_all()).expect_err("must fail");
+        let expected = BuddyMismatch::BlockCount {
+            nid,
+            zone,
+            order,
+            listed: n - 1,
+            scanned: n - 1,
+            counter: n,
+        };
+        assert!(f.mismatches.contains(&expected), "{f}");
+    });
+}
+
+/// Each page problem has its own description (the report names what is
+/// wrong, not one word for all).
+#[test]
+fn every_page_problem_is_described_differently() {
+    let all = [
+        Problem::Unbacked,
+        Problem::UnlistedHole,
+        Problem::WrongLinks,
+        Problem::StrayState,
+        Problem::ReservedClear,
+        Problem::ReservedSet,
+        Problem::Refcount,
+        Problem::UnexpectedBuddy,
+        Problem::NotInBlock,
+        Problem::BadOrder,
+        Problem::Misaligned,
+        Problem::BlockOutsideFree,
+    ];
+    let texts: std::collections::BTreeSet<&str> = all.iter().map(|p| p.describe()).collect();
+    assert_eq!(texts.len(), all.len(), "{texts:?}");
+    assert!(texts.iter().all(|t| t.len() > 4), "{texts:?}");
+}
+
+/// The scan's zones are exactly those it saw pages of (from the fixture:
+/// node 0 DMA and DMA32, node 1 Normal); an empty result has none.
+#[test]
+fn a_scan_lists_exactly_the_zones_it_saw() {
+    with_world(|w| {
+        let empty = PageCheck::new(w.layout);
+        assert_eq!(empty.zones().count(), 0);
+        let pages = w.scan_all();
+        let seen: Vec<(NodeId, ZoneType)> = pages.zones().map(|z| (z.nid, z.zone)).collect();
+        assert_eq!(
+            seen,
+            [
+                (0, ZoneType::Dma),
+                (0, ZoneType::Dma32),
+                (1, ZoneType::Normal)
+            ]
+        );
+        assert!(pages.zone(0, ZoneType::Normal).is_none());
+        assert!(pages.zone(1, ZoneType::Dma32).is_none());
+    });
+}
+
+/// Merging a scan of more nodes into a result sized for fewer grows it:
+/// nothing of the larger scan is lost.
+#[test]
+fn merging_a_scan_of_more_nodes_keeps_all_of_it() {
+    let (node0_only, _) = Memblock::from_firmware(
+        [FirmwareEntry::new(MIB, 300 * MIB - MIB, Usable)],
+        MemblockConfig::default(),
+    )
+    .unwrap();
+    let small = ZoneLayout::new(&node0_only);
+    with_world(|w| {
+        let mut merged = PageCheck::new(&small);
+        merged.merge(w.scan_all());
+        assert_eq!(merged, w.scan_all());
+        assert!(merged.zone(1, ZoneType::Normal).is_some());
+    });
+}
+
+/// A scan whose memblock numbers node 1's memory as node 3 (a node the
+/// layout's result was not sized for) counts it there, every memory page
+/// with wrong node links.
+#[test]
+fn a_scan_counts_memory_of_a_node_the_layout_lacks() {
+    let renumbered = memblock_with(300 * MIB, 3);
+    with_world(|w| {
+        let node1 = *w.layout.present_section_ranges().last().unwrap();
+        let pages = verify_pages(w.mm, &renumbered, w.layout, node1);
+        let memory = ((200 + 302) * MIB) >> 12;
+        let z = pages.zone(3, ZoneType::Normal).expect("node 3 counted");
+        assert_eq!((z.memory_pages, z.initialised), (memory, 0));
+        assert_eq!(pages.nr_mismatches, memory);
+        assert!(pages
+            .mismatches
+            .iter()
+            .all(|m| m.problem == Problem::WrongLinks));
+    });
+}
+
+/// One scan (no merge) keeps exactly the first `MAX_RECORDED_MISMATCHES`
+/// mismatches and counts all of them.
+#[test]
+fn one_scan_keeps_the_first_mismatches_and_counts_all() {
+    with_world(|w| {
+        let head = a_max_order_head(w, 1);
+        for i in 0..40 {
+            w.corrupt(head + 1 + i, |p| p.refcount = 2);
+        }
+        let one = w.scan(PfnRange::new(head, head + (1 << MAX_ORDER)));
+        assert_eq!(one.nr_mismatches, 40);
+        assert_eq!(one.mismatches.len(), MAX_RECORDED_MISMATCHES);
+    });
+}
+
+/// The scan's last line: no verdict when clean, `FAILED:` with any
+/// mismatch, and "(first N shown)" only when some were not kept.
+#[test]
+fn the_scan_report_ends_with_its_verdict() {
+    with_world(|w| {
+        let clean = w.scan_all();
+        let text = clean.to_string();
+        assert!(
+            text.ends_with(&format!(
+                "\nverify: {} pages checked, 0 mismatches",
+                clean.pages_checked
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("FAILED"), "{text}");
+        w.corrupt(a_max_order_head(w, 1) + 5, |p| p.refcount = 2);
+        let one = w.scan_all();
+        let text = one.to_string();
+        assert!(
+            text.ends_with(&format!(
+                "\nverify: FAILED: {} pages checked, 1 mismatches",
+                one.pages_checked
+            )),
+            "{text}"
+        );
+    });
+}
+
+/// Memory memblock no longer has, which the layout still counts as
+/// memory: not a hole listed in any unavailable range, so its pages are
+/// refused as unlisted holes (not taken for the next listed hole).
+#[test]
+fn memory_gone_from_memblock_is_an_unlisted_hole() {
+    let larger = ZoneLayout::new(&memblock_with(310 * MIB, 1));
+    with_world(|w| {
+        let gone = PfnRange::new((300 * MIB) >> 12, (310 * MIB) >> 12);
+        let pages = verify_pages(w.mm, w.mb, &larger, gone);
+        assert_eq!(pages.nr_mismatches, gone.nr_pages(), "{pages}");
+        assert!(pages
+            .mismatches
+            .iter()
+            .all(|m| m.problem == Problem::UnlistedHole));
+        assert_eq!(pages.mismatches[0].pfn, gone.start);
+    });
+}
+
+/// A free block may span two memblock regions of its node that merely
+/// differ in flags (here the upper one is hotpluggable): it is one block
+/// of free memory, and the scan accepts it.
+#[test]
+fn a_free_block_across_two_adjacent_regions_is_valid() {
+    let split = 4 * GIB + 102 * MIB; // inside the 4 MiB block at 4 GiB + 100 MiB
+    let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+    mb.add(0, 0x9f000, 0).unwrap();
+    mb.add(MIB, 300 * MIB - MIB, 0).unwrap();
+    mb.add(4 * GIB, split - 4 * GIB, 1).unwrap();
+    mb.add_with_flags(
+        split,
+        4 * GIB + 200 * MIB - split,
+        1,
+        memmap::memblock::RegionFlags::HOTPLUG,
+    )
+    .unwrap();
+    mb.reserve(0, 0x1000).unwrap();
+    assert_eq!(mb.memory().len(), 4, "the regions at {split:#x} stay apart");
+    with_world_on(
+        mb,
+        |_| {},
+        true,
+        |w| {
+            let head = (4 * GIB + 100 * MIB) >> 12;
+            assert!(w.blocks().contains(&(1, ZoneType::Normal, head, MAX_ORDER)));
+            let pages = w.scan_all();
+            assert!(pages.is_ok(), "{pages}");
+            w.verify(&pages).unwrap_or_else(|e| panic!("{e}"));
+        },
+    );
+}
+
+/// A present section without struct-page backing: every one of its pages
+/// is checked, and each is a mismatch.
+#[test]
+fn every_page_of_an_unbacked_section_is_checked() {
+    with_world(|w| {
+        let unbacked: Memmap<VecBacking> = Memmap::new(VecBacking::for_ranges(&[]));
+        let node1 = *w.layout.present_section_ranges().last().unwrap();
+        let pages = verify_pages(&unbacked, w.mb, w.layout, node1);
+        assert_eq!(pages.pages_checked, node1.nr_pages());
+        assert_eq!(pages.nr_mismatches, node1.nr_pages());
+        assert_eq!(pages.mismatches[0].problem, Problem::Unbacked);
+    });
 }

@@ -440,7 +440,7 @@ pub fn verify_buddy<B: MemmapBacking>(
     mb: &Memblock,
     pages: &PageCheck,
 ) -> Result<BuddySummary, BuddyFailure> {
-    verify_buddy_with_pool(buddy, memmap, layout, mb, pages, &PoolCheck::empty())
+    verify_buddy_with_pool(buddy, memmap, layout, mb, pages, &PoolCheck::default())
 }
 
 /// [`verify_buddy`] when part of the memory is still in an untouched pool:
@@ -485,17 +485,11 @@ pub fn verify_buddy_with_pool<B: MemmapBacking>(
         fail.record(*m);
     }
 
-    let walk = walk_free_lists(buddy, memmap, pool);
-    fail.summary.listed_blocks = walk.listed.iter().flatten().sum();
-    for m in walk.head_problems {
-        fail.record(m);
-    }
-    fail.nr_mismatches += walk
-        .nr_head_problems
-        .saturating_sub(MAX_RECORDED_MISMATCHES as u64);
+    let listed = walk_free_lists(buddy, memmap, pool, &mut fail);
+    fail.summary.listed_blocks = listed.iter().flatten().sum();
 
     // Every (nid, zone) that the layout, the scan or the lists know.
-    let nr_slots = walk.listed.len().max(pages.zones.len()).max(
+    let nr_slots = listed.len().max(pages.zones.len()).max(
         layout
             .zones()
             .iter()
@@ -509,7 +503,7 @@ pub fn verify_buddy_with_pool<B: MemmapBacking>(
             .get(s)
             .copied()
             .unwrap_or_else(|| ZoneCheck::empty(s));
-        let lists = walk.listed.get(s).copied().unwrap_or([0; NR_ORDERS]);
+        let lists = listed.get(s).copied().unwrap_or([0; NR_ORDERS]);
         check_zone(s, &scan, lists, buddy, layout, mb, pool, &mut fail);
     }
     if fail.nr_mismatches == 0 {
@@ -519,39 +513,29 @@ pub fn verify_buddy_with_pool<B: MemmapBacking>(
     }
 }
 
-/// What one walk of the free lists found: blocks per (node, zone) slot and
-/// order, and the listed heads that are wrong.
-struct ListWalk {
-    listed: Vec<[u64; NR_ORDERS]>,
-    head_problems: Vec<BuddyMismatch>,
-    nr_head_problems: u64,
-}
-
-/// Walk every free list once, counting blocks and checking each head's
-/// struct page, without reading struct pages that lie in the pool and
-/// without following links out of a head that is not a proper one.
+/// Walk every free list once, counting blocks per (node, zone) slot and
+/// order and recording each listed head that is wrong in `fail`, without
+/// reading struct pages that lie in the pool and without following links
+/// out of a head that is not a proper one.
 fn walk_free_lists<B: MemmapBacking>(
     buddy: &BuddyAllocator<'_, B>,
     memmap: &Memmap<B>,
     pool: &PoolCheck,
-) -> ListWalk {
-    let mut walk = ListWalk {
-        listed: alloc::vec![[0; NR_ORDERS]; buddy.nr_slots()],
-        head_problems: Vec::new(),
-        nr_head_problems: 0,
-    };
-    for s in 0..buddy.nr_slots() {
+    fail: &mut BuddyFailure,
+) -> Vec<[u64; NR_ORDERS]> {
+    let mut listed = alloc::vec![[0; NR_ORDERS]; buddy.nr_slots()];
+    for (s, listed) in listed.iter_mut().enumerate() {
         let (nid, zone) = slot_key(s);
         for order in 0..=MAX_ORDER {
             let mut expected_prev = PFN_NONE;
             let end = buddy.walk_free_list(nid, zone, order, |pfn| {
-                walk.listed[s][order as usize] += 1;
+                listed[order as usize] += 1;
                 let problem =
                     listed_head_problem(memmap, pool, nid, zone, pfn, order, expected_prev);
                 expected_prev = pfn;
                 let ok = problem.is_none();
                 if let Some(m) = problem {
-                    walk.record(m);
+                    fail.record(m);
                 }
                 ok
             });
@@ -562,7 +546,7 @@ fn walk_free_lists<B: MemmapBacking>(
                 ListEnd::TooShort { walked } => Some(ListProblem::TooShort { walked }),
             };
             if let Some(problem) = link {
-                walk.record(BuddyMismatch::List {
+                fail.record(BuddyMismatch::List {
                     nid,
                     zone,
                     order,
@@ -571,16 +555,7 @@ fn walk_free_lists<B: MemmapBacking>(
             }
         }
     }
-    walk
-}
-
-impl ListWalk {
-    fn record(&mut self, m: BuddyMismatch) {
-        self.nr_head_problems += 1;
-        if self.head_problems.len() < MAX_RECORDED_MISMATCHES {
-            self.head_problems.push(m);
-        }
-    }
+    listed
 }
 
 /// What is wrong with listed block `pfn`, if anything: it lies in the pool
@@ -661,11 +636,9 @@ fn check_zone<B: MemmapBacking>(
 ) {
     let (nid, zone) = slot_key(s);
     let counter = buddy.nr_free_pages(nid, zone);
-    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
     let Some(info) = layout.zone(nid, zone) else {
-        let pages = scan.memory_pages + scan.holes + counter + listed_pages;
-        if pages > 0 {
-            fail.record(BuddyMismatch::UnknownZone { nid, zone, pages });
+        if let Some(m) = unknown_zone(nid, zone, scan, counter, &lists) {
+            fail.record(m);
         }
         return;
     };
@@ -691,9 +664,34 @@ fn check_zone<B: MemmapBacking>(
         untouched_reserved,
     };
     record_zone_mismatches(&zs, &scan.heads, buddy, fail);
-    if info.present_pages > 0 || !scan.is_empty() || counter > 0 {
+    if is_reported(info.present_pages, scan, counter) {
         fail.summary.zones.push(zs);
     }
+}
+
+/// Pages in blocks of `lists` (blocks per order).
+fn listed_pages(lists: &[u64; NR_ORDERS]) -> u64 {
+    lists.iter().enumerate().map(|(o, &n)| n << o).sum()
+}
+
+/// The mismatch of a (node, zone) the layout does not have, if anything
+/// counted pages for it: the scan (memory or holes), the allocator's
+/// counter or its lists.
+fn unknown_zone(
+    nid: NodeId,
+    zone: ZoneType,
+    scan: &ZoneCheck,
+    counter: u64,
+    lists: &[u64; NR_ORDERS],
+) -> Option<BuddyMismatch> {
+    let pages = scan.memory_pages + scan.holes + counter + listed_pages(lists);
+    (pages > 0).then_some(BuddyMismatch::UnknownZone { nid, zone, pages })
+}
+
+/// Does a zone of the layout get a summary line? When it has present pages,
+/// or the scan or the allocator found any.
+fn is_reported(present_pages: u64, scan: &ZoneCheck, counter: u64) -> bool {
+    present_pages > 0 || !scan.is_empty() || counter > 0
 }
 
 /// The comparisons behind [`check_zone`]: per order, the lists, the scan's
@@ -720,7 +718,7 @@ fn record_zone_mismatches<B: MemmapBacking>(
             });
         }
     }
-    let listed_pages: u64 = lists.iter().enumerate().map(|(o, &n)| n << o).sum();
+    let listed_pages = listed_pages(&lists);
     if zs.buddy_free != zs.free || zs.buddy_free != listed_pages {
         fail.record(BuddyMismatch::FreePages {
             nid,
@@ -756,5 +754,68 @@ fn record_zone_mismatches<B: MemmapBacking>(
     ];
     for m in totals.into_iter().flatten() {
         fail.record(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(memory_pages: u64, holes: u64) -> ZoneCheck {
+        ZoneCheck {
+            memory_pages,
+            holes,
+            ..ZoneCheck::empty(slot(1, ZoneType::Normal))
+        }
+    }
+
+    /// Every source of pages counts, each once: 1 memory + 2 hole pages, 4
+    /// on the counter, and listed blocks of 8 order-0 and 1 order-4 page
+    /// (16 pages) sum to 31; nothing at all is no mismatch.
+    #[test]
+    fn an_unknown_zone_reports_every_page_counted_for_it() {
+        let mut lists = [0; NR_ORDERS];
+        lists[0] = 8;
+        lists[4] = 1;
+        assert_eq!(
+            unknown_zone(1, ZoneType::Normal, &scan(1, 2), 4, &lists),
+            Some(BuddyMismatch::UnknownZone {
+                nid: 1,
+                zone: ZoneType::Normal,
+                pages: 1 + 2 + 4 + 8 + 16
+            })
+        );
+        for (s, counter, lists) in [
+            (scan(1, 0), 0, [0; NR_ORDERS]),
+            (scan(0, 1), 0, [0; NR_ORDERS]),
+            (scan(0, 0), 1, [0; NR_ORDERS]),
+        ] {
+            assert!(unknown_zone(1, ZoneType::Normal, &s, counter, &lists).is_some());
+        }
+        let mut one_block = [0; NR_ORDERS];
+        one_block[MAX_ORDER as usize] = 1;
+        assert_eq!(
+            unknown_zone(1, ZoneType::Normal, &scan(0, 0), 0, &one_block),
+            Some(BuddyMismatch::UnknownZone {
+                nid: 1,
+                zone: ZoneType::Normal,
+                pages: 1 << MAX_ORDER
+            })
+        );
+        assert_eq!(
+            unknown_zone(1, ZoneType::Normal, &scan(0, 0), 0, &[0; NR_ORDERS]),
+            None
+        );
+    }
+
+    /// A zone gets a summary line if any one of present pages, scanned
+    /// pages (memory or holes) or free pages on the counter is non-zero.
+    #[test]
+    fn a_zone_is_reported_when_anything_counted_it() {
+        assert!(!is_reported(0, &scan(0, 0), 0));
+        assert!(is_reported(3, &scan(0, 0), 0));
+        assert!(is_reported(0, &scan(2, 0), 0));
+        assert!(is_reported(0, &scan(0, 2), 0));
+        assert!(is_reported(0, &scan(0, 0), 5));
     }
 }

@@ -15,7 +15,8 @@ use super::{BuddyMismatch, ScanRange};
 /// The untouched pool as verification sees it, built in O(chunks) from the
 /// claim counters without reading a struct page: which PFNs must not be
 /// scanned, how many pages of each zone are in it, and whether the claims
-/// add up.
+/// add up. `PoolCheck::default()` is no pool: every present page must be
+/// initialised.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PoolCheck {
     /// Pool PFN ranges, ascending, merged.
@@ -27,11 +28,6 @@ pub struct PoolCheck {
 }
 
 impl PoolCheck {
-    /// No pool: every present page must be initialised.
-    pub fn empty() -> Self {
-        Self::default()
-    }
-
     /// The pool of `di`, and its claims accounting. Nothing may claim
     /// meanwhile.
     pub fn new<B: MemmapBacking>(di: &DeferredInit<'_, B>) -> Self {

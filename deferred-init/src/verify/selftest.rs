@@ -303,3 +303,89 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
         free_pages: free_before,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use memmap::store::VecBacking;
+
+    use super::*;
+    use crate::host::{StdClock, ThreadExecutor};
+    use crate::plan::{DeferredPlan, PlanOptions};
+    use crate::run::InitMode;
+    use crate::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
+
+    /// A block overlapping an earlier one from either side, or containing
+    /// it, is refused before any page is read; a block next to it is not
+    /// (it then fails on its missing struct pages instead: the memmap
+    /// backs nothing).
+    #[test]
+    fn an_allocated_block_overlapping_an_earlier_one_is_refused() {
+        let mm: Memmap<VecBacking> = memmap_for(&[]);
+        let check = |pfn, order, earlier: &[(Pfn, u32)]| {
+            check_allocated(&mm, 0, ZoneType::Normal, pfn, order, earlier)
+        };
+        // The new block is [16, 24).
+        for (q, o) in [(20, 2), (16, 0), (23, 0), (8, 4), (0, 5), (12, 3)] {
+            assert_eq!(
+                check(16, 3, &[(q, o)]),
+                Err(SelftestError::Overlap {
+                    pfn: 16,
+                    order: 3,
+                    other: q
+                }),
+                "earlier block {q}+{}",
+                1u64 << o
+            );
+        }
+        for (q, o) in [(8, 3), (24, 3), (15, 0), (24, 0), (32, 4)] {
+            assert!(
+                matches!(
+                    check(16, 3, &[(q, o)]),
+                    Err(SelftestError::BadPage { pfn: 16, .. })
+                ),
+                "earlier block {q}+{} does not overlap",
+                1u64 << o
+            );
+        }
+    }
+
+    /// After the self-test, the zone's free pages and its blocks of every
+    /// order must be what they were before; any difference is an error.
+    #[test]
+    fn free_lists_not_restored_are_an_error() {
+        let base = 1 << 20; // 4 GiB: zone Normal
+        let ranges = [dr(0, base, base + 2048)];
+        let mm = memmap_for(&ranges);
+        let plan =
+            DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
+        let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+        di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
+            .unwrap();
+        let buddy = di.buddy();
+        let mut blocks = [0; NR_ORDERS];
+        blocks[MAX_ORDER as usize] = 2;
+        let restored = |free, blocks: &[u64; NR_ORDERS]| {
+            check_restored(buddy, 0, ZoneType::Normal, free, blocks)
+        };
+        assert_eq!(restored(2048, &blocks), Ok(()));
+        assert_eq!(
+            restored(2047, &blocks),
+            Err(SelftestError::FreeCount {
+                stage: "after freeing",
+                expected: 2047,
+                found: 2048
+            })
+        );
+        let mut fewer = blocks;
+        fewer[MAX_ORDER as usize] = 1;
+        fewer[MAX_ORDER as usize - 1] = 2;
+        assert_eq!(
+            restored(2048, &fewer),
+            Err(SelftestError::BlockCounts {
+                order: MAX_ORDER - 1,
+                before: 2,
+                after: 0
+            })
+        );
+    }
+}

@@ -1,13 +1,16 @@
 //! Building the per-node work plan: chunks and worker assignments.
 //!
 //! # Chunks
-//! Each node's deferred ranges are cut at section boundaries and at the
-//! boundaries of reserved ranges into [`Piece`]s (a piece lies in one section
-//! and one zone, and is either wholly reserved or wholly free). Consecutive
-//! pieces of the same `sections_per_chunk`-aligned group of sections form one
-//! chunk, the unit workers claim. With the default of one section per chunk
-//! this is Linux's `padata` setting for `deferred_init_memmap`
-//! (`align = min_chunk = PAGES_PER_SECTION`).
+//! Each node's deferred ranges are cut at the boundaries of
+//! `sections_per_chunk`-aligned groups of sections and of reserved ranges
+//! into [`Piece`]s (a piece lies in one group and one zone, and is either
+//! wholly reserved or wholly free). Consecutive pieces of one group and
+//! one zone form a chunk, the unit workers claim. With the default of one
+//! section per chunk this is Linux's `padata` setting for
+//! `deferred_init_memmap` (`align = min_chunk = PAGES_PER_SECTION`). With
+//! more (`memmap=ondemand` uses [`PlanOptions::WHOLE_ZONES`]) a node's
+//! chunks and pieces are as few as its zones, memory ranges and
+//! reservations: the plan costs O(ranges), not O(sections).
 //!
 //! Why section alignment: a 128 MiB section is 2 MiB of struct pages (one
 //! vmemmap huge page), so chunks never share a cache line or huge page of
@@ -53,6 +56,12 @@ pub struct PlanOptions {
     pub max_threads_per_node: Option<usize>,
     /// Sections per claimable chunk (≥ 1). Linux uses 1 as its minimum.
     pub sections_per_chunk: u32,
+}
+
+impl PlanOptions {
+    /// `sections_per_chunk` for one chunk per zone of a node's memory
+    /// (a group larger than any physical address space).
+    pub const WHOLE_ZONES: u32 = u32::MAX;
 }
 
 impl Default for PlanOptions {
@@ -151,16 +160,11 @@ impl NodePlan {
             nr: ((end - base) / WINDOW_NR_PAGES) as u32,
         }
     }
-    /// The zone a chunk serves: the highest zone of its pieces. A chunk can
-    /// only hold two zones if it groups sections across a zone boundary
-    /// (`sections_per_chunk` > 1); all its memory can then serve requests
-    /// of the higher zone (Linux's fallback order), not of the lower one.
+    /// The zone of a chunk's pieces (a chunk never holds two zones).
     pub fn chunk_zone(&self, chunk: usize) -> ZoneType {
         self.chunk_pieces(chunk)
-            .iter()
-            .map(|p| p.zone)
-            .max()
-            .unwrap_or(ZoneType::Dma)
+            .first()
+            .map_or(ZoneType::Dma, |p| p.zone)
     }
     /// The chunks whose zone ([`chunk_zone`](Self::chunk_zone)) is `zone`:
     /// one contiguous run, since pieces are sorted by PFN and zones by PFN
@@ -286,6 +290,22 @@ impl fmt::Display for PlanError {
             ),
         }
     }
+}
+
+/// `range` cut at the boundaries of `sections_per_chunk`-aligned groups of
+/// sections, ascending (with 1, at section boundaries).
+fn group_pieces(range: PfnRange, sections_per_chunk: u32) -> impl Iterator<Item = PfnRange> {
+    let group_nr_pages = memmap::PAGES_PER_SECTION.saturating_mul(sections_per_chunk as u64);
+    let mut start = range.start;
+    core::iter::from_fn(move || {
+        if start >= range.end {
+            return None;
+        }
+        let group_end = (start / group_nr_pages + 1).saturating_mul(group_nr_pages);
+        let piece = PfnRange::new(start, group_end.min(range.end));
+        start = piece.end;
+        Some(piece)
+    })
 }
 
 /// Sort and merge overlapping or adjacent ranges, dropping empty ones.
@@ -445,7 +465,7 @@ impl DeferredPlan {
         let (mut nr_pages, mut nr_reserved_pages) = (0, 0);
         for r in sorted.iter().filter(|r| r.nid == nid) {
             nr_pages += r.pfns.nr_pages();
-            for sp in r.pfns.section_pieces() {
+            for sp in group_pieces(r.pfns, sections_per_chunk) {
                 // First reserved range that ends after the piece starts.
                 let mut i = reserved.partition_point(|res| res.end <= sp.start);
                 let mut at = sp.start;
@@ -468,7 +488,13 @@ impl DeferredPlan {
                 }
             }
         }
-        let group = |p: &Piece| pfn_to_section_nr(p.pfns.start) / sections_per_chunk as u64;
+        // A chunk is one group of sections, and one zone of it.
+        let group = |p: &Piece| {
+            (
+                pfn_to_section_nr(p.pfns.start) / sections_per_chunk as u64,
+                p.zone,
+            )
+        };
         let mut chunk_bounds = alloc::vec![0u32];
         for i in 1..pieces.len() {
             if group(&pieces[i]) != group(&pieces[i - 1]) {

@@ -255,8 +255,8 @@ pub struct Claim {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkInits {
     pub nid: NodeId,
-    /// The section the chunk starts in.
-    pub section_nr: u64,
+    /// The PFNs of the chunk's block windows.
+    pub windows: PfnRange,
     pub nr_windows: u32,
     /// Windows handed out by claims.
     pub claimed: u32,
@@ -729,7 +729,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                     let windows = plan.chunk_windows(c);
                     ChunkInits {
                         nid: plan.nid(),
-                        section_nr: pfn_to_section_nr(windows.base),
+                        windows: windows.from(0),
                         nr_windows: windows.nr,
                         claimed: rt.next[c].load(Ordering::Acquire).min(windows.nr),
                         initialised: rt.initialised[c].load(Ordering::Acquire),

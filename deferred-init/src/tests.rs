@@ -368,6 +368,8 @@ fn multi_section_chunks_complete() {
     let mut sc = two_nodes_with_holes();
     sc.opts.sections_per_chunk = 2;
     run_scenario(&sc, 3);
+    sc.opts.sections_per_chunk = PlanOptions::WHOLE_ZONES;
+    run_scenario(&sc, 3);
 }
 
 /// A worker claims one section (32 windows) at a time, as Linux's padata
@@ -705,13 +707,27 @@ fn plan_chunks_are_section_aligned_and_cover_ranges_once() {
             .count() as u64;
         assert_eq!(node.nr_reserved_pages(), nr_res);
     }
-    // Node 0 spans sections 0, 1, 2, 32, 33: five chunks.
-    assert_eq!(plan.node(0).unwrap().nr_chunks(), 5);
+    // Node 0 spans sections 0 (DMA and DMA32: a chunk each), 1, 2, 32,
+    // 33: six chunks.
+    assert_eq!(plan.node(0).unwrap().nr_chunks(), 6);
     let mut sc2 = two_nodes_with_holes();
     sc2.opts.sections_per_chunk = 2;
     let plan2 = DeferredPlan::new(&sc2.ranges, &sc2.reserved, &sc2.node_cpus, sc2.opts).unwrap();
-    // Section pairs {0,1}, {2}, {32,33}.
-    assert_eq!(plan2.node(0).unwrap().nr_chunks(), 3);
+    // Section pairs {0,1} (its DMA and its DMA32 part), {2}, {32,33}.
+    assert_eq!(plan2.node(0).unwrap().nr_chunks(), 4);
+    // One chunk per zone: node 0's DMA, DMA32 and Normal, node 1's Normal.
+    let mut whole = two_nodes_with_holes();
+    whole.opts.sections_per_chunk = PlanOptions::WHOLE_ZONES;
+    let plan3 =
+        DeferredPlan::new(&whole.ranges, &whole.reserved, &whole.node_cpus, whole.opts).unwrap();
+    let zones = |nid| {
+        let n = plan3.node(nid).unwrap();
+        (0..n.nr_chunks())
+            .map(|c| n.chunk_zone(c))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(zones(0), [ZoneType::Dma, ZoneType::Dma32, ZoneType::Normal]);
+    assert_eq!(zones(1), [ZoneType::Normal]);
 }
 
 #[test]

@@ -574,18 +574,21 @@ fn double_init_is_caught_by_the_init_counter() {
             assert_eq!(doubled.len(), 1, "{doubled:?}");
             let c = doubled[0];
             assert_eq!(c.initialised, c.claimed + 1);
-            assert_eq!(c.section_nr, memmap::pfn_to_section_nr(doubled_pfn));
+            assert!(c.windows.contains(doubled_pfn), "{c:?}");
             let f = w
                 .verify_with_pool()
                 .expect_err("verification must catch it");
             assert!(f.mismatches.contains(&BuddyMismatch::WindowInits {
                 nid: c.nid,
-                section_nr: c.section_nr,
+                windows: c.windows,
                 claimed: c.claimed,
                 initialised: c.initialised,
             }));
             let text = f.to_string();
-            let want = format!("verify: node {} section {}: ", c.nid, c.section_nr);
+            let want = format!(
+                "verify: node {} chunk {:#x}..{:#x}: ",
+                c.nid, c.windows.start, c.windows.end
+            );
             assert!(
                 text.contains(&want) && text.contains("initialised twice"),
                 "{text}"

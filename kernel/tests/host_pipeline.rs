@@ -460,11 +460,26 @@ fn every_test_fault_is_caught_by_verification() {
             u64::from_str_radix(&digits, 16).unwrap()
         };
         let text = format!("{err}");
+        if fault == TestFault::DoubleInit {
+            // The chunk (a section with workers, a zone of the node with a
+            // pool) whose windows hold the doubled window is named.
+            let pfn = hex("pfn 0x");
+            let named = text.lines().filter_map(|l| {
+                let range = l.split(" chunk ").nth(1)?.split(':').next()?;
+                let (a, b) = range.split_once("..")?;
+                let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+                Some((hex(a)?, hex(b)?))
+            });
+            assert!(
+                named.into_iter().any(|(a, b)| a <= pfn && pfn < b),
+                "{what}: no chunk holding pfn {pfn:#x} in\n{text}\n{damaged}"
+            );
+            continue;
+        }
         let needle = match fault {
             TestFault::CorruptPage => format!("verify: pfn {:#x}: ", hex("pfn 0x")),
             TestFault::ListCorrupt => format!("verify: pfn {:#x}: ", hex("at pfn 0x")),
             TestFault::PoolOverlap => format!("block {:#x} lies in untouched pool", hex("pfn 0x")),
-            TestFault::DoubleInit => format!(" section {}: ", hex("pfn 0x") >> 15),
             _ => unreachable!(),
         };
         assert!(

@@ -11,7 +11,7 @@ use memmap::memblock::Memblock;
 use memmap::page::StructPage;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
-use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
+use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use crate::buddy::{slot, slot_key, BuddyAllocator, ListEnd, NR_ORDERS, PFN_NONE};
 
@@ -250,7 +250,7 @@ pub enum BuddyMismatch {
     /// they were claimed: some window twice (or one never).
     WindowInits {
         nid: NodeId,
-        section_nr: u64,
+        windows: PfnRange,
         claimed: u32,
         initialised: u32,
     },
@@ -372,12 +372,14 @@ impl fmt::Display for BuddyMismatch {
             ),
             BuddyMismatch::WindowInits {
                 nid,
-                section_nr,
+                windows,
                 claimed,
                 initialised,
             } => write!(
                 f,
-                "verify: node {nid} section {section_nr}: {claimed} block windows claimed, but the init path ran {initialised} times: {}",
+                "verify: node {nid} chunk {:#x}..{:#x}: {claimed} block windows claimed, but the init path ran {initialised} times: {}",
+                windows.start,
+                windows.end,
                 if initialised > claimed {
                     "a window was initialised twice"
                 } else {

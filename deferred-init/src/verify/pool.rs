@@ -56,7 +56,7 @@ impl PoolCheck {
         for c in di.chunk_inits().filter(|c| c.claimed != c.initialised) {
             pool.problems.push(BuddyMismatch::WindowInits {
                 nid: c.nid,
-                section_nr: c.section_nr,
+                windows: c.windows,
                 claimed: c.claimed,
                 initialised: c.initialised,
             });

@@ -19,6 +19,7 @@ use crate::options::TestFault;
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
+use super::mode::Deferral;
 
 /// What stage 5 hands on: the plan, and the free lists the pipeline owns
 /// (deferred init and every allocating stage borrow them).
@@ -36,9 +37,16 @@ pub fn run<'m, B: MemmapBacking>(
     outcome: &InitOutcome,
     layout: &ZoneLayout,
 ) -> Result<Handoff<'m, B>, PipelineError> {
+    // Workers claim a section at a time from section chunks, as Linux's
+    // padata jobs; a pool only needs one claim cursor per zone of a node,
+    // so its plan costs O(memory ranges), not O(sections).
+    let sections_per_chunk = match cx.mode.deferral {
+        Deferral::Workers => PlanOptions::default().sections_per_chunk,
+        Deferral::Pool => PlanOptions::WHOLE_ZONES,
+    };
     let plan_opts = PlanOptions {
         max_threads_per_node: cx.opts.threads_per_node.map(|n| n as usize),
-        ..PlanOptions::default()
+        sections_per_chunk,
     };
     let node_cpus = node_cpus(layout, cx.cpu_nodes);
     let reserved: Vec<PfnRange> = mb.reserved_pfn_ranges().collect();

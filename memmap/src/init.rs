@@ -19,6 +19,10 @@
 //!   starts at the first section-aligned present PFN after more than
 //!   `PAGES_PER_SECTION` pages have been initialised in that zone. The rest
 //!   is returned as [`DeferredRange`]s for `deferred-init`.
+//! * [`Strategy::OnDemand`]: nothing eagerly (as FreeBSD's lazy
+//!   `vm_phys` init): every memory page is returned as a [`DeferredRange`],
+//!   for an allocator that initialises a block window the first time it
+//!   needs one. Only holes and their bookkeeping are written at boot.
 //!
 //! All three then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised
@@ -51,16 +55,23 @@ pub enum Strategy {
     PerPfn,
     Regions,
     Deferred,
+    OnDemand,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 3] = [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred];
+    pub const ALL: [Strategy; 4] = [
+        Strategy::PerPfn,
+        Strategy::Regions,
+        Strategy::Deferred,
+        Strategy::OnDemand,
+    ];
     /// The strategy's name, as the `memmap=` kernel option spells it.
     pub const fn name(self) -> &'static str {
         match self {
             Strategy::PerPfn => "perpfn",
             Strategy::Regions => "regions",
             Strategy::Deferred => "deferred",
+            Strategy::OnDemand => "ondemand",
         }
     }
 }
@@ -357,6 +368,16 @@ pub fn init_memmap<B: MemmapBacking>(
             out.stats.deferred_pages = split.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
             out.eager = split.eager;
             out.deferred = split.deferred;
+        }
+        Strategy::OnDemand => {
+            out.deferred = region_pieces(mb, layout)
+                .map(|piece| DeferredRange {
+                    nid: piece.nid,
+                    zone: piece.zone,
+                    pfns: piece.pfns,
+                })
+                .collect();
+            out.stats.deferred_pages = out.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
         }
     }
     if strategy != Strategy::PerPfn {
@@ -661,11 +682,11 @@ mod tests {
 
     #[test]
     fn strategy_names_are_the_memmap_option_values() {
-        // The kernel parses `memmap=perpfn|regions|deferred` and prints the
+        // The kernel parses `memmap=perpfn|regions|deferred|ondemand` and prints the
         // strategy with Display: both must be these exact words.
         let shown: Vec<String> = Strategy::ALL.iter().map(|s| s.to_string()).collect();
-        assert_eq!(shown, ["perpfn", "regions", "deferred"]);
+        assert_eq!(shown, ["perpfn", "regions", "deferred", "ondemand"]);
         let named: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(named, ["perpfn", "regions", "deferred"]);
+        assert_eq!(named, ["perpfn", "regions", "deferred", "ondemand"]);
     }
 }

@@ -525,7 +525,7 @@ proptest! {
             prop_assert_eq!(out.stats.eager_pages + out.stats.deferred_pages, mb.memory().total_pages());
             prop_assert_eq!(out.stats.hole_pages, layout.hole_pages());
             results.push((snapshot(&mm), pageblock_bits(&pb, &layout), out.clone()));
-            if strategy == InitStrategy::Deferred {
+            if matches!(strategy, InitStrategy::Deferred | InitStrategy::OnDemand) {
                 // Untouched exactly on deferred pages.
                 for d in &out.deferred {
                     for pfn in d.pfns.start..d.pfns.end {
@@ -534,7 +534,7 @@ proptest! {
                 }
                 // Eager pages equal the Regions result.
                 let regions = &results[1].0;
-                let snap = &results[2].0;
+                let snap = &results[results.len() - 1].0;
                 let mut idx = 0usize;
                 for nr in mm.backing().section_nrs() {
                     for off in 0..PAGES_PER_SECTION {
@@ -558,6 +558,10 @@ proptest! {
         prop_assert_eq!(&results[0].1, &results[1].1);
         prop_assert!(results[3].0 == results[1].0, "Deferred + workers and Regions differ");
         prop_assert_eq!(&results[3].1, &results[1].1);
+        // OnDemand leaves every memory page; with them done, it is Regions.
+        prop_assert_eq!(results[4].2.stats.eager_pages, 0);
+        prop_assert!(results[5].0 == results[1].0, "OnDemand + workers and Regions differ");
+        prop_assert_eq!(&results[5].1, &results[1].1);
         prop_assert_eq!(results[0].2.stats, results[1].2.stats);
         // Every page of a present section was written (no zero page left).
         prop_assert!(results[1].0.iter().all(|p| p.refcount == 1));

@@ -37,7 +37,7 @@ fn assert_ondemand(b: &Boot, nodes: u64) {
         b.firmware_ram_pages(),
         "present pages from the logged map"
     );
-    // Allocatable as soon as the eager part is handed over.
+    // Allocatable as soon as the pool is handed over.
     let allocatable = b.summary_u64("allocatable_ns");
     assert!(allocatable > 0 && allocatable < b.summary_u64("total_ns"));
     // Pool: what neither the boot CPU nor allocations nor drains touched.

@@ -56,7 +56,7 @@ impl ModePlan {
             ),
             MemmapMode::Touch => (EagerWork::Touch, InitMode::Touch, Deferral::Workers),
             MemmapMode::OnDemand => (
-                EagerWork::Strategy(Strategy::Deferred),
+                EagerWork::Strategy(Strategy::OnDemand),
                 InitMode::InitAndFree,
                 Deferral::Pool,
             ),

@@ -55,8 +55,9 @@
 //!   keeps the counter in one static that restarts whenever the zone
 //!   changes; with each node's highest-zone memory contiguous, as in every
 //!   map here, that is one count per node.) `regions` and `perpfn`
-//!   initialise everything eagerly; `touch` and `ondemand` use the same
-//!   split as `deferred`.
+//!   initialise everything eagerly; `touch` uses the same split as
+//!   `deferred`; `ondemand` initialises no memory page eagerly (every
+//!   present page goes to the pool; holes are still written).
 //! - **holes** (`init_unavailable_range()`): every non-present page of a
 //!   present section below the end of the last present section gets a
 //!   reserved struct page; Linux attributes it to the zone and node of the
@@ -168,7 +169,7 @@ impl Mode {
     }
     /// The boot CPU leaves the highest zone's tail to others.
     fn splits(self) -> bool {
-        matches!(self, Mode::Deferred | Mode::Touch | Mode::OnDemand)
+        matches!(self, Mode::Deferred | Mode::Touch)
     }
 }
 
@@ -368,7 +369,9 @@ impl Model {
             z.holes += std::mem::take(&mut pending_holes);
             last_present = Some((nid, zone));
             let highest = nodes[&nid].highest_zone;
-            let eager = if !map.mode.splits() || zone != highest {
+            let eager = if map.mode == Mode::OnDemand {
+                false
+            } else if !map.mode.splits() || zone != highest {
                 true
             } else {
                 let (count, started) = deferral.entry(nid).or_insert((0, false));
@@ -943,11 +946,17 @@ mod tests {
         // 1 GiB: the highest zone is DMA32, from 16 MiB. The first aligned
         // PFN, 128 MiB, has only 28672 of its pages before it; 256 MiB has
         // enough, so everything below it but the hole is eager.
-        let m = map(&[(0, 0x9fc00), (MIB, GIB)], Mode::OnDemand);
+        let m = map(&[(0, 0x9fc00), (MIB, GIB)], Mode::Deferred);
         let f = Model::compute(&m, Walk::EveryPfn).facts();
         let dma = 0x9f + (16 * MIB - MIB) / PAGE_SIZE;
         assert_eq!(f.low_zone_pages, dma);
         assert_eq!(f.eager_pages, 2 * SECTION_PAGES - 0x61);
+        assert_eq!(f, Model::compute(&m, Walk::Runs).facts());
+        // ondemand defers every present page.
+        let m = map(&[(0, 0x9fc00), (MIB, GIB)], Mode::OnDemand);
+        let f = Model::compute(&m, Walk::EveryPfn).facts();
+        assert_eq!(f.eager_pages, 0);
+        assert_eq!(f.deferred_pages, f.present_pages);
         assert_eq!(f, Model::compute(&m, Walk::Runs).facts());
     }
 

@@ -252,13 +252,11 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             {
                 return Err(BuddyError::RangeCrossesZone { range: *m });
             }
-            for section_nr in pfn_to_section_nr(m.pfns.start)..=pfn_to_section_nr(m.pfns.end - 1) {
-                if !memmap.has_pfn(memmap::section_nr_to_pfn(section_nr)) {
-                    return Err(BuddyError::SectionNotBacked {
-                        section_nr,
-                        range: *m,
-                    });
-                }
+            if let Some(section_nr) = memmap.first_unbacked_section(m.pfns) {
+                return Err(BuddyError::SectionNotBacked {
+                    section_nr,
+                    range: *m,
+                });
             }
         }
         for w in v.windows(2) {

@@ -25,6 +25,15 @@ pub unsafe trait MemmapBacking: Sync {
     /// The struct page of the first PFN of `section_nr`, or `None` when the
     /// section is not backed.
     fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>>;
+
+    /// The first section of `section_nrs` that is not backed, if any. A
+    /// backing that keeps a set of sections answers in fewer steps than one
+    /// [`section_ptr`](Self::section_ptr) per section.
+    fn first_unbacked(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
+        section_nrs
+            .into_iter()
+            .find(|&nr| self.section_ptr(nr).is_none())
+    }
 }
 
 /// PFN-indexed access to struct pages over a [`MemmapBacking`].
@@ -44,6 +53,15 @@ impl<B: MemmapBacking> Memmap<B> {
     /// Is the section holding `pfn` backed?
     pub fn has_pfn(&self, pfn: u64) -> bool {
         self.backing.section_ptr(pfn_to_section_nr(pfn)).is_some()
+    }
+
+    /// The first section holding a PFN of `range` that is not backed, if any.
+    pub fn first_unbacked_section(&self, range: PfnRange) -> Option<u64> {
+        if range.is_empty() {
+            return None;
+        }
+        self.backing
+            .first_unbacked(pfn_to_section_nr(range.start)..pfn_to_section_nr(range.end - 1) + 1)
     }
 
     /// Pointer to the first page of `range`, checking that the range lies in
@@ -144,6 +162,10 @@ unsafe impl MemmapBacking for VmemmapBacking {
         }
         NonNull::new(self.area.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
     }
+
+    fn first_unbacked(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
+        self.mapped.first_missing(section_nrs)
+    }
 }
 
 // SAFETY: the backing holds addresses only; access discipline is the
@@ -178,6 +200,23 @@ impl SectionSet {
         self.words
             .get((section_nr / 64) as usize)
             .is_some_and(|w| w & (1 << (section_nr % 64)) != 0)
+    }
+    /// The first section of `section_nrs` not in the set, if any: a word
+    /// (64 sections) at a time.
+    pub fn first_missing(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
+        let mut nr = section_nrs.start;
+        while nr < section_nrs.end {
+            let bit = nr % 64;
+            let word = self.words.get((nr / 64) as usize).copied().unwrap_or(0);
+            // The bits of this word from `nr` on that are missing.
+            let missing = !word >> bit;
+            if missing != 0 {
+                let first = nr + missing.trailing_zeros() as u64;
+                return (first < section_nrs.end).then_some(first);
+            }
+            nr += 64 - bit;
+        }
+        None
     }
     /// Number of sections in the set.
     pub fn len(&self) -> u64 {
@@ -264,6 +303,23 @@ impl Drop for VecBacking {
 mod tests {
     use super::*;
     use crate::ZoneType;
+
+    /// `first_missing` against a section-by-section search, over a set
+    /// with full words, empty words, single bits and word edges, for every
+    /// range inside and past it.
+    #[test]
+    fn first_missing_equals_the_first_section_not_contained() {
+        let mut set = SectionSet::new();
+        for nr in (0..64).chain(70..71).chain(127..200).chain(255..257) {
+            set.insert(nr);
+        }
+        for start in 0..300 {
+            for end in start..300 {
+                let naive = (start..end).find(|&nr| !set.contains(nr));
+                assert_eq!(set.first_missing(start..end), naive, "{start}..{end}");
+            }
+        }
+    }
 
     #[test]
     fn section_set_counts_each_section_once() {

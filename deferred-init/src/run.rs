@@ -491,18 +491,18 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                 return None;
             }
             let nr = plan.chunk_windows(chunk).nr;
-            let next = &rt.next[chunk];
-            // Cheap check first so exhausted chunks are not bumped further.
-            if next.load(Ordering::Relaxed) < nr {
-                let w = next.fetch_add(k, Ordering::AcqRel);
-                if w < nr {
-                    return Some(Claim {
-                        chunk,
-                        windows: w..(w + k).min(nr),
-                        zone,
-                    });
-                }
+            // An exhausted chunk's counter runs past its end by at most one
+            // failed claim per claimant before the cursor leaves it (readers
+            // clip it to the chunk's windows).
+            let w = rt.next[chunk].fetch_add(k, Ordering::AcqRel);
+            if w < nr {
+                return Some(Claim {
+                    chunk,
+                    windows: w..(w + k).min(nr),
+                    zone,
+                });
             }
+            // A failed exchange means another claimant moved the cursor on.
             let _ = cursor.compare_exchange(chunk, chunk + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }

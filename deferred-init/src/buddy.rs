@@ -39,7 +39,7 @@ use core::fmt;
 
 use memmap::page::{ListHead, StructPage, MAX_NUMNODES};
 use memmap::store::{Memmap, MemmapBacking};
-use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
+use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use spin::Mutex;
 

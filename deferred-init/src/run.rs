@@ -74,7 +74,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 
 use memmap::page::StructPage;
 use memmap::store::{Memmap, MemmapBacking};
-use memmap::{pfn_to_section_nr, NodeId, Pfn, PfnRange, ZoneType};
+use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::buddy::{for_each_max_block, BuddyAllocator, BuddyError, NR_ZONES};
 use crate::page_alloc::{Grow, PageAllocator};
@@ -307,10 +307,10 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     ) -> Result<Self, DeferredInitError> {
         for node in plan.nodes() {
             for p in node.pieces() {
-                if !memmap.has_pfn(p.pfns.start) {
+                if let Some(section_nr) = memmap.first_unbacked_section(p.pfns) {
                     return Err(DeferredInitError::SectionNotBacked {
                         nid: node.nid(),
-                        section_nr: pfn_to_section_nr(p.pfns.start),
+                        section_nr,
                     });
                 }
             }

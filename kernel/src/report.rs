@@ -227,6 +227,7 @@ pub fn write_summary<W: Write>(
     o.u64("grow_step_p50_ns", a.growth.p50_ns)?;
     o.u64("grow_step_p99_ns", a.growth.p99_ns)?;
     o.u64("grow_step_max_ns", a.growth.max_ns)?;
+    o.u64("vmemmap_sections_mapped", mm.vmemmap_sections_mapped)?;
     o.end()
 }
 
@@ -353,7 +354,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 54] = [
+    const CONTRACT_KEYS: [&str; 55] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -408,6 +409,7 @@ mod tests {
         "grow_step_p50_ns",
         "grow_step_p99_ns",
         "grow_step_max_ns",
+        "vmemmap_sections_mapped",
     ];
 
     #[test]

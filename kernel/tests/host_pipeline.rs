@@ -139,8 +139,14 @@ fn checked_model(fx: &Fixture) -> Model {
         model.present_sections * common::model::SECTION_PAGES
     );
     let mut mapper = HostMapper::new();
-    let (backing, vstats) = s3_vmemmap::populate(&mut mb, &mut mapper).unwrap();
-    drop(backing);
+    let vstats = if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
+        let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
+        let (backing, vstats) = sections.reserve(&mut mb).unwrap();
+        assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
+        vstats
+    } else {
+        s3_vmemmap::populate(&mut mb, &mut mapper).unwrap().1
+    };
     assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
     assert_eq!(
         vstats.table_frames, model.table_frames,
@@ -374,13 +380,21 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     assert_eq!(mm.verify, VerifyOutcome::Ok);
     assert_eq!(mm.nr_nodes, 16);
     // Growth: at most what the allocation test allocated, plus one window
-    // per CPU and node that was mid-claim when the lists ran dry.
+    // per CPU and node that was mid-claim when the lists ran dry, plus the
+    // windows holding memblock-reserved pages (the model's reservations).
     let window_pages = 1024;
     let slack = window_pages * fx.input.cpu_nodes.len() as u64 * 16;
+    let mut reserved_windows: Vec<u64> = model
+        .reserved
+        .iter()
+        .flat_map(|&(start, end)| start / window_pages..end.div_ceil(window_pages))
+        .collect();
+    reserved_windows.dedup();
+    let reserved_slack = window_pages * reserved_windows.len() as u64;
     assert!(mm.alloc_test.allocated_pages > 0);
     assert!(
-        mm.grown_pages <= mm.alloc_test.allocated_pages + slack,
-        "grown {} > allocated {} + {slack}",
+        mm.grown_pages <= mm.alloc_test.allocated_pages + slack + reserved_slack,
+        "grown {} > allocated {} + {slack} + {reserved_slack}",
         mm.grown_pages,
         mm.alloc_test.allocated_pages
     );
@@ -396,8 +410,18 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     );
     assert!(
         mm.vmemmap_bytes == 512 << 30,
-        "the whole 512 GiB memmap is mapped"
+        "the whole 512 GiB memmap is reserved"
     );
+    // Mapped on first use: the sections of the holes and of the grown
+    // windows, each once (the mapper counts its own mappings), and a
+    // page-table page only where one was new.
+    let (mapped, tables) = mapper.counts();
+    assert_eq!(mapped, mm.vmemmap_sections_mapped);
+    assert!(
+        0 < mapped && mapped <= 64 + mm.grown_pages / window_pages,
+        "{mapped} sections mapped"
+    );
+    assert!(tables <= model.table_frames, "{tables} page-table pages");
     assert!(lines.iter().any(|l| l.starts_with("ondemand: ")));
 }
 

@@ -154,19 +154,28 @@ impl VmemmapRange {
 /// `Memblock::alloc(SECTION_MEMMAP_BYTES, SECTION_MEMMAP_BYTES, Some(nid))`
 /// per section).
 pub fn vmemmap_backing_ranges(mb: &Memblock, vmemmap: &Vmemmap) -> Vec<VmemmapRange> {
+    // Per memory region, the sections it starts (a section belongs to the
+    // node of the lowest region touching it, as in `present_sections`):
+    // O(regions), not O(sections).
     let mut out: Vec<VmemmapRange> = Vec::new();
-    for s in present_sections(mb) {
-        let virt = vmemmap.base + s.section_nr * SECTION_MEMMAP_BYTES;
+    let mut next_unseen = 0u64;
+    for (pfns, nid) in mb.mem_pfn_ranges(None) {
+        let first = pfn_to_section_nr(pfns.start).max(next_unseen);
+        let end = pfn_to_section_nr(pfns.end - 1) + 1;
+        next_unseen = next_unseen.max(end);
+        if first >= end {
+            continue;
+        }
         match out.last_mut() {
-            Some(last) if last.nid == s.nid && last.section_nrs.end == s.section_nr => {
-                last.section_nrs.end += 1;
-                last.virt_end += SECTION_MEMMAP_BYTES;
+            Some(last) if last.nid == nid && last.section_nrs.end == first => {
+                last.section_nrs.end = end;
+                last.virt_end = vmemmap.base + end * SECTION_MEMMAP_BYTES;
             }
             _ => out.push(VmemmapRange {
-                nid: s.nid,
-                section_nrs: s.section_nr..s.section_nr + 1,
-                virt_start: virt,
-                virt_end: virt + SECTION_MEMMAP_BYTES,
+                nid,
+                section_nrs: first..end,
+                virt_start: vmemmap.base + first * SECTION_MEMMAP_BYTES,
+                virt_end: vmemmap.base + end * SECTION_MEMMAP_BYTES,
             }),
         }
     }

@@ -8,6 +8,7 @@
 
 use alloc::vec::Vec;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::page::StructPage;
 use crate::sections::Vmemmap;
@@ -50,9 +51,11 @@ impl<B: MemmapBacking> Memmap<B> {
         &self.backing
     }
 
-    /// Is the section holding `pfn` backed?
+    /// Is the section holding `pfn` backed (or, lazily, can it be)? Maps
+    /// nothing.
     pub fn has_pfn(&self, pfn: u64) -> bool {
-        self.backing.section_ptr(pfn_to_section_nr(pfn)).is_some()
+        let nr = pfn_to_section_nr(pfn);
+        self.backing.first_unbacked(nr..nr + 1).is_none()
     }
 
     /// The first section holding a PFN of `range` that is not backed, if any.
@@ -123,14 +126,40 @@ impl<B: MemmapBacking> Memmap<B> {
     }
 }
 
+/// Maps one section's struct pages the first time they are needed (a lazy
+/// vmemmap, see [`VmemmapBacking::new_lazy`]).
+///
+/// # Safety
+/// Once `populate(nr)` has returned `true`, the 2 MiB of struct pages of
+/// section `nr` at its address in the backing's area must be valid for
+/// reads and writes and used for nothing else for as long as the backing
+/// lives. `populate` may be called from several CPUs at once, and for a
+/// section that is already mapped (it must then return `true` and change
+/// nothing).
+pub unsafe trait SectionPopulator: Sync {
+    fn populate(&self, section_nr: u64) -> bool;
+}
+
+/// The sections a lazy backing may map, what it has mapped, and who maps.
+struct LazySections {
+    /// Sections that may be populated on first use.
+    allowed: SectionSet,
+    /// One bit per section of `allowed`: populated (set with `Release`
+    /// after the populator returned).
+    populated: Vec<AtomicU64>,
+    nr_populated: AtomicU64,
+    populator: NonNull<dyn SectionPopulator>,
+}
+
 /// Struct pages in a virtual area laid out like Linux's vmemmap (the page
 /// of PFN `p` at `area.base() + p * 64`), of which only the sections in a
-/// [`SectionSet`] are mapped. The kernel maps them with 2 MiB pages; the host
-/// reserves the whole area lazily (`MAP_NORESERVE`), so in both cases only
-/// the struct pages actually written cost memory.
+/// [`SectionSet`] are mapped, either all at once before the backing is
+/// made ([`new`](Self::new)) or each the first time one of its struct
+/// pages is asked for ([`new_lazy`](Self::new_lazy)).
 pub struct VmemmapBacking {
     area: Vmemmap,
     mapped: SectionSet,
+    lazy: Option<LazySections>,
 }
 
 impl VmemmapBacking {
@@ -139,32 +168,103 @@ impl VmemmapBacking {
     /// `area.page_addr(section_nr_to_pfn(nr))` must be valid for reads and
     /// writes and used for nothing else for as long as the backing lives.
     pub unsafe fn new(area: Vmemmap, mapped: SectionSet) -> Self {
-        Self { area, mapped }
+        Self {
+            area,
+            mapped,
+            lazy: None,
+        }
+    }
+
+    /// A backing whose sections of `allowed` are mapped by `populator` the
+    /// first time [`section_ptr`](MemmapBacking::section_ptr) asks for one:
+    /// boot maps nothing, and a section nobody reads costs nothing.
+    ///
+    /// # Safety
+    /// `populator` must outlive the backing, and map each section of
+    /// `allowed` at `area.page_addr(section_nr_to_pfn(nr))` (its trait's
+    /// contract).
+    pub unsafe fn new_lazy(
+        area: Vmemmap,
+        allowed: SectionSet,
+        populator: &dyn SectionPopulator,
+    ) -> Self {
+        let words = allowed.words.len();
+        // SAFETY: only the lifetime is erased; the caller guarantees the
+        // populator outlives the backing, which is the only user.
+        let populator: NonNull<dyn SectionPopulator> =
+            unsafe { core::mem::transmute(NonNull::from(populator)) };
+        Self {
+            area,
+            mapped: SectionSet::new(),
+            lazy: Some(LazySections {
+                allowed,
+                populated: (0..words).map(|_| AtomicU64::new(0)).collect(),
+                nr_populated: AtomicU64::new(0),
+                populator,
+            }),
+        }
     }
 
     pub fn area(&self) -> Vmemmap {
         self.area
     }
 
+    /// The sections that are, or (lazily) may be, mapped.
     pub fn mapped(&self) -> &SectionSet {
-        &self.mapped
+        self.lazy.as_ref().map_or(&self.mapped, |l| &l.allowed)
+    }
+
+    /// Sections a lazy backing has mapped so far (all of
+    /// [`mapped`](Self::mapped) for an eager one).
+    pub fn nr_populated(&self) -> u64 {
+        self.lazy.as_ref().map_or(self.mapped.len(), |l| {
+            l.nr_populated.load(Ordering::Acquire)
+        })
+    }
+
+    /// Is `section_nr` mapped, mapping it first if it is lazy and allowed?
+    fn ensure_mapped(&self, section_nr: u64) -> bool {
+        let Some(lazy) = &self.lazy else {
+            return self.mapped.contains(section_nr);
+        };
+        if !lazy.allowed.contains(section_nr) {
+            return false;
+        }
+        let word = &lazy.populated[(section_nr / 64) as usize];
+        let bit = 1u64 << (section_nr % 64);
+        if word.load(Ordering::Acquire) & bit != 0 {
+            return true;
+        }
+        // SAFETY: new_lazy's caller keeps the populator alive as long as
+        // the backing.
+        let populator = unsafe { lazy.populator.as_ref() };
+        if !populator.populate(section_nr) {
+            return false;
+        }
+        if word.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            lazy.nr_populated.fetch_add(1, Ordering::AcqRel);
+        }
+        true
     }
 }
 
-// SAFETY: pointers are returned only for sections in `mapped`, which `new`'s
-// caller promised are valid, exclusive 2 MiB blocks; sections are 2 MiB
-// apart in the area, so they never overlap, and the address of a section
-// never changes.
+// SAFETY: pointers are returned only for sections that are mapped: those
+// in `mapped`, which `new`'s caller promised are valid, exclusive 2 MiB
+// blocks, or those a lazy backing's populator returned `true` for, which
+// its contract makes the same; sections are 2 MiB apart in the area, so
+// they never overlap, and the address of a section never changes.
 unsafe impl MemmapBacking for VmemmapBacking {
     fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
-        if !self.mapped.contains(section_nr) {
+        if !self.ensure_mapped(section_nr) {
             return None;
         }
         NonNull::new(self.area.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
     }
 
+    /// Without mapping anything: the sections a lazy backing may map count
+    /// as backed.
     fn first_unbacked(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
-        self.mapped.first_missing(section_nrs)
+        self.mapped().first_missing(section_nrs)
     }
 }
 
@@ -200,6 +300,26 @@ impl SectionSet {
         self.words
             .get((section_nr / 64) as usize)
             .is_some_and(|w| w & (1 << (section_nr % 64)) != 0)
+    }
+    /// Insert every section of `section_nrs`, a word at a time.
+    pub fn insert_range(&mut self, section_nrs: core::ops::Range<u64>) {
+        let mut nr = section_nrs.start;
+        while nr < section_nrs.end {
+            let bit = nr % 64;
+            let n = (64 - bit).min(section_nrs.end - nr);
+            let mask = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << bit
+            };
+            let word = (nr / 64) as usize;
+            if word >= self.words.len() {
+                self.words.resize(word + 1, 0);
+            }
+            self.len += (mask & !self.words[word]).count_ones() as u64;
+            self.words[word] |= mask;
+            nr += n;
+        }
     }
     /// The first section of `section_nrs` not in the set, if any: a word
     /// (64 sections) at a time.
@@ -317,6 +437,97 @@ mod tests {
             for end in start..300 {
                 let naive = (start..end).find(|&nr| !set.contains(nr));
                 assert_eq!(set.first_missing(start..end), naive, "{start}..{end}");
+            }
+        }
+    }
+
+    /// Records which sections it was asked to map; refuses section 7.
+    struct CountingPopulator {
+        calls: std::sync::Mutex<std::vec::Vec<u64>>,
+    }
+
+    // SAFETY: the test's area backs every section it is asked for (an
+    // 8-section heap block at the area's base), and nothing else uses it.
+    unsafe impl SectionPopulator for CountingPopulator {
+        fn populate(&self, section_nr: u64) -> bool {
+            self.calls.lock().unwrap().push(section_nr);
+            section_nr != 7
+        }
+    }
+
+    /// A lazy backing maps a section the first time one of its struct
+    /// pages is asked for, once however many CPUs ask at once; asking
+    /// whether a section is backed maps nothing; sections outside the
+    /// allowed set, or that the populator refuses, are not backed.
+    #[test]
+    fn a_lazy_backing_maps_each_section_on_first_use_only() {
+        use std::alloc::{alloc_zeroed, dealloc, Layout};
+        let layout = Layout::from_size_align(8 * (2 << 20), 2 << 20).unwrap();
+        // SAFETY: a non-zero size.
+        let block = unsafe { alloc_zeroed(layout) };
+        assert!(!block.is_null());
+        let area = Vmemmap::new(block as u64).unwrap();
+        let mut allowed = SectionSet::new();
+        allowed.insert_range(0..2);
+        allowed.insert_range(3..8);
+        let populator = CountingPopulator {
+            calls: std::sync::Mutex::new(std::vec::Vec::new()),
+        };
+        // SAFETY: the populator outlives the memmap; sections 0..8 lie in
+        // the heap block at the area's base.
+        let mm = Memmap::new(unsafe { VmemmapBacking::new_lazy(area, allowed, &populator) });
+        let calls = || populator.calls.lock().unwrap().clone();
+        let s = PAGES_PER_SECTION;
+        assert!(mm.has_pfn(3 * s) && !mm.has_pfn(2 * s));
+        assert_eq!(mm.first_unbacked_section(PfnRange::new(0, 8 * s)), Some(2));
+        assert!(calls().is_empty(), "asking maps nothing");
+        assert_eq!(mm.backing().nr_populated(), 0);
+
+        assert!(mm.page(s + 5).is_some());
+        assert!(mm.page(s + 9).is_some());
+        assert_eq!(calls(), [1], "mapped once, on first use");
+        assert!(mm.page(2 * s).is_none(), "not allowed");
+        assert!(mm.page(7 * s).is_none(), "refused by the populator");
+        assert_eq!(calls(), [1, 7]);
+
+        std::thread::scope(|t| {
+            for _ in 0..8 {
+                t.spawn(|| assert!(mm.page(4 * s + 1).is_some()));
+            }
+        });
+        assert!(calls().iter().filter(|&&n| n == 4).count() >= 1);
+        assert_eq!(
+            mm.backing().nr_populated(),
+            2,
+            "sections 1 and 4, each once"
+        );
+        drop(mm);
+        // SAFETY: allocated above with this layout; the memmap is gone.
+        unsafe { dealloc(block, layout) };
+    }
+
+    /// `insert_range` equals one `insert` per section, word edges and
+    /// overlaps included.
+    #[test]
+    fn insert_range_equals_inserting_each_section() {
+        for (a, b) in [
+            (0, 0),
+            (0, 64),
+            (3, 70),
+            (63, 65),
+            (64, 200),
+            (5, 6),
+            (100, 300),
+        ] {
+            let mut ranged = SectionSet::new();
+            let mut single = SectionSet::new();
+            for (s, e) in [(a, b), (a / 2, a + 3), (b, b + 130)] {
+                ranged.insert_range(s..e);
+                for nr in s..e {
+                    single.insert(nr);
+                }
+                assert_eq!(ranged.len(), single.len(), "{s}..{e}");
+                assert!((0..500).all(|nr| ranged.contains(nr) == single.contains(nr)));
             }
         }
     }

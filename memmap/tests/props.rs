@@ -12,7 +12,7 @@ use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
 use memmap::memory_block::{probe_memory_block_size, MemoryBlockSize, MemoryBlocks};
 use memmap::page::StructPage;
 use memmap::pageblock::PageblockMaps;
-use memmap::sections::present_sections;
+use memmap::sections::{present_sections, vmemmap_backing_ranges, Vmemmap};
 use memmap::store::{Memmap, VecBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{section_nr_to_pfn, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SIZE};
@@ -213,6 +213,33 @@ fn overlap_pages(a: &[PfnRange], b: &[PfnRange]) -> u64 {
         .flat_map(|x| b.iter().filter_map(move |y| x.intersect(y)))
         .map(|r| r.nr_pages())
         .sum()
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// The vmemmap's backing runs (built per memory region) are the
+    /// present sections (one at a time) merged into runs of one node.
+    #[test]
+    fn backing_ranges_are_the_present_sections_in_runs((phys_bits, entries, affinity) in arb_map(20, 40, 24)) {
+        let Some(mb) = build(phys_bits, &entries, &affinity) else { return Ok(()) };
+        let vm = Vmemmap::linux_default();
+        let mut runs: Vec<(u32, u64, u64)> = Vec::new();
+        for s in present_sections(&mb) {
+            match runs.last_mut() {
+                Some(last) if last.0 == s.nid && last.2 == s.section_nr => last.2 += 1,
+                _ => runs.push((s.nid, s.section_nr, s.section_nr + 1)),
+            }
+        }
+        let got: Vec<(u32, u64, u64)> = vmemmap_backing_ranges(&mb, &vm)
+            .iter()
+            .map(|r| (r.nid, r.section_nrs.start, r.section_nrs.end))
+            .collect();
+        prop_assert_eq!(got, runs);
+        for r in vmemmap_backing_ranges(&mb, &vm) {
+            prop_assert_eq!(r.bytes(), r.nr_sections() * (2 << 20));
+        }
+    }
 }
 
 proptest! {

@@ -101,7 +101,10 @@ pub fn run<M: VmemmapMapper>(
     facts.record(|f| f.strategy = input.opts.memmap.name());
     let mut mb = s1_memblock::run(&cx, input)?;
     let layout = s2_zones::run(&cx, &mb);
-    let mut memmap = s3_vmemmap::run(&cx, &mut mb, machine.mapper)?;
+    // Declared before the memmap, so it outlives the backing that maps
+    // sections through it on first use.
+    let sections = s3_vmemmap::SectionMapper::new(machine.mapper);
+    let mut memmap = s3_vmemmap::run(&cx, &mut mb, &sections)?;
     let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
     let s5_handoff::Handoff { plan, buddy } =
         s5_handoff::run(&cx, &memmap, &mb, &outcome, &layout)?;
@@ -113,6 +116,6 @@ pub fn run<M: VmemmapMapper>(
     };
     s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
     s8_alloc_test::run(&cx, pages, &di, &layout)?;
-    s9_pool::run(&cx, &di, &layout)?;
+    s9_pool::run(&cx, &di, &layout, &memmap, &sections)?;
     s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome)
 }

@@ -16,6 +16,16 @@ pub enum EagerWork {
     Touch,
 }
 
+/// When the vmemmap's sections are mapped (stage 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmemmapMapping {
+    /// Every present section at boot, as Linux's `sparse_init()`.
+    AtBoot,
+    /// Each section the first time one of its struct pages is asked for
+    /// (`ondemand`: boot reserves, maps nothing).
+    OnFirstUse,
+}
+
 /// What becomes of the memory the boot CPU leaves uninitialised (stage 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deferral {
@@ -34,6 +44,7 @@ pub struct ModePlan {
     /// What deferred init does with each page, whoever runs it.
     pub workers: InitMode,
     pub deferral: Deferral,
+    pub vmemmap: VmemmapMapping,
 }
 
 impl ModePlan {
@@ -61,10 +72,17 @@ impl ModePlan {
                 Deferral::Pool,
             ),
         };
+        // A pool's sections are mapped as they are first initialised; the
+        // faithful modes map them all at boot, as Linux.
+        let vmemmap = match deferral {
+            Deferral::Workers => VmemmapMapping::AtBoot,
+            Deferral::Pool => VmemmapMapping::OnFirstUse,
+        };
         ModePlan {
             eager,
             workers,
             deferral,
+            vmemmap,
         }
     }
 

@@ -14,29 +14,46 @@
 //! allocated from memblock on the node of the first section it maps. The
 //! mapper only writes entries, so the host reserves exactly the memory the
 //! kernel does and the pipeline's figures agree on both.
+//!
+//! # Mapped on first use (`memmap=ondemand`)
+//! The faithful modes map every present section here, as Linux's
+//! `sparse_init()` does. With a pool, boot only *reserves*: one memblock
+//! block of struct pages per run of sections (O(memory ranges)) and, per
+//! node, the page-table frames its sections could need; a section's 2 MiB
+//! page (and any page directory or PDPT it needs, from its node's frames)
+//! is mapped by [`SectionMapper`] the first time anyone asks the backing
+//! for one of its struct pages, on whichever CPU that is. A section nobody
+//! initialises is never mapped.
 
+use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 use core::fmt;
+use core::ops::Range;
 
 use memmap::memblock::{Memblock, MemblockError};
 use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
-use memmap::store::{Memmap, SectionSet, VmemmapBacking};
-use memmap::{NodeId, PAGE_SIZE};
+use memmap::store::{Memmap, SectionPopulator, SectionSet, VmemmapBacking};
+use memmap::{section_nr_to_pfn, NodeId, PAGE_SIZE};
 
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
+use super::mode::VmemmapMapping;
 use super::seams::{Log, MapError, VmemmapMapper};
 
-/// Stage 3: struct-page storage for every present section, mapped.
+/// Stage 3: struct-page storage for every present section, mapped now or
+/// on first use as the mode says.
 pub fn run<M: VmemmapMapper>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
-    mapper: &mut M,
+    sections: &SectionMapper<'_, M>,
 ) -> Result<Memmap<VmemmapBacking>, PipelineError> {
-    let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || populate(mb, mapper));
+    let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || match cx.mode.vmemmap {
+        VmemmapMapping::AtBoot => populate(mb, &mut *sections.state.lock().mapper),
+        VmemmapMapping::OnFirstUse => sections.reserve(mb),
+    });
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
-    log(cx.log, &stats, vmemmap_ns);
+    log(cx.log, &stats, vmemmap_ns, cx.mode.vmemmap);
     cx.facts.record(|f| {
         f.vmemmap_ns = vmemmap_ns;
         f.vmemmap_bytes = stats.bytes;
@@ -208,15 +225,25 @@ fn map_section<M: VmemmapMapper>(
 }
 
 /// The stage's log lines (after `populate` and its timing).
-pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64) {
-    log.line(format_args!(
-        "vmemmap: {} sections, {} MiB of struct pages at {:#x}, {} page-table pages, mapped in {} us",
-        stats.sections,
-        stats.bytes >> 20,
-        stats.base,
-        stats.table_frames,
-        vmemmap_ns / 1000
-    ));
+pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: VmemmapMapping) {
+    match mapping {
+        VmemmapMapping::AtBoot => log.line(format_args!(
+            "vmemmap: {} sections, {} MiB of struct pages at {:#x}, {} page-table pages, mapped in {} us",
+            stats.sections,
+            stats.bytes >> 20,
+            stats.base,
+            stats.table_frames,
+            vmemmap_ns / 1000
+        )),
+        VmemmapMapping::OnFirstUse => log.line(format_args!(
+            "vmemmap: {} sections, {} MiB of struct pages at {:#x} and up to {} page-table pages reserved in {} us, each section mapped on first use",
+            stats.sections,
+            stats.bytes >> 20,
+            stats.base,
+            stats.table_frames,
+            vmemmap_ns / 1000
+        )),
+    }
     for (nid, bytes) in &stats.node_bytes {
         log.line(format_args!(
             "vmemmap: node {nid}: {} MiB of struct pages",
@@ -228,6 +255,214 @@ pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64) {
             "vmemmap: {} sections' struct pages could not be placed on their own node",
             stats.off_node_sections
         ));
+    }
+}
+
+/// The mapper behind a lock: stage 3 maps every section through it at
+/// boot, or reserves and leaves it to map each section on first use (a
+/// [`SectionPopulator`] the backing calls, on any CPU).
+pub struct SectionMapper<'m, M> {
+    state: spin::Mutex<LazyState<'m, M>>,
+}
+
+struct LazyState<'m, M> {
+    mapper: &'m mut M,
+    area: Option<Vmemmap>,
+    /// Runs of sections of one node and where their struct pages are.
+    runs: Vec<LazyRun>,
+    /// Per node: the page-table frames reserved for its sections.
+    frames: Vec<FramePool>,
+    /// Area regions that have their page directory / PDPT already.
+    pd_regions: BTreeSet<u64>,
+    pdpt_regions: BTreeSet<u64>,
+    mapped: SectionSet,
+    table_frames_used: u64,
+    /// The first mapping that failed, for the report.
+    error: Option<MapError>,
+}
+
+struct LazyRun {
+    section_nrs: Range<u64>,
+    nid: NodeId,
+    /// Physical address of the first section's struct pages.
+    phys: u64,
+}
+
+struct FramePool {
+    nid: NodeId,
+    next: u64,
+    end: u64,
+}
+
+impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
+    pub fn new(mapper: &'m mut M) -> Self {
+        Self {
+            state: spin::Mutex::new(LazyState {
+                mapper,
+                area: None,
+                runs: Vec::new(),
+                frames: Vec::new(),
+                pd_regions: BTreeSet::new(),
+                pdpt_regions: BTreeSet::new(),
+                mapped: SectionSet::new(),
+                table_frames_used: 0,
+                error: None,
+            }),
+        }
+    }
+
+    /// Sections mapped on first use so far, page-table frames they took,
+    /// and the first mapping error, if any.
+    pub fn first_use(&self) -> (u64, u64, Option<MapError>) {
+        let st = self.state.lock();
+        (st.mapped.len(), st.table_frames_used, st.error)
+    }
+
+    /// Reserve every present section's struct pages (one memblock block
+    /// per run of sections, on its node) and each node's page-table frames
+    /// (one per 1 GiB and per 512 GiB of area its runs touch), and return a
+    /// backing that maps each section the first time it is asked for.
+    pub fn reserve(
+        &self,
+        mb: &mut Memblock,
+    ) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
+        let mut st = self.state.lock();
+        let probe = Vmemmap::linux_default();
+        let max_section_end = vmemmap_backing_ranges(mb, &probe)
+            .last()
+            .map_or(0, |r| r.section_nrs.end);
+        let area = st
+            .mapper
+            .choose_area(max_section_end * SECTION_MEMMAP_BYTES)?;
+        let ranges = vmemmap_backing_ranges(mb, &area);
+        let mut stats = VmemmapStats {
+            base: area.base(),
+            sections: 0,
+            bytes: 0,
+            table_frames: 0,
+            node_bytes: Vec::new(),
+            off_node_sections: 0,
+        };
+        let mut allowed = SectionSet::new();
+        let mut node_frames: Vec<(NodeId, u64)> = Vec::new();
+        for range in &ranges {
+            let phys = mb
+                .alloc(range.bytes(), SECTION_MEMMAP_BYTES, Some(range.nid))
+                .map_err(|err| VmemmapError::OutOfMemory {
+                    what: "struct pages",
+                    err,
+                })?;
+            st.runs.push(LazyRun {
+                section_nrs: range.section_nrs.clone(),
+                nid: range.nid,
+                phys,
+            });
+            allowed.insert_range(range.section_nrs.clone());
+            stats.sections += range.nr_sections();
+            stats.bytes += range.bytes();
+            match stats.node_bytes.iter_mut().find(|(n, _)| *n == range.nid) {
+                Some((_, b)) => *b += range.bytes(),
+                None => stats.node_bytes.push((range.nid, range.bytes())),
+            }
+            let (first, last) = (
+                range.virt_start - area.base(),
+                range.virt_end - 1 - area.base(),
+            );
+            let tables = (last / PD_SPAN_BYTES - first / PD_SPAN_BYTES + 1)
+                + (last / PDPT_SPAN_BYTES - first / PDPT_SPAN_BYTES + 1);
+            match node_frames.iter_mut().find(|(n, _)| *n == range.nid) {
+                Some((_, f)) => *f += tables,
+                None => node_frames.push((range.nid, tables)),
+            }
+        }
+        for (nid, n) in node_frames {
+            let base = mb
+                .alloc(n * PAGE_SIZE, PAGE_SIZE, Some(nid))
+                .map_err(|err| VmemmapError::OutOfMemory {
+                    what: "page tables",
+                    err,
+                })?;
+            st.frames.push(FramePool {
+                nid,
+                next: base,
+                end: base + n * PAGE_SIZE,
+            });
+            stats.table_frames += n;
+        }
+        st.area = Some(area);
+        drop(st);
+        // SAFETY: `self` maps each section of `allowed` at its place in
+        // `area` (see `populate`), and the pipeline keeps the section
+        // mapper alive longer than the memmap over this backing (`run`
+        // declares it first).
+        let backing = unsafe { VmemmapBacking::new_lazy(area, allowed, self) };
+        Ok((backing, stats))
+    }
+}
+
+impl<M: VmemmapMapper> LazyState<'_, M> {
+    /// Map `section_nr` now (it must be in a run): its 2 MiB page, and the
+    /// page directory / PDPT it needs from its node's frames.
+    fn map(&mut self, section_nr: u64) -> Result<(), MapError> {
+        if self.mapped.contains(section_nr) {
+            return Ok(());
+        }
+        let not_reserved = MapError::NotReserved { section_nr };
+        let area = self.area.ok_or(not_reserved)?;
+        let virt = area
+            .page_addr(section_nr_to_pfn(section_nr))
+            .ok_or(not_reserved)?;
+        let i = self
+            .runs
+            .partition_point(|r| r.section_nrs.start <= section_nr);
+        let run = i
+            .checked_sub(1)
+            .map(|i| &self.runs[i])
+            .filter(|r| r.section_nrs.contains(&section_nr))
+            .ok_or(not_reserved)?;
+        let phys = run.phys + (section_nr - run.section_nrs.start) * SECTION_MEMMAP_BYTES;
+        let offset = virt - area.base();
+        let needed = TablesNeeded {
+            pdpt: !self.pdpt_regions.contains(&(offset / PDPT_SPAN_BYTES)),
+            pd: !self.pd_regions.contains(&(offset / PD_SPAN_BYTES)),
+        };
+        let pool = self
+            .frames
+            .iter_mut()
+            .find(|p| p.nid == run.nid)
+            .filter(|p| p.next + needed.count() as u64 * PAGE_SIZE <= p.end)
+            .ok_or(MapError::TablesExhausted { virt })?;
+        let mut tables = [0u64; 2];
+        for t in tables.iter_mut().take(needed.count()) {
+            *t = pool.next;
+            pool.next += PAGE_SIZE;
+        }
+        self.mapper
+            .map_2mib(virt, phys, &tables[..needed.count()])?;
+        self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES);
+        self.pd_regions.insert(offset / PD_SPAN_BYTES);
+        self.table_frames_used += needed.count() as u64;
+        self.mapped.insert(section_nr);
+        Ok(())
+    }
+}
+
+// SAFETY: `populate` maps section `nr` at `area.page_addr(first pfn of
+// nr)` to 2 MiB of memblock-reserved memory of its run (reserved for that
+// section alone in `reserve`), through the mapper whose contract makes it
+// valid, exclusive memory for as long as the mapper lives; the lock makes
+// concurrent calls one at a time, and a mapped section is found in
+// `mapped` and left alone.
+unsafe impl<M: VmemmapMapper> SectionPopulator for SectionMapper<'_, M> {
+    fn populate(&self, section_nr: u64) -> bool {
+        let mut st = self.state.lock();
+        match st.map(section_nr) {
+            Ok(()) => true,
+            Err(e) => {
+                st.error.get_or_insert(e);
+                false
+            }
+        }
     }
 }
 

@@ -1,22 +1,27 @@
 //! Stage 9, the pool after boot: with `ondemand_drain=on`, the drain
 //! workers initialise what the allocations left (they started claiming
-//! during stage 8); then, in every mode, what the pool and growth came to.
+//! during stage 8); then, in every mode, what the pool and growth came to,
+//! and how much of the vmemmap first use mapped.
 
 use deferred_init::DeferredInit;
-use memmap::store::MemmapBacking;
+use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
-use super::mode::Deferral;
+use super::mode::{Deferral, VmemmapMapping};
+use super::s3_vmemmap::{SectionMapper, VmemmapError};
 use super::s6_deferred;
+use super::seams::VmemmapMapper;
 
 /// Stage 9: drain if asked, then record and log the pool's end state.
-pub fn run<B: MemmapBacking>(
+pub fn run<M: VmemmapMapper>(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, B>,
+    di: &DeferredInit<'_, VmemmapBacking>,
     layout: &ZoneLayout,
+    memmap: &Memmap<VmemmapBacking>,
+    sections: &SectionMapper<'_, M>,
 ) -> Result<(), PipelineError> {
     if cx.drains() {
         drain(cx, di, layout)?;
@@ -41,14 +46,27 @@ pub fn run<B: MemmapBacking>(
             grown_pages, grown_windows, pool_pages
         ));
     }
+    let backing = memmap.backing();
+    cx.facts
+        .record(|f| f.vmemmap_sections_mapped = backing.nr_populated());
+    if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
+        let (mapped, table_frames, error) = sections.first_use();
+        cx.log.line(format_args!(
+            "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages",
+            backing.mapped().len()
+        ));
+        if let Some(e) = error {
+            return Err(PipelineError::Vmemmap(VmemmapError::Map(e)));
+        }
+    }
     Ok(())
 }
 
 /// The drain: the deferred-init workers over what is left of the pool.
 /// Its own keys (`drain_ns`, …) and `drain` spans, never deferred init's.
-fn drain<B: MemmapBacking>(
+fn drain(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, B>,
+    di: &DeferredInit<'_, VmemmapBacking>,
     layout: &ZoneLayout,
 ) -> Result<(), PipelineError> {
     let report = s6_deferred::run_workers(di, cx.executor, cx.clock, &|| {})?;

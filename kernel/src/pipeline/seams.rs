@@ -48,6 +48,9 @@ pub enum MapError {
     AlreadyMapped { virt: u64 },
     /// The host could not reserve the area's address space.
     Reserve { bytes: u64 },
+    /// A section asked for on first use has no struct pages reserved (it
+    /// is not a present section).
+    NotReserved { section_nr: u64 },
 }
 
 impl fmt::Display for MapError {
@@ -71,6 +74,10 @@ impl fmt::Display for MapError {
                 "could not reserve {} GiB of address space for the vmemmap area (mmap with MAP_NORESERVE failed); raise the address-space limit (ulimit -v)",
                 bytes >> 30
             ),
+            MapError::NotReserved { section_nr } => write!(
+                f,
+                "section {section_nr}'s struct pages were asked for but none were reserved (not a present section); a memboot bug, report it with the log"
+            ),
         }
     }
 }
@@ -87,7 +94,7 @@ impl fmt::Display for MapError {
 /// returns `Ok`, the 2 MiB at `virt` are valid for reads and writes, used
 /// for nothing else, for as long as the mapper lives, and that distinct
 /// `virt`s never alias.
-pub unsafe trait VmemmapMapper {
+pub unsafe trait VmemmapMapper: Send {
     /// Pick a area of at least `bytes` (2 MiB aligned) whose page-table
     /// structure is entirely unused, so every table the mapping needs is new.
     fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError>;

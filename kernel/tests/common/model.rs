@@ -326,7 +326,11 @@ impl Model {
         assert!(!regions.is_empty(), "the map has no whole page of RAM");
         let sections = present_sections(&regions);
         // 2. What memblock allocates for the struct pages.
-        let (allocations, table_frames) = pages.allocate_vmemmap(&regions, &sections);
+        let (allocations, table_frames) = if map.mode == Mode::OnDemand {
+            pages.reserve_vmemmap_for_first_use(&regions, &sections)
+        } else {
+            pages.allocate_vmemmap(&regions, &sections)
+        };
         // 3. Every page again, now with the reservations.
         let mut nodes: BTreeMap<u32, NodeModel> = BTreeMap::new();
         for &(start, end, nid) in &regions {
@@ -771,15 +775,68 @@ impl<'a> Pages<'a> {
             }
             i = j;
         }
-        for a in &out {
-            assert!(
-                a.start >= VMEMMAP_FLOOR_PFN,
-                "{} at pfn {:#x}: below 16 MiB, where Linux's and memboot's placement differ",
-                a.what,
-                a.start
-            );
-        }
+        assert_above_floor(&out);
         (out, tables)
+    }
+
+    /// `ondemand`: nothing mapped at boot, everything reserved: one block
+    /// of struct pages per run (it must fit), then per node, in the order
+    /// nodes first appear, one block of page-table frames: for each of its
+    /// runs, one per 1 GiB and one per 512 GiB of area the run touches.
+    fn reserve_vmemmap_for_first_use(
+        &mut self,
+        regions: &[(u64, u64, u32)],
+        sections: &[(u64, u32)],
+    ) -> (Vec<Allocation>, u64) {
+        let section_pages = SECTION_MEMMAP_BYTES / PAGE_SIZE;
+        let mut out = Vec::new();
+        let mut node_frames: Vec<(u32, u64)> = Vec::new();
+        let mut i = 0;
+        while i < sections.len() {
+            let nid = sections[i].1;
+            let mut j = i + 1;
+            while j < sections.len()
+                && sections[j].1 == nid
+                && sections[j].0 == sections[j - 1].0 + 1
+            {
+                j += 1;
+            }
+            let (first, last) = (sections[i].0, sections[j - 1].0);
+            let block = self.alloc(
+                regions,
+                "struct pages",
+                (j - i) as u64 * section_pages,
+                section_pages,
+                nid,
+            );
+            out.push(block.expect("one block per run: else the boot would fail"));
+            let frames = (last / PD_SECTIONS - first / PD_SECTIONS + 1)
+                + (last / PDPT_SECTIONS - first / PDPT_SECTIONS + 1);
+            match node_frames.iter_mut().find(|(n, _)| *n == nid) {
+                Some((_, f)) => *f += frames,
+                None => node_frames.push((nid, frames)),
+            }
+            i = j;
+        }
+        let mut tables = 0;
+        for (nid, n) in node_frames {
+            let t = self.alloc(regions, "page tables", n, 1, nid);
+            out.push(t.expect("page-table frames: else the boot would fail"));
+            tables += n;
+        }
+        assert_above_floor(&out);
+        (out, tables)
+    }
+}
+
+fn assert_above_floor(allocations: &[Allocation]) {
+    for a in allocations {
+        assert!(
+            a.start >= VMEMMAP_FLOOR_PFN,
+            "{} at pfn {:#x}: below 16 MiB, where Linux's and memboot's placement differ",
+            a.what,
+            a.start
+        );
     }
 }
 

@@ -138,8 +138,8 @@ fn summary_failed_line(total_ns: u64, boot: &BootFacts) -> ! {
     exit(ExitCode::Failure)
 }
 
-/// Where `test_fault=panic_in_summary` panics: past the line buffer's
-/// first 128 bytes, so part of the line is on the wire.
+/// Where `test_fault=panic_in_summary` panics: part-way through the line,
+/// so part of it is in the log (and perhaps on the wire).
 const PANIC_IN_SUMMARY_AFTER_BYTES: usize = 300;
 
 /// Passes the summary on; with `left` set, panics once that many bytes
@@ -265,11 +265,11 @@ fn trigger_test_fault(fault: TestFault) {
                     panic!("test_fault=panic_in_log: Display panicked inside kprintln")
                 }
             }
-            // The text before the value is longer than the logger's line
-            // buffer (serial::CHUNK_BYTES), so part of this line is already
-            // on the wire when the panic hits.
+            // The text before the value is already in the log when the
+            // panic hits (and perhaps on the wire: lines are appended to the
+            // log piece by piece).
             kprintln!(
-                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line, longer than the logger's 128-byte buffer, is already on the wire: {}",
+                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line is already in the log: {}",
                 PanicsWhenShown
             );
         }

@@ -79,7 +79,7 @@ use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::{Mapper, OffsetPageTable, Page, PageTable, Size4KiB, Translate};
 use x86_64::VirtAddr;
 
-use crate::hw::{apic, interrupts, tsc};
+use crate::hw::{apic, interrupts, serial, tsc};
 
 mod trampoline;
 use trampoline::{HeapFrames, Trampoline, PAGE};
@@ -281,7 +281,8 @@ extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
                 unsafe { (*job)(pc.info) };
             }
             pc.state.store(MAILBOX_IDLE, Ordering::Release);
-        } else {
+        } else if !serial::print_some() {
+            // Idle and nothing to print (or another CPU is printing).
             core::hint::spin_loop();
         }
     }
@@ -607,6 +608,10 @@ fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) {
     nodes.sort_unstable();
     nodes.dedup();
     let n = cpus.len();
+    if n == 1 {
+        // No AP will print the log: the boot CPU writes its lines itself.
+        serial::set_direct();
+    }
     ONLINE.call_once(|| Online {
         cpus,
         percpu,

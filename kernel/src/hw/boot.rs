@@ -387,13 +387,16 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
             kprintln!("boot complete");
             finish("ok", ExitCode::Success)
         }
-        Err(e) => {
-            for line in format!("{e}").lines() {
-                kprintln!("{line}");
-            }
-            fail(e.status())
-        }
+        Err(e) => fail_with(e),
     }
+}
+
+/// Fail the boot with `e`: its message, then the summary with its status.
+pub fn fail_with(e: BootError) -> ! {
+    for line in format!("{e}").lines() {
+        kprintln!("{line}");
+    }
+    fail(e.status())
 }
 
 /// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
@@ -472,8 +475,10 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
             "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
         )));
     }
+    // Returns once the APs were sent their startup IPIs: they come up
+    // while memory init runs, and the executor waits for them (and runs
+    // the SMP self-test) before the first jobs (`smp::wait_online`).
     smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
-    smp::self_test()?;
     let input = BootInput {
         map,
         srat: acpi_info.memory_affinity(),
@@ -485,7 +490,10 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(boot_info, phys_offset)?,
     };
-    run_pipeline(&opts, &input, phys_offset)
+    run_pipeline(&opts, &input, phys_offset)?;
+    // A boot whose stages ran no jobs still finishes bring-up and checks it.
+    smp::wait_online()?;
+    Ok(())
 }
 
 /// The loaded kernel's code, data and bss sizes from its ELF file, which the

@@ -3,7 +3,7 @@
 //!
 //! # Bring-up (Intel SDM vol. 3A §8.4.4, MP spec 1.4 §B.4)
 //!
-//! The boot CPU (BSP) sends each enabled AP, one at a time, INIT, waits
+//! Each enabled AP is sent, one at a time, INIT; then the sender waits
 //! as Linux does (`smp_quirk_init_udelay()`: nothing on modern CPUs and
 //! under a hypervisor, else the MP spec's 10 ms), sends a STARTUP IPI and,
 //! unless the AP has arrived by then, a second one (the AP ignores the
@@ -11,6 +11,22 @@
 //! `v` starts the AP in real mode at `CS:IP = (v << 8):0`, i.e. physical
 //! address `v << 12`, so the trampoline below is copied to a free page below
 //! 1 MiB taken from the bootloader's memory map (Usable, not page 0).
+//!
+//! # In the background
+//!
+//! The boot CPU (BSP) sends only the first AP (the starter) its IPIs and
+//! returns without waiting for it: memory init goes on while APs come up.
+//! The CPUs jobs will run on are published at once (the BSP and every AP
+//! started; the pipeline's `cpu_nodes` come from them). The starter, in
+//! [`ap_entry`], checks itself in and starts the other APs one after
+//! another, waiting for each as the BSP used to. [`wait_online`], called
+//! before the first jobs (the executor's first `on_each_cpu`) or at the end
+//! of the boot, waits for the starter to finish (or, if the starter never
+//! arrived, takes its round back and starts the others itself), removes the
+//! trampoline mapping, prints the bring-up lines and runs the self-test. An
+//! AP that did not come up stays in the list; its jobs run on the BSP.
+//! `test_fault=late_ap` uses the old path: the BSP starts every AP and
+//! waits for each, and only those that came up are published.
 //!
 //! # Trampoline page layout
 //!
@@ -53,13 +69,16 @@
 //! [`ap_entry`] stamps its arrival (TSC) in its [`PerCpu`], switches its
 //! local APIC to the BSP's mode (see `apic`), loads a GDT/TSS/IST stacks of
 //! its own and the shared IDT (`interrupts::init_ap`), checks its APIC id
-//! and sets `ready`. The BSP waits up to [`AP_ARRIVAL_TIMEOUT_MS`] for the
-//! arrival; an AP that does not arrive is reported and left out.
+//! and sets `ready`. The CPU that started it waits up to
+//! [`AP_ARRIVAL_TIMEOUT_MS`] for the arrival; an AP that does not arrive is
+//! reported and left out.
 //!
 //! # Running work
 //!
 //! Each online AP then polls its mailbox (`PerCpu::state`, with `pause`; no
-//! interrupts). [`scope`] hands out jobs: [`Scope::spawn_on`] posts a job
+//! interrupts), and while it is idle writes the kernel log out to the UART
+//! (`serial::print_some`, one FIFO's worth between two looks at the
+//! mailbox). [`scope`] hands out jobs: [`Scope::spawn_on`] posts a job
 //! reference to a CPU's mailbox (for the BSP itself the job is kept and run
 //! inline when the scope closure returns), and the scope returns only after
 //! every job it spawned finished, which is what makes borrowing jobs sound

@@ -1,8 +1,9 @@
 //! The hardware-independent parts of the memboot kernel, host-tested by
 //! `cargo test`: ACPI table parsing, the bootloader's memory map, RAM per
 //! NUMA node, kernel options, the pipeline's input and its `memboot-input:`
-//! line, the memory-init pipeline, the boot's error model and the report
-//! formatting. The binary (`main.rs`, `hw/`) supplies the hardware.
+//! line, the kernel log's ring buffer, the memory-init pipeline, the boot's
+//! error model and the report formatting. The binary (`main.rs`, `hw/`)
+//! supplies the hardware.
 #![cfg_attr(not(any(test, feature = "host")), no_std)]
 
 extern crate alloc;
@@ -12,6 +13,7 @@ pub mod boot_error;
 pub mod boot_input;
 pub mod bootmap;
 pub mod kernel_image;
+pub mod logbuf;
 pub mod node_ram;
 pub mod options;
 pub mod pipeline;

@@ -138,8 +138,8 @@ fn summary_failed_line(total_ns: u64, boot: &BootFacts) -> ! {
     exit(ExitCode::Failure)
 }
 
-/// Where `test_fault=panic_in_summary` panics: past the line buffer's
-/// first 128 bytes, so part of the line is on the wire.
+/// Where `test_fault=panic_in_summary` panics: part-way through the line,
+/// so part of it is in the log (and perhaps on the wire).
 const PANIC_IN_SUMMARY_AFTER_BYTES: usize = 300;
 
 /// Passes the summary on; with `left` set, panics once that many bytes
@@ -265,11 +265,11 @@ fn trigger_test_fault(fault: TestFault) {
                     panic!("test_fault=panic_in_log: Display panicked inside kprintln")
                 }
             }
-            // The text before the value is longer than the logger's line
-            // buffer (serial::CHUNK_BYTES), so part of this line is already
-            // on the wire when the panic hits.
+            // The text before the value is already in the log when the
+            // panic hits (and perhaps on the wire: lines are appended to the
+            // log piece by piece).
             kprintln!(
-                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line, longer than the logger's 128-byte buffer, is already on the wire: {}",
+                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line is already in the log: {}",
                 PanicsWhenShown
             );
         }
@@ -387,13 +387,16 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
             kprintln!("boot complete");
             finish("ok", ExitCode::Success)
         }
-        Err(e) => {
-            for line in format!("{e}").lines() {
-                kprintln!("{line}");
-            }
-            fail(e.status())
-        }
+        Err(e) => fail_with(e),
     }
+}
+
+/// Fail the boot with `e`: its message, then the summary with its status.
+pub fn fail_with(e: BootError) -> ! {
+    for line in format!("{e}").lines() {
+        kprintln!("{line}");
+    }
+    fail(e.status())
 }
 
 /// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
@@ -472,8 +475,10 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
             "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
         )));
     }
+    // Returns once the APs were sent their startup IPIs: they come up
+    // while memory init runs, and the executor waits for them (and runs
+    // the SMP self-test) before the first jobs (`smp::wait_online`).
     smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
-    smp::self_test()?;
     let input = BootInput {
         map,
         srat: acpi_info.memory_affinity(),
@@ -485,7 +490,10 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(boot_info, phys_offset)?,
     };
-    run_pipeline(&opts, &input, phys_offset)
+    run_pipeline(&opts, &input, phys_offset)?;
+    // A boot whose stages ran no jobs still finishes bring-up and checks it.
+    smp::wait_online()?;
+    Ok(())
 }
 
 /// The loaded kernel's code, data and bss sizes from its ELF file, which the

@@ -2,45 +2,79 @@
 //! and the dmesg-style logger on top.
 //!
 //! Every line gets a `[    s.micros]` stamp counted from kernel entry by
-//! the TSC (see `tsc`). Until the TSC is calibrated the stamp is zero.
+//! the TSC (see `tsc`): the time the line was *logged*. Until the TSC is
+//! calibrated the stamp is zero.
 //!
-//! A line is formatted into a small stack buffer (`\n` becomes `\r\n` on
-//! the way in) and each full buffer goes to the UART with `send_bytes_exact`,
-//! which fills the 16-byte transmit FIFO per THR-empty poll instead of
-//! polling the line status register once per byte.
+//! # Off the critical path
+//!
+//! Logging a line only appends it to an in-memory ring
+//! (`memboot_kernel::logbuf`, [`RING_BYTES`]); under TCG each UART byte
+//! costs ~1.2 µs, so writing it out at once would put every byte on the
+//! logging CPU's path. The bytes reach the UART later, written by one CPU at
+//! a time (the ring's consumer lock), in order:
+//!
+//! * an **idle AP** writes them from its idle loop ([`print_some`], called
+//!   by `smp`'s mailbox loop between jobs), [`PRINT_CHUNK`] bytes at a time
+//!   so a job posted meanwhile waits at most one FIFO's worth;
+//! * a **logging CPU whose ring is full** writes bytes out itself (or waits
+//!   for the AP that is writing): nothing is ever dropped;
+//! * in **direct mode** ([`set_direct`]: no AP will print, i.e. one CPU, or
+//!   the AP that was to come never did) every line is written out by the CPU
+//!   that logged it, as soon as it is logged. Before the boot knows whether
+//!   an AP will come, lines are only buffered;
+//! * the **emergency path** (panic, exception: [`emergency_log`]) and the
+//!   **exit path** ([`flush`], called by `exit`) stop the APs' printing and
+//!   write everything buffered out, on the CPU that is ending the boot,
+//!   before the last message and before QEMU is told to exit.
+//!
+//! The writes themselves use `send_bytes_exact`, which fills the 16-byte
+//! transmit FIFO per THR-empty poll instead of polling the line status
+//! register once per byte.
 
 use core::fmt::{self, Write};
+use core::sync::atomic::{AtomicBool, Ordering};
 
+use memboot_kernel::logbuf::{Consumer, LineWriter, LogRing, Producer};
 use memboot_kernel::report::Timestamp;
 use uart_16550::backend::PioBackend;
+use uart_16550::spec::registers::LSR;
 use uart_16550::{BaudRate, Config, Uart16550};
 
+use crate::hw::tsc;
+
 const COM1: u16 = 0x3f8;
-/// Bytes formatted before they are sent: most log lines fit in one buffer.
-const CHUNK_BYTES: usize = 128;
+/// The log ring: 64 KiB hold everything a boot logs up to memory-ready,
+/// the 25 KB+ summary line included, at every size measured.
+const RING_BYTES: usize = 64 * 1024;
+/// Bytes an idle AP writes before it looks at its mailbox again: one FIFO.
+pub const PRINT_CHUNK: usize = 16;
+/// How long the exit and emergency paths wait for the CPU that is writing
+/// (at most one chunk, microseconds) before they take the UART from it; it
+/// only takes that long if that CPU died mid-write.
+const TAKEOVER_MS: u64 = 100;
 
-/// The UART and what the logger knows about the line on the wire.
-struct Console {
-    uart: Uart16550<PioBackend>,
-    /// Part of a line is on the wire but not its end: a writer flushed a
-    /// full buffer mid-line. The emergency path ends that line first if
-    /// the writer never came back (it panicked or faulted mid-line).
-    mid_line: bool,
-}
-
-static SERIAL: spin::Mutex<Option<Console>> = spin::Mutex::new(None);
+static RING: LogRing<RING_BYTES> = LogRing::new();
+/// The UART; only locked by the holder of the ring's consumer side, so it
+/// is never contended.
+static UART: spin::Mutex<Option<Uart16550<PioBackend>>> = spin::Mutex::new(None);
+/// Every line is written out by the CPU that logged it (no AP prints).
+static DIRECT: AtomicBool = AtomicBool::new(false);
+/// The boot is ending: APs no longer print; whoever logs writes out.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+/// A UART answered at [`init`].
+static PRESENT: AtomicBool = AtomicBool::new(false);
 
 /// Program COM1 for 115200 baud 8N1 with FIFOs on (the crate's defaults
 /// apart from the baud rate; interrupts stay off, the log polls).
 ///
 /// If no UART answers (the crate's scratch-register probe fails, e.g. a
-/// machine without COM1), `SERIAL` stays `None`: the log is silent but the
-/// boot goes on, and its result still reaches the host through the exit
-/// code (`exit`).
+/// machine without COM1), `UART` stays `None`: lines are still buffered and
+/// drained, to nowhere, so the boot goes on, and its result still reaches
+/// the host through the exit code (`exit`).
 pub fn init() {
     // SAFETY: ports 0x3f8..=0x3ff are COM1's registers on the PC platform;
     // nothing else in memboot touches them, and the driver is moved into
-    // `SERIAL` right below, where it lives (behind the lock) for the rest of
+    // `UART` right below, where it lives (behind the lock) for the rest of
     // the boot, the whole lifetime `new_port` asks for.
     let Ok(mut uart) = (unsafe { Uart16550::new_port(COM1) }) else {
         return; // only for a base port whose registers would overflow
@@ -50,124 +84,169 @@ pub fn init() {
         ..Config::DEFAULT
     };
     if uart.init(config).is_ok() {
-        *SERIAL.lock() = Some(Console {
-            uart,
-            mid_line: false,
-        });
+        *UART.lock() = Some(uart);
+        PRESENT.store(true, Ordering::Release);
     }
 }
 
-/// Formats one line into `buf`; full buffers go out as they fill.
-struct LineWriter<'c> {
-    console: &'c mut Console,
-    buf: [u8; CHUNK_BYTES],
-    len: usize,
-    /// Stamp every line of a multi-line message with this many ns since
-    /// entry (emergency path: a panic message spans lines, and tools only
-    /// read stamped ones).
-    restamp_ns: Option<u64>,
+/// Hand up to `max` buffered bytes to the UART; returns how many.
+fn write_out(consumer: &mut Consumer<'_, RING_BYTES>, max: usize) -> usize {
+    let mut uart = UART.lock();
+    consumer.drain(max, &mut |bytes| {
+        if let Some(uart) = uart.as_mut() {
+            uart.send_bytes_exact(bytes);
+        }
+    })
 }
 
-impl<'c> LineWriter<'c> {
-    /// A new line on `console`. If the line before was left part-sent (its
-    /// writer panicked or faulted mid-line), it is ended first: a line never
-    /// starts in the middle of another.
-    fn new(console: &'c mut Console, restamp_ns: Option<u64>) -> Self {
-        if console.mid_line {
-            console.uart.send_bytes_exact(b"\r\n");
-            console.mid_line = false;
+/// The producer's hook when the ring is full: write a chunk out, unless
+/// another CPU is writing (then its progress makes the room).
+fn make_room() {
+    match RING.try_lock_consumer() {
+        Some(mut c) => {
+            write_out(&mut c, PRINT_CHUNK);
         }
-        Self {
-            console,
-            buf: [0; CHUNK_BYTES],
-            len: 0,
-            restamp_ns,
-        }
-    }
-
-    fn put(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.len == CHUNK_BYTES {
-                self.flush();
-            }
-            let n = (CHUNK_BYTES - self.len).min(bytes.len());
-            self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            bytes = &bytes[n..];
-        }
-    }
-
-    fn flush(&mut self) {
-        if self.len > 0 {
-            self.console.mid_line = true;
-            self.console.uart.send_bytes_exact(&self.buf[..self.len]);
-            self.len = 0;
-        }
-    }
-
-    /// `\r\n` and out with the rest.
-    fn end_line(mut self) {
-        self.put(b"\r\n");
-        self.flush();
-        self.console.mid_line = false;
+        None => core::hint::spin_loop(),
     }
 }
 
-impl Write for LineWriter<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let mut rest = s.as_bytes();
-        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
-            self.put(&rest[..nl]);
-            self.put(b"\r\n");
-            if let Some(ns) = self.restamp_ns {
-                write!(self, "{} ", Timestamp(ns))?;
-            }
-            rest = &rest[nl + 1..];
+/// Write everything buffered out, waiting for a CPU that is writing to
+/// finish its chunk (ordinary path: it is alive and will).
+fn write_all_out() {
+    loop {
+        if let Some(mut c) = RING.try_lock_consumer() {
+            write_out(&mut c, usize::MAX);
+            return;
         }
-        self.put(rest);
-        Ok(())
+        core::hint::spin_loop();
     }
 }
 
-/// `[stamp] args` as one line on `console`.
-fn stamped_line(console: &mut Console, args: fmt::Arguments, restamp: bool) {
-    let ns = crate::hw::tsc::ns_since_entry();
-    let mut w = LineWriter::new(console, restamp.then_some(ns));
+/// For an idle AP: write one chunk of the log out if there is any and
+/// nobody else is writing. Returns whether it wrote something.
+pub fn print_some() -> bool {
+    if STOPPED.load(Ordering::Relaxed) || RING.is_empty() || RING.consumer_busy() {
+        return false;
+    }
+    match RING.try_lock_consumer() {
+        Some(mut c) => write_out(&mut c, PRINT_CHUNK) > 0,
+        None => false,
+    }
+}
+
+/// Switch to direct mode (no AP prints: one CPU, or the AP that was to
+/// come did not), writing out what is buffered now.
+pub fn set_direct() {
+    DIRECT.store(true, Ordering::Release);
+    write_all_out();
+}
+
+fn direct() -> bool {
+    DIRECT.load(Ordering::Acquire) || STOPPED.load(Ordering::Acquire)
+}
+
+/// `[stamp] args` as one line, appended to the ring.
+fn stamped_line(producer: &mut Producer<'_, RING_BYTES>, args: fmt::Arguments, restamp: bool) {
+    let ns = tsc::ns_since_entry();
+    let mut wait = make_room;
+    let mut w = LineWriter::new(producer, &mut wait, restamp.then_some(ns));
     let _ = write!(w, "{} {args}", Timestamp(ns));
     w.end_line();
 }
 
-/// Write a timestamped line. Used through `kprintln!`.
+/// Log a timestamped line. Used through `kprintln!`.
 pub fn log(args: fmt::Arguments) {
-    if let Some(console) = SERIAL.lock().as_mut() {
-        stamped_line(console, args, false);
+    stamped_line(&mut RING.lock_producer(), args, false);
+    if direct() {
+        write_all_out();
     }
 }
 
 /// A raw line without timestamp (the summary line is parsed by tools; a
-/// stamp would be noise there), written by `write` piece by piece: it goes
-/// out through the line buffer as it is written, so its length has no
-/// limit. The line is ended whatever `write` returns. `None` without a UART.
+/// stamp would be noise there), written by `write` piece by piece into the
+/// ring, so its length has no limit (a full ring is written out, never
+/// cut). The line is ended whatever `write` returns. `None` without a UART.
 pub fn raw_line_with<R>(write: impl FnOnce(&mut dyn Write) -> R) -> Option<R> {
-    let mut serial = SERIAL.lock();
-    let mut w = LineWriter::new(serial.as_mut()?, None);
-    let result = write(&mut w);
-    w.end_line();
+    if !PRESENT.load(Ordering::Acquire) {
+        return None;
+    }
+    let result = {
+        let mut producer = RING.lock_producer();
+        let mut wait = make_room;
+        let mut w = LineWriter::new(&mut producer, &mut wait, None);
+        let result = write(&mut w);
+        w.end_line();
+        result
+    };
+    if direct() {
+        write_all_out();
+    }
     Some(result)
 }
 
-/// For the exception and panic paths: take the UART even if the lock is held
-/// by the code that faulted (it will never run again). A line that code left
-/// half-sent is ended first (as before every line), and every line of the
-/// message gets a stamp.
-pub fn emergency_log(args: fmt::Arguments) {
-    // SAFETY: only called on the way to exiting the VM; whoever held the lock
-    // was interrupted for good, so breaking it cannot race with a live writer
-    // on this single running CPU.
-    unsafe { SERIAL.force_unlock() };
-    if let Some(console) = SERIAL.lock().as_mut() {
-        stamped_line(console, args, true);
+/// Take the consumer side for the exit or emergency path: wait for the CPU
+/// that is writing to finish its chunk, and break its lock if it does not
+/// within [`TAKEOVER_MS`] (it died mid-write).
+fn take_consumer() -> Consumer<'static, RING_BYTES> {
+    let khz = tsc::khz();
+    let deadline = tsc::rdtsc().saturating_add(khz.max(1).saturating_mul(TAKEOVER_MS));
+    let mut spins: u64 = 0;
+    loop {
+        if let Some(c) = RING.try_lock_consumer() {
+            return c;
+        }
+        spins += 1;
+        // Before calibration the TSC rate is unknown: count spins instead.
+        let late = if khz == 0 {
+            spins > 100_000_000
+        } else {
+            tsc::rdtsc() > deadline
+        };
+        if late {
+            // SAFETY: the writer held the consumer side for far longer than
+            // a chunk takes, so it is not running any more (it faulted or
+            // panicked mid-write, and the boot is ending on this CPU); the
+            // UART lock it may hold is broken for the same reason.
+            unsafe {
+                RING.force_unlock_consumer();
+                UART.force_unlock();
+            }
+        }
+        core::hint::spin_loop();
     }
+}
+
+/// Write everything buffered to the wire and wait until the UART has sent
+/// it, then keep writing out directly: for the exit path (`exit`), so no
+/// line is lost when QEMU exits.
+pub fn flush() {
+    STOPPED.store(true, Ordering::Release);
+    let mut c = take_consumer();
+    write_out(&mut c, usize::MAX);
+    if let Some(uart) = UART.lock().as_mut() {
+        while !uart.lsr().contains(LSR::TRANSMITTER_EMPTY) {
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// For the exception and panic paths: take the log even if the code that
+/// faulted held its lock (it will never run again). Everything buffered is
+/// written out first, a line that code left unfinished is ended (as before
+/// every line), and every line of the message gets a stamp; from here on
+/// every line is written out as it is logged.
+pub fn emergency_log(args: fmt::Arguments) {
+    STOPPED.store(true, Ordering::Release);
+    // What was logged before goes first, and the ring is empty for the
+    // message (so appending it needs no room made).
+    write_out(&mut take_consumer(), usize::MAX);
+    // SAFETY: only called on the way to exiting the VM; whoever held the
+    // producer lock was interrupted for good (this CPU faulted inside it)
+    // or is an AP that will be stopped by the exit, so breaking the lock
+    // loses at most the end of that CPU's line.
+    unsafe { RING.force_unlock_producer() };
+    stamped_line(&mut RING.lock_producer(), args, true);
+    write_out(&mut take_consumer(), usize::MAX);
 }
 
 #[macro_export]

@@ -3,7 +3,7 @@
 //!
 //! # Bring-up (Intel SDM vol. 3A §8.4.4, MP spec 1.4 §B.4)
 //!
-//! The boot CPU (BSP) sends each enabled AP, one at a time, INIT, waits
+//! Each enabled AP is sent, one at a time, INIT; then the sender waits
 //! as Linux does (`smp_quirk_init_udelay()`: nothing on modern CPUs and
 //! under a hypervisor, else the MP spec's 10 ms), sends a STARTUP IPI and,
 //! unless the AP has arrived by then, a second one (the AP ignores the
@@ -11,6 +11,22 @@
 //! `v` starts the AP in real mode at `CS:IP = (v << 8):0`, i.e. physical
 //! address `v << 12`, so the trampoline below is copied to a free page below
 //! 1 MiB taken from the bootloader's memory map (Usable, not page 0).
+//!
+//! # In the background
+//!
+//! The boot CPU (BSP) sends only the first AP (the starter) its IPIs and
+//! returns without waiting for it: memory init goes on while APs come up.
+//! The CPUs jobs will run on are published at once (the BSP and every AP
+//! started; the pipeline's `cpu_nodes` come from them). The starter, in
+//! [`ap_entry`], checks itself in and starts the other APs one after
+//! another, waiting for each as the BSP used to. [`wait_online`], called
+//! before the first jobs (the executor's first `on_each_cpu`) or at the end
+//! of the boot, waits for the starter to finish (or, if the starter never
+//! arrived, takes its round back and starts the others itself), removes the
+//! trampoline mapping, prints the bring-up lines and runs the self-test. An
+//! AP that did not come up stays in the list; its jobs run on the BSP.
+//! `test_fault=late_ap` uses the old path: the BSP starts every AP and
+//! waits for each, and only those that came up are published.
 //!
 //! # Trampoline page layout
 //!
@@ -53,13 +69,16 @@
 //! [`ap_entry`] stamps its arrival (TSC) in its [`PerCpu`], switches its
 //! local APIC to the BSP's mode (see `apic`), loads a GDT/TSS/IST stacks of
 //! its own and the shared IDT (`interrupts::init_ap`), checks its APIC id
-//! and sets `ready`. The BSP waits up to [`AP_ARRIVAL_TIMEOUT_MS`] for the
-//! arrival; an AP that does not arrive is reported and left out.
+//! and sets `ready`. The CPU that started it waits up to
+//! [`AP_ARRIVAL_TIMEOUT_MS`] for the arrival; an AP that does not arrive is
+//! reported and left out.
 //!
 //! # Running work
 //!
 //! Each online AP then polls its mailbox (`PerCpu::state`, with `pause`; no
-//! interrupts). [`scope`] hands out jobs: [`Scope::spawn_on`] posts a job
+//! interrupts), and while it is idle writes the kernel log out to the UART
+//! (`serial::print_some`, one FIFO's worth between two looks at the
+//! mailbox). [`scope`] hands out jobs: [`Scope::spawn_on`] posts a job
 //! reference to a CPU's mailbox (for the BSP itself the job is kept and run
 //! inline when the scope closure returns), and the scope returns only after
 //! every job it spawned finished, which is what makes borrowing jobs sound
@@ -73,13 +92,13 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
-use memboot_kernel::acpi::{AcpiCpu, AcpiInfo};
+use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_error::SmpError;
 use x86_64::registers::control::Cr3;
 use x86_64::structures::paging::{Mapper, OffsetPageTable, Page, PageTable, Size4KiB, Translate};
 use x86_64::VirtAddr;
 
-use crate::hw::{apic, interrupts, tsc};
+use crate::hw::{apic, interrupts, serial, tsc};
 
 mod trampoline;
 use trampoline::{HeapFrames, Trampoline, PAGE};
@@ -121,6 +140,10 @@ type Job<'a> = dyn Fn(CpuInfo) + Sync + 'a;
 const MAILBOX_IDLE: u32 = 0;
 const MAILBOX_POSTED: u32 = 1;
 
+const CPU_PENDING: u32 = 0;
+const CPU_UP: u32 = 1;
+const CPU_FAILED: u32 = 2;
+
 /// Per-CPU data: identity, bring-up handshake and the job mailbox.
 struct PerCpu {
     info: CpuInfo,
@@ -130,6 +153,10 @@ struct PerCpu {
     seen_apic_id: AtomicU32,
     /// GDT/TSS/IDT loaded: the AP no longer uses the trampoline page.
     ready: AtomicBool,
+    /// [`CPU_PENDING`], [`CPU_UP`] (checked and counted; `timing` written
+    /// before, release) or [`CPU_FAILED`] (did not come up: its jobs run on
+    /// the BSP).
+    bringup: AtomicU32,
     /// MAILBOX_IDLE or MAILBOX_POSTED (set by the BSP with `job` filled in,
     /// cleared by the AP when the job returned).
     state: AtomicU32,
@@ -151,6 +178,7 @@ impl PerCpu {
             arrived_tsc: AtomicU64::new(0),
             seen_apic_id: AtomicU32::new(u32::MAX),
             ready: AtomicBool::new(false),
+            bringup: AtomicU32::new(if info.is_bsp { CPU_UP } else { CPU_PENDING }),
             state: AtomicU32::new(MAILBOX_IDLE),
             job: UnsafeCell::new(None),
             timing: UnsafeCell::new(BootTiming {
@@ -159,6 +187,20 @@ impl PerCpu {
                 ap_tsc: 0,
             }),
         }
+    }
+
+    fn is_up(&self) -> bool {
+        self.bringup.load(Ordering::Acquire) == CPU_UP
+    }
+
+    /// Checked and counted: publish the timing, count the AP.
+    fn mark_up(&self, timing: BootTiming) {
+        // SAFETY: `timing` is only read after `bringup` reads CPU_UP
+        // (acquire), which the store below publishes; only the CPU that
+        // started this AP writes it, once.
+        unsafe { *self.timing.get() = timing };
+        self.bringup.store(CPU_UP, Ordering::Release);
+        APS_ONLINE.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -170,8 +212,10 @@ struct Online {
 
 static ONLINE: spin::Once<Online> = spin::Once::new();
 
-/// The online CPUs, BSP first (`cpus[i].index == i`); empty before
-/// [`start_aps`].
+/// The CPUs jobs run on, BSP first (`cpus[i].index == i`); empty before
+/// [`start_aps`]. With background bring-up these are the CPUs started (the
+/// BSP and every AP it sends startup IPIs to, known before they check in);
+/// one that then does not come up is reported, and its jobs run on the BSP.
 pub fn online_cpus() -> &'static [CpuInfo] {
     ONLINE.get().map(|o| o.cpus.as_slice()).unwrap_or(&[])
 }
@@ -184,11 +228,11 @@ pub fn cpu_count() -> usize {
 /// Bring-up timing of online CPU `cpu` (None for the BSP or out of range).
 pub fn boot_timing(cpu: usize) -> Option<BootTiming> {
     let pc = ONLINE.get()?.percpu.get(cpu)?;
-    if pc.info.is_bsp {
+    if pc.info.is_bsp || !pc.is_up() {
         return None;
     }
-    // SAFETY: `timing` was written by the BSP before the CPU was published
-    // in ONLINE and is never written again.
+    // SAFETY: `timing` was written before `bringup` became CPU_UP (read
+    // with acquire above) and is never written again.
     Some(unsafe { *pc.timing.get() })
 }
 
@@ -196,7 +240,9 @@ pub fn boot_timing(cpu: usize) -> Option<BootTiming> {
 /// borrow; it outlives the `scope` call, and `Scope` is invariant in it.
 pub struct Scope<'env> {
     spawned: RefCell<Vec<&'static PerCpu>>,
-    on_bsp: RefCell<Vec<&'env Job<'env>>>,
+    /// Jobs for the BSP, and for CPUs that did not come up (run on the BSP
+    /// under their own `CpuInfo`).
+    on_bsp: RefCell<Vec<(CpuInfo, &'env Job<'env>)>>,
     _invariant: PhantomData<&'env mut &'env ()>,
 }
 
@@ -204,14 +250,15 @@ impl<'env> Scope<'env> {
     /// Run `job` on online CPU `cpu` (an index into [`online_cpus`]). On an
     /// AP it starts now (after the AP's previous job, if any, finished); on
     /// the BSP it runs when the scope closure has returned, after all AP
-    /// jobs were dispatched. Panics if `cpu` is not online.
+    /// jobs were dispatched; so does the job of a CPU that did not come up.
+    /// Panics if `cpu` is not in [`online_cpus`].
     pub fn spawn_on(&self, cpu: usize, job: &'env Job<'env>) {
         let online = ONLINE.get().expect("smp::scope before smp::start_aps");
         let pc = *online.percpu.get(cpu).unwrap_or_else(|| {
             panic!("smp: spawn_on CPU {cpu}, only {} online", online.cpus.len())
         });
-        if pc.info.is_bsp {
-            self.on_bsp.borrow_mut().push(job);
+        if pc.info.is_bsp || !pc.is_up() {
+            self.on_bsp.borrow_mut().push((pc.info, job));
             return;
         }
         while pc.state.load(Ordering::Acquire) != MAILBOX_IDLE {
@@ -244,15 +291,9 @@ pub fn scope<'env, R>(f: impl FnOnce(&Scope<'env>) -> R) -> R {
         _invariant: PhantomData,
     };
     let r = f(&s);
-    let bsp = online_cpus().first().copied().unwrap_or(CpuInfo {
-        index: 0,
-        apic_id: apic::id(),
-        node: 0,
-        is_bsp: true,
-    });
     // Jobs may spawn nothing (they get no Scope), so these lists are final.
-    for job in s.on_bsp.borrow().iter() {
-        job(bsp);
+    for (cpu, job) in s.on_bsp.borrow().iter() {
+        job(*cpu);
     }
     for pc in s.spawned.borrow().iter() {
         while pc.state.load(Ordering::Acquire) != MAILBOX_IDLE {
@@ -270,6 +311,11 @@ extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
     interrupts::init_ap();
     pc.seen_apic_id.store(apic::id(), Ordering::Relaxed);
     pc.ready.store(true, Ordering::Release);
+    if let Some(b) = BRINGUP.get() {
+        if core::ptr::eq(b.starter, pc) {
+            b.run_on_starter();
+        }
+    }
     loop {
         if pc.state.load(Ordering::Acquire) == MAILBOX_POSTED {
             // SAFETY: POSTED means the BSP stored a job and does not touch
@@ -281,7 +327,8 @@ extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
                 unsafe { (*job)(pc.info) };
             }
             pc.state.store(MAILBOX_IDLE, Ordering::Release);
-        } else {
+        } else if !serial::print_some() {
+            // Idle and nothing to print (or another CPU is printing).
             core::hint::spin_loop();
         }
     }
@@ -334,10 +381,153 @@ pub fn aps_online() -> usize {
     APS_ONLINE.load(Ordering::Relaxed)
 }
 
-/// Start every enabled AP in the MADT and publish the online CPUs. An AP
-/// that does not come up is reported and left out; the boot goes on with
-/// the others. `late_ap` (`test_fault=late_ap`): give up on the first AP
-/// before it can claim its round, so that it runs the trampoline late.
+/// Background bring-up: the BSP sends the startup IPIs to the first AP
+/// (the starter) and goes on; the starter, once up, starts the other APs
+/// one after another with the same protocol, while the BSP initialises
+/// memory. [`wait_online`] collects the result when the APs are first
+/// needed.
+struct Bringup {
+    tramp: Trampoline,
+    starter: &'static PerCpu,
+    /// The starter's stack while it has not claimed it (given back if it
+    /// never does).
+    starter_stack: spin::Mutex<Option<ApStack>>,
+    /// BSP's TSC at the starter's INIT (the first IPI).
+    first_ipi_tsc: u64,
+    /// The APs after the starter, in MADT order.
+    rest: Vec<&'static PerCpu>,
+    /// Set (release) once every AP in `rest` came up, was left out, or
+    /// failed the boot (`error`).
+    done: AtomicBool,
+    /// TSC when `done` was set.
+    done_tsc: AtomicU64,
+    error: spin::Mutex<Option<SmpError>>,
+}
+
+// SAFETY: the trampoline's parameter block (behind `tramp`'s raw pointer)
+// is written by one starting CPU at a time: the BSP for the starter's
+// round, then the starter alone for the other APs (it only starts once it
+// has claimed its own round); the BSP touches the block again only when the
+// starter never claimed its round (the BSP takes the claim back first, so
+// the starter halts if it comes late) or after `done`. The stack pointer
+// in `starter_stack` is only used under its lock.
+unsafe impl Sync for Bringup {}
+// SAFETY: as above; `Bringup` lives in a static and is never moved between
+// CPUs other than by being shared.
+unsafe impl Send for Bringup {}
+// SAFETY: an `ApStack` is heap memory owned by whoever holds the value
+// (the BSP until the AP claims it); nothing about it is tied to a CPU.
+unsafe impl Send for ApStack {}
+
+static BRINGUP: spin::Once<Bringup> = spin::Once::new();
+/// [`wait_online`] ran (or is running).
+static WAITED: AtomicBool = AtomicBool::new(false);
+
+impl Bringup {
+    /// On the starter AP, right after its own setup: check in, then start
+    /// the other APs.
+    fn run_on_starter(&self) {
+        let pc = self.starter;
+        let now = tsc::rdtsc();
+        let reads = pc.seen_apic_id.load(Ordering::Relaxed);
+        if reads != pc.info.apic_id {
+            self.finish(Err(SmpError::WrongApicId {
+                cpu: pc.info.index,
+                started: pc.info.apic_id,
+                reads,
+            }));
+            return;
+        }
+        // It runs on the stack: no longer ours to free (`ApStack` has no
+        // destructor; only `free_unused` gives a stack back).
+        let _in_use = self.starter_stack.lock().take();
+        pc.mark_up(BootTiming {
+            init_tsc: self.first_ipi_tsc,
+            seen_tsc: now,
+            ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
+        });
+        kprintln!(
+            "smpboot: CPU {} (APIC {:#x}) up {} us after INIT; it starts the other APs",
+            pc.info.index,
+            pc.info.apic_id,
+            tsc::cycles_to_ns(now.saturating_sub(self.first_ipi_tsc)) / 1000
+        );
+        self.finish(start_rest(&self.tramp, &self.rest));
+    }
+
+    fn finish(&self, result: Result<(), SmpError>) {
+        if let Err(e) = result {
+            *self.error.lock() = Some(e);
+        }
+        self.done_tsc.store(tsc::rdtsc(), Ordering::Relaxed);
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+/// Start `aps` one after another (sync path: on the BSP; background path:
+/// on the starter AP). An AP that does not come up is marked failed and
+/// left out.
+fn start_rest(tramp: &Trampoline, aps: &[&'static PerCpu]) -> Result<(), SmpError> {
+    for pc in aps {
+        if !start_ap(tramp, pc, LateAp::No)? {
+            pc.bringup.store(CPU_FAILED, Ordering::Release);
+        }
+    }
+    Ok(())
+}
+
+/// What [`plan`] decided: the BSP's and every AP's `PerCpu`, BSP first,
+/// dense indices.
+fn plan(acpi: &AcpiInfo, bsp_apic_id: u32) -> Vec<&'static PerCpu> {
+    let node_of = |apic_id: u32| {
+        acpi.cpus
+            .iter()
+            .find(|c| c.apic_id == apic_id)
+            .map_or(0, |c| c.node)
+    };
+    let bsp = Box::leak(Box::new(PerCpu::new(CpuInfo {
+        index: 0,
+        apic_id: bsp_apic_id,
+        node: node_of(bsp_apic_id),
+        is_bsp: true,
+    })));
+    let mut percpu: Vec<&'static PerCpu> = alloc::vec![&*bsp];
+    if !acpi.cpus.is_empty() && !acpi.cpus.iter().any(|c| c.apic_id == bsp_apic_id) {
+        kprintln!("smpboot: Warning: boot CPU APIC {bsp_apic_id:#x} is not in the MADT");
+    }
+    for c in acpi
+        .cpus
+        .iter()
+        .filter(|c| c.enabled && c.apic_id != bsp_apic_id)
+    {
+        if c.apic_id > 0xfe && !apic::x2apic_mode() {
+            kprintln!(
+                "smpboot: CPU {} (APIC {:#x}) needs x2APIC, which this CPU lacks: skipped",
+                percpu.len(),
+                c.apic_id
+            );
+            continue;
+        }
+        percpu.push(Box::leak(Box::new(PerCpu::new(CpuInfo {
+            index: percpu.len(),
+            apic_id: c.apic_id,
+            node: c.node,
+            is_bsp: false,
+        }))));
+    }
+    percpu
+}
+
+/// Start every enabled AP in the MADT.
+///
+/// Normally in the background: the BSP sends the first AP its INIT and
+/// STARTUP IPIs (with Linux's delays) and returns at once, the CPUs it
+/// started already published; that AP starts the others; [`wait_online`]
+/// waits for them when they are first needed. `late_ap`
+/// (`test_fault=late_ap`, which needs the BSP to give up on the first AP
+/// before it can claim its round, so that it runs the trampoline late):
+/// the BSP starts every AP itself and waits for each, as before, and the
+/// CPUs are published (dense over those that came up) when all are done.
 pub fn start_aps(
     acpi: &AcpiInfo,
     phys_offset: u64,
@@ -353,52 +543,233 @@ pub fn start_aps(
         let pml4 = &mut *((phys_offset + frame.start_address().as_u64()) as *mut PageTable);
         OffsetPageTable::new(pml4, VirtAddr::new(phys_offset))
     };
+    TRAMPOLINE_PHYS_OFFSET.store(phys_offset, Ordering::Relaxed);
     let mut frames = HeapFrames { phys_offset };
     let mode = apic::init_bsp(acpi.lapic_addr, &mut mapper, &mut frames).map_err(SmpError::Apic)?;
     kprintln!("APIC: {mode}");
     let bsp_apic_id = apic::id();
-    let node_of = |apic_id: u32| {
-        acpi.cpus
-            .iter()
-            .find(|c| c.apic_id == apic_id)
-            .map_or(0, |c| c.node)
-    };
-    let bsp = Box::leak(Box::new(PerCpu::new(CpuInfo {
-        index: 0,
-        apic_id: bsp_apic_id,
-        node: node_of(bsp_apic_id),
-        is_bsp: true,
-    })));
-    let mut percpu: Vec<&'static PerCpu> = alloc::vec![&*bsp];
-    let aps: Vec<&AcpiCpu> = acpi
-        .cpus
-        .iter()
-        .filter(|c| c.enabled && c.apic_id != bsp_apic_id)
-        .collect();
-    if !acpi.cpus.is_empty() && !acpi.cpus.iter().any(|c| c.apic_id == bsp_apic_id) {
-        kprintln!("smpboot: Warning: boot CPU APIC {bsp_apic_id:#x} is not in the MADT");
+    let planned = plan(acpi, bsp_apic_id);
+    if planned.len() == 1 {
+        publish(planned, bsp_apic_id);
+        print_brought_up(0); // no IPI sent
+        return Ok(());
     }
-    if !aps.is_empty() {
-        let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
-        for (i, c) in aps.into_iter().enumerate() {
-            let late = match i {
-                0 if late_ap => LateAp::GiveUp,
-                1 if late_ap => LateAp::AfterLate,
-                _ => LateAp::No,
-            };
-            if let Some(pc) = start_ap(&tramp, c, percpu.len(), late)? {
-                percpu.push(pc);
-                APS_ONLINE.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        // Every AP that came up runs on its own GDT and the kernel CR3 now.
-        let page = Page::<Size4KiB>::containing_address(VirtAddr::new(tramp.phys));
-        let (_, flush) = mapper.unmap(page).map_err(|_| SmpError::TrampolineUnmap)?;
-        flush.flush();
+    let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
+    if late_ap {
+        return start_aps_sync(tramp, planned, bsp_apic_id, &mut mapper, t0);
     }
-    publish(percpu, bsp_apic_id, t0);
+    let starter = planned[1];
+    let rest = planned[2..].to_vec();
+    ONLINE.call_once(|| Online {
+        cpus: planned.iter().map(|p| p.info).collect(),
+        percpu: planned,
+        bsp_apic_id,
+    });
+    let stack = ApStack::new();
+    let stack_top = stack.top();
+    kprintln!(
+        "smpboot: Booting Node {} Processor {} APIC {:#x}",
+        starter.info.node,
+        starter.info.index,
+        starter.info.apic_id
+    );
+    let first_ipi_tsc = tsc::rdtsc();
+    let b = BRINGUP.call_once(|| Bringup {
+        tramp,
+        starter,
+        starter_stack: spin::Mutex::new(Some(stack)),
+        first_ipi_tsc,
+        rest,
+        done: AtomicBool::new(false),
+        done_tsc: AtomicU64::new(0),
+        error: spin::Mutex::new(None),
+    });
+    send_startup_ipis(&b.tramp, starter, stack_top, LateAp::No);
+    let end = tsc::rdtsc();
+    kprintln!(
+        "smp: boot CPU spent {} us on bring-up ({} us sending startup IPIs to CPU 1), not waiting: CPU 1 starts the other {} APs while memory init goes on",
+        tsc::cycles_to_ns(end - t0) / 1000,
+        tsc::cycles_to_ns(end - first_ipi_tsc) / 1000,
+        b.rest.len()
+    );
     Ok(())
 }
+
+/// The `test_fault=late_ap` path: every AP started by the BSP, waiting for
+/// each, then published dense over those that came up.
+fn start_aps_sync(
+    tramp: Trampoline,
+    planned: Vec<&'static PerCpu>,
+    bsp_apic_id: u32,
+    mapper: &mut OffsetPageTable<'_>,
+    t0: u64,
+) -> Result<(), SmpError> {
+    let first_ipi_tsc = tsc::rdtsc();
+    let mut percpu = alloc::vec![planned[0]];
+    for (i, planned_pc) in planned[1..].iter().enumerate() {
+        let late = match i {
+            0 => LateAp::GiveUp,
+            1 => LateAp::AfterLate,
+            _ => LateAp::No,
+        };
+        // Dense over the APs that came up, as the CPU index jobs see.
+        let pc: &'static PerCpu = Box::leak(Box::new(PerCpu::new(CpuInfo {
+            index: percpu.len(),
+            ..planned_pc.info
+        })));
+        if start_ap(&tramp, pc, late)? {
+            percpu.push(pc);
+        }
+    }
+    // Every AP that came up runs on its own GDT and the kernel CR3 now.
+    let page = Page::<Size4KiB>::containing_address(VirtAddr::new(tramp.phys));
+    let (_, flush) = mapper.unmap(page).map_err(|_| SmpError::TrampolineUnmap)?;
+    flush.flush();
+    let us = tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000;
+    kprintln!("smp: boot CPU spent {us} us on bring-up, waiting for every AP (test_fault=late_ap)");
+    let started_ns = tsc::cycles_to_ns(tsc::rdtsc() - first_ipi_tsc);
+    publish(percpu, bsp_apic_id);
+    print_brought_up(started_ns);
+    Ok(())
+}
+
+/// Wait until every AP started in the background came up or was left out
+/// (the first time only; later calls return at once), remove the
+/// trampoline's identity mapping, print the bring-up lines and run the
+/// self-test. The executor calls it before the first jobs; the boot calls
+/// it at the end in case no stage ran jobs.
+pub fn wait_online() -> Result<(), SmpError> {
+    if WAITED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    if let Some(b) = BRINGUP.get() {
+        let t = tsc::rdtsc();
+        wait_for_bringup(b)?;
+        unmap_identity_page(b.tramp.phys)?;
+        let waited_us = tsc::cycles_to_ns(tsc::rdtsc() - t) / 1000;
+        // From the first IPI to the last AP seen up (or to the end of
+        // bring-up, when none came up).
+        let last_up_tsc = (1..online_cpus().len())
+            .filter_map(boot_timing)
+            .map(|t| t.seen_tsc)
+            .max()
+            .unwrap_or(b.done_tsc.load(Ordering::Relaxed));
+        let started_ns = tsc::cycles_to_ns(last_up_tsc.saturating_sub(b.first_ipi_tsc));
+        print_brought_up(started_ns);
+        kprintln!("smp: boot CPU waited {waited_us} us for the APs when it first needed them");
+        let missing: Vec<&CpuInfo> = online_cpus()
+            .iter()
+            .filter(|c| !c.is_bsp && !ONLINE.get().is_some_and(|o| o.percpu[c.index].is_up()))
+            .collect();
+        for c in &missing {
+            kprintln!(
+                "smp: CPU {} (APIC {:#x}) did not come up: its jobs run on the boot CPU",
+                c.index,
+                c.apic_id
+            );
+        }
+        if missing.len() + 1 == online_cpus().len() {
+            serial::set_direct();
+        }
+    }
+    self_test()
+}
+
+/// The starter's arrival (or giving up on it, and starting the others on
+/// the BSP), then the end of the starter's work.
+fn wait_for_bringup(b: &Bringup) -> Result<(), SmpError> {
+    let starter = b.starter;
+    let has_arrived = || starter.arrived_tsc.load(Ordering::Acquire) != 0;
+    let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, has_arrived);
+    if !arrived {
+        // Take the starter's round back unless it claimed it; a late
+        // starter then halts at the claim.
+        let ours = u64::from(starter.info.apic_id) + 1;
+        let unclaimed = b
+            .tramp
+            .claim_slot()
+            .compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if unclaimed {
+            kprintln!(
+                "smpboot: CPU {} (APIC {:#x}) did not come up; the boot CPU starts the others",
+                starter.info.index,
+                starter.info.apic_id
+            );
+            if let Some(stack) = b.starter_stack.lock().take() {
+                stack.free_unused();
+            }
+            starter.bringup.store(CPU_FAILED, Ordering::Release);
+            let r = start_rest(&b.tramp, &b.rest);
+            b.finish(r);
+        } else if !wait_for(AP_READY_TIMEOUT_MS, has_arrived) {
+            return Err(SmpError::StackTakenNeverArrived {
+                cpu: starter.info.index,
+                apic_id: starter.info.apic_id,
+            });
+        }
+    }
+    if !wait_for(AP_READY_TIMEOUT_MS, || {
+        starter.ready.load(Ordering::Acquire)
+    }) {
+        return Err(SmpError::SetupHung {
+            cpu: starter.info.index,
+            apic_id: starter.info.apic_id,
+        });
+    }
+    // The starter bounds each AP's start by the timeouts above.
+    while !b.done.load(Ordering::Acquire) {
+        core::hint::spin_loop();
+    }
+    match b.error.lock().clone() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Remove the identity mapping of the trampoline page at `phys` (4 KiB,
+/// set up by `Trampoline::install`) by clearing its page-table entry.
+///
+/// The memory-init pipeline's `KernelMapper` (which holds the PML4 as
+/// `&mut`) may be alive by now, so this walks the tables with raw pointers
+/// and writes only the leaf entry, in a table the vmemmap mapper never
+/// reaches (it maps only its own top-level slots, far from the low
+/// identity mapping), on the BSP between two of the pipeline's steps.
+fn unmap_identity_page(phys: u64) -> Result<(), SmpError> {
+    let phys_offset = TRAMPOLINE_PHYS_OFFSET.load(Ordering::Relaxed);
+    let (pml4, _) = Cr3::read();
+    let mut table = pml4.start_address().as_u64();
+    let va = phys; // identity mapped
+    for level in [3u32, 2, 1, 0] {
+        let index = (va >> (12 + 9 * level)) & 0x1ff;
+        let entry_ptr = (phys_offset + table + index * 8) as *mut u64;
+        // SAFETY: `table` is a page-table frame (CR3's, or one a present
+        // non-huge entry above points to), inside the physical-memory
+        // mapping; the entry is read with a volatile load because the MMU
+        // reads it too.
+        let entry = unsafe { core::ptr::read_volatile(entry_ptr) };
+        const PRESENT: u64 = 1;
+        const HUGE: u64 = 1 << 7;
+        if entry & PRESENT == 0 || (level > 0 && level < 3 && entry & HUGE != 0) {
+            return Err(SmpError::TrampolineUnmap);
+        }
+        if level == 0 {
+            // SAFETY: the leaf entry of the trampoline's identity mapping,
+            // which nothing uses any more (every AP that came up runs on its
+            // own GDT and the kernel's CR3; a late one halts at the claim on
+            // its temporary tables, whose lower levels this clears too,
+            // which is what the sync path's unmap does as well).
+            unsafe { core::ptr::write_volatile(entry_ptr, 0) };
+            x86_64::instructions::tlb::flush(VirtAddr::new(va));
+            return Ok(());
+        }
+        table = entry & 0x000f_ffff_ffff_f000;
+    }
+    Err(SmpError::TrampolineUnmap)
+}
+
+/// `phys_offset`, for [`unmap_identity_page`].
+static TRAMPOLINE_PHYS_OFFSET: AtomicU64 = AtomicU64::new(0);
 
 /// Find two free low pages and install the trampoline in them.
 fn install_trampoline(
@@ -471,16 +842,12 @@ enum LateAp {
     AfterLate,
 }
 
-/// INIT, STARTUP, STARTUP; wait for the AP to reach `ap_entry`. Returns
-/// whether it arrived and whether it claimed its round (took its stack).
-fn send_init_sipi_sipi(
-    tramp: &Trampoline,
-    pc: &'static PerCpu,
-    stack: &ApStack,
-    late: LateAp,
-) -> (bool, bool) {
+/// Prepare `pc`'s round and send INIT, STARTUP, STARTUP, without waiting
+/// for the AP beyond the protocol's own delays (the second STARTUP is left
+/// out if the AP arrived after the first).
+fn send_startup_ipis(tramp: &Trampoline, pc: &'static PerCpu, stack_top: u64, late: LateAp) {
     let apic_id = pc.info.apic_id;
-    tramp.prepare(stack.top(), pc);
+    tramp.prepare(stack_top, pc);
     if late == LateAp::AfterLate {
         let ours = u64::from(apic_id) + 1;
         let taken = wait_for(AP_ARRIVAL_TIMEOUT_MS, || {
@@ -497,7 +864,7 @@ fn send_init_sipi_sipi(
         delay_us(10_000);
         apic::send_startup(apic_id, tramp.vector());
         apic::send_startup(apic_id, tramp.vector());
-        return (false, false);
+        return;
     }
     // Linux's timing (wakeup_secondary_cpu_via_init()): the INIT wait its
     // quirk sets, then 10 µs around each STARTUP where that wait is 0, the
@@ -518,6 +885,20 @@ fn send_init_sipi_sipi(
             break; // the first STARTUP did it; a second one would be ignored
         }
     }
+}
+
+/// INIT, STARTUP, STARTUP; wait for the AP to reach `ap_entry`. Returns
+/// whether it arrived and whether it claimed its round (took its stack).
+fn send_init_sipi_sipi(
+    tramp: &Trampoline,
+    pc: &'static PerCpu,
+    stack: &ApStack,
+    late: LateAp,
+) -> (bool, bool) {
+    send_startup_ipis(tramp, pc, stack.top(), late);
+    if late == LateAp::GiveUp {
+        return (false, false);
+    }
     let has_arrived = || pc.arrived_tsc.load(Ordering::Acquire) != 0;
     let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, has_arrived);
     // Take the round back unless the AP claimed it: a late AP then finds 0
@@ -527,30 +908,14 @@ fn send_init_sipi_sipi(
     (arrived, !unclaimed)
 }
 
-/// Start one AP; `Ok(None)` if it did not come up (a warning, not an error).
-fn start_ap(
-    tramp: &Trampoline,
-    c: &AcpiCpu,
-    index: usize,
-    late: LateAp,
-) -> Result<Option<&'static PerCpu>, SmpError> {
-    let apic_id = c.apic_id;
-    if apic_id > 0xfe && !apic::x2apic_mode() {
-        kprintln!(
-            "smpboot: CPU {index} (APIC {apic_id:#x}) needs x2APIC, which this CPU lacks: skipped"
-        );
-        return Ok(None);
-    }
+/// Start one AP and wait for it; `Ok(false)` if it did not come up (a
+/// warning, not an error). Marks it up (and counts it) when it did.
+fn start_ap(tramp: &Trampoline, pc: &'static PerCpu, late: LateAp) -> Result<bool, SmpError> {
+    let (index, apic_id) = (pc.info.index, pc.info.apic_id);
     kprintln!(
         "smpboot: Booting Node {} Processor {index} APIC {apic_id:#x}",
-        c.node
+        pc.info.node
     );
-    let pc: &'static PerCpu = Box::leak(Box::new(PerCpu::new(CpuInfo {
-        index,
-        apic_id,
-        node: c.node,
-        is_bsp: false,
-    })));
     let stack = ApStack::new();
     let init_tsc = tsc::rdtsc();
     let (arrived, took_stack) = send_init_sipi_sipi(tramp, pc, &stack, late);
@@ -568,7 +933,7 @@ fn start_ap(
             });
         }
         stack.free_unused();
-        return Ok(None);
+        return Ok(false);
     }
     let seen_tsc = tsc::rdtsc();
     if !wait_for(AP_READY_TIMEOUT_MS, || pc.ready.load(Ordering::Acquire)) {
@@ -585,49 +950,56 @@ fn start_ap(
             reads,
         });
     }
-    // SAFETY: nobody else reads `timing` before the CPU is published.
-    unsafe {
-        *pc.timing.get() = BootTiming {
-            init_tsc,
-            seen_tsc,
-            ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
-        }
-    };
+    pc.mark_up(BootTiming {
+        init_tsc,
+        seen_tsc,
+        ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
+    });
     kprintln!(
         "smpboot: CPU {index} (APIC {apic_id:#x}) up {} us after INIT",
         tsc::cycles_to_ns(seen_tsc - init_tsc) / 1000
     );
-    Ok(Some(pc))
+    Ok(true)
 }
 
-/// Publish the online CPUs and print the bring-up summary.
-fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32, t0: u64) {
-    let cpus: Vec<CpuInfo> = percpu.iter().map(|p| p.info).collect();
-    let mut nodes: Vec<u32> = cpus.iter().map(|c| c.node).collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    let n = cpus.len();
+/// Publish the CPUs jobs run on (see [`online_cpus`]).
+fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32) {
+    if percpu.len() == 1 {
+        // No AP will print the log: the boot CPU writes its lines itself.
+        serial::set_direct();
+    }
     ONLINE.call_once(|| Online {
-        cpus,
+        cpus: percpu.iter().map(|p| p.info).collect(),
         percpu,
         bsp_apic_id,
     });
+}
+
+/// The bring-up summary: Linux's lines (kernel/smp.c smp_init(): "Brought
+/// up %d node%s, %d CPU%s"; arch/x86 "Booted up"), counting the CPUs that
+/// came up, and memboot's timing, from the first IPI to the last AP up (or
+/// given up on).
+fn print_brought_up(started_ns: u64) {
+    let up: Vec<&PerCpu> = ONLINE
+        .get()
+        .map(|o| o.percpu.iter().copied().filter(|p| p.is_up()).collect())
+        .unwrap_or_default();
+    let mut nodes: Vec<u32> = up.iter().map(|p| p.info.node).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let n = up.len().max(1);
     let node_word = if nodes.len() == 1 { "node" } else { "nodes" };
     let cpu_word = if n == 1 { "CPU" } else { "CPUs" };
-    let us = tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000;
-    // Linux's line (kernel/smp.c smp_init(): "Brought up %d node%s, %d
-    // CPU%s"), then memboot's own timing.
-    kprintln!(
-        "smp: Brought up {} {node_word}, {n} {cpu_word}",
-        nodes.len()
-    );
+    let nodes = nodes.len().max(1);
+    let us = started_ns / 1000;
+    kprintln!("smp: Brought up {nodes} {node_word}, {n} {cpu_word}");
     kprintln!("smp: CPUs started in {}.{:03} ms", us / 1000, us % 1000);
-    kprintln!("x86: Booted up {} {node_word}, {n} {cpu_word}", nodes.len());
+    kprintln!("x86: Booted up {nodes} {node_word}, {n} {cpu_word}");
 }
 
 /// Run one job on every online CPU; each must run exactly once and read its
 /// own APIC id.
-pub fn self_test() -> Result<(), SmpError> {
+fn self_test() -> Result<(), SmpError> {
     let cpus = online_cpus();
     let n = cpus.len();
     let runs: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
@@ -636,14 +1008,16 @@ pub fn self_test() -> Result<(), SmpError> {
         ids[c.index].store(apic::id(), Ordering::Relaxed);
         runs[c.index].fetch_add(1, Ordering::Relaxed);
     };
+    let online = ONLINE.get();
+    let up = |c: &&CpuInfo| online.is_none_or(|o| o.percpu[c.index].is_up());
     let t = tsc::rdtsc();
     scope(|s| {
-        for c in cpus {
+        for c in cpus.iter().filter(up) {
             s.spawn_on(c.index, &job);
         }
     });
     let us = tsc::cycles_to_ns(tsc::rdtsc() - t) / 1000;
-    for c in cpus {
+    for c in cpus.iter().filter(up) {
         let (runs, apic_id) = (
             runs[c.index].load(Ordering::Relaxed),
             ids[c.index].load(Ordering::Relaxed),
@@ -657,9 +1031,9 @@ pub fn self_test() -> Result<(), SmpError> {
         }
     }
     let timed = (1..n).filter(|&i| boot_timing(i).is_some()).count();
+    let ran = cpus.iter().filter(up).count();
     kprintln!(
-        "smp: self-test passed: {n} of {} CPUs ran one job each on their own APIC id ({us} us; {timed} AP timings)",
-        cpu_count()
+        "smp: self-test passed: {ran} of {n} CPUs ran one job each on their own APIC id ({us} us; {timed} AP timings)"
     );
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The pipeline's `Executor` on real hardware: the online CPUs, one job
-//! each through `smp::scope`.
+//! each through `smp::scope`. APs come up in the background while memory
+//! init runs; the first `on_each_cpu` waits for them (`smp::wait_online`).
 
 use deferred_init::{CpuId, Executor};
+use memboot_kernel::boot_error::BootError;
 
 use crate::hw::smp;
 
@@ -13,6 +15,9 @@ impl Executor for SmpCpus {
         smp::cpu_count()
     }
     fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync)) {
+        if let Err(e) = smp::wait_online() {
+            crate::hw::boot::fail_with(BootError::Smp(e));
+        }
         let run = |cpu: smp::CpuInfo| job(cpu.index as CpuId);
         smp::scope(|s| {
             for cpu in 0..smp::cpu_count() {

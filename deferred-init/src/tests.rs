@@ -398,6 +398,30 @@ fn workers_claim_one_section_at_a_time() {
     assert_eq!((w.nr_claims, w.nr_pages, w.finished), (2, 2 * S, true));
 }
 
+/// A node's wall time spans only the workers that claimed something: a
+/// worker that started after everything was claimed (no claims) does not
+/// stretch it.
+#[test]
+fn a_node_s_wall_time_counts_only_workers_that_claimed() {
+    let ranges = [dr(0, 34 * S, 35 * S)];
+    let mm = memmap_for(&ranges);
+    let plan =
+        DeferredPlan::new(&ranges, &[], &[cpus(0, &[0, 1])], PlanOptions::default()).unwrap();
+    let di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
+    let ticks = std::sync::atomic::AtomicU64::new(0);
+    let clock = || ticks.fetch_add(10, std::sync::atomic::Ordering::Relaxed) + 10;
+    while di.worker_step(0, &clock).unwrap() {}
+    assert!(
+        !di.worker_step(1, &clock).unwrap(),
+        "nothing left for worker 1"
+    );
+    let report = di.report();
+    let (w0, w1) = (&report.workers[0], &report.workers[1]);
+    assert_eq!((w0.nr_claims, w1.nr_claims), (1, 0));
+    assert!(w1.end_ns > w0.end_ns, "worker 1 ran last");
+    assert_eq!(report.nodes[0].wall_ns, w0.end_ns - w0.start_ns);
+}
+
 /// Claimants racing for single windows where every chunk is one window, so
 /// every claim is at a chunk's end: each window goes to exactly one claim,
 /// and no claim is empty (one whose `fetch_add` lands on or past the end

@@ -108,15 +108,16 @@ impl PoolCheck {
             let mut after_pool = false;
             while at < present.end {
                 while pool.next_if(|r| r.end <= at).is_some() {}
-                let (end, next_at) = match pool.peek() {
+                // The next pool range ahead (or this present range's end).
+                let end = match pool.peek() {
                     Some(r) if r.start <= at => {
                         // In the pool: skip it.
                         after_pool = true;
                         at = r.end.min(present.end);
                         continue;
                     }
-                    Some(r) if r.start < present.end => (r.start, r.start),
-                    _ => (present.end, present.end),
+                    Some(r) => r.start.min(present.end),
+                    None => present.end,
                 };
                 for (i, pfns) in PfnRange::new(at, end).section_pieces().enumerate() {
                     out.push(ScanRange {
@@ -124,7 +125,7 @@ impl PoolCheck {
                         after_pool: after_pool && i == 0,
                     });
                 }
-                at = next_at;
+                at = end;
                 after_pool = false;
             }
         }

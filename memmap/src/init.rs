@@ -65,6 +65,11 @@ impl Strategy {
         Strategy::Deferred,
         Strategy::OnDemand,
     ];
+    /// Does the strategy initialise memory pages on the boot CPU (and so
+    /// mark their pageblocks)? Only `OnDemand` does not.
+    pub const fn initialises_memory_at_boot(self) -> bool {
+        !matches!(self, Strategy::OnDemand)
+    }
     /// The strategy's name, as the `memmap=` kernel option spells it.
     pub const fn name(self) -> &'static str {
         match self {
@@ -678,6 +683,29 @@ mod tests {
                 (1, ZoneType::Normal, 4500 * 256, 4600 * 256),
             ]
         );
+    }
+
+    /// Exactly the strategies that initialise no memory page at boot run
+    /// without pageblock bitmaps (the others need them for what they
+    /// initialise), and OnDemand then writes only the holes.
+    #[test]
+    fn only_a_strategy_without_boot_pages_runs_without_pageblock_bitmaps() {
+        let mb = two_node_map();
+        let layout = ZoneLayout::new(&mb);
+        for strategy in Strategy::ALL {
+            let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+            let out = init_memmap(strategy, &mut mm, &mb, &layout, &PageblockMaps::none());
+            assert_eq!(
+                out.is_ok(),
+                !strategy.initialises_memory_at_boot(),
+                "{strategy}"
+            );
+            if let Ok(out) = out {
+                assert_eq!(out.stats.eager_pages, 0);
+                assert_eq!(out.stats.hole_pages, layout.hole_pages());
+                assert_eq!(out.stats.deferred_pages, mb.memory().total_pages());
+            }
+        }
     }
 
     #[test]

@@ -144,6 +144,13 @@ impl PageblockMaps {
                 .collect(),
         }
     }
+    /// No bitmaps: for a strategy that initialises no memory page at boot
+    /// ([`Strategy::OnDemand`](crate::init::Strategy::OnDemand)), which
+    /// would otherwise allocate and zero 4 bits per pageblock of RAM (15
+    /// MiB at 59T) for nothing.
+    pub fn none() -> Self {
+        Self { maps: Vec::new() }
+    }
     pub fn get(&self, nid: NodeId, zone: ZoneType) -> Option<&PageblockFlags> {
         self.maps
             .iter()

@@ -24,7 +24,10 @@ pub fn run<B: MemmapBacking>(
     mb: &Memblock,
     layout: &ZoneLayout,
 ) -> Result<InitOutcome, PipelineError> {
-    let pageblocks = PageblockMaps::new(layout);
+    let pageblocks = match cx.mode.eager {
+        EagerWork::Strategy(s) if !s.initialises_memory_at_boot() => PageblockMaps::none(),
+        _ => PageblockMaps::new(layout),
+    };
     let (outcome, memmap_boot_ns) = cx.timed(Phase::EagerMemmap, || {
         init(cx.mode.eager, memmap, mb, layout, &pageblocks)
     });

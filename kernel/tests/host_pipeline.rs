@@ -384,13 +384,7 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     // windows holding memblock-reserved pages (the model's reservations).
     let window_pages = 1024;
     let slack = window_pages * fx.input.cpu_nodes.len() as u64 * 16;
-    let mut reserved_windows: Vec<u64> = model
-        .reserved
-        .iter()
-        .flat_map(|&(start, end)| start / window_pages..end.div_ceil(window_pages))
-        .collect();
-    reserved_windows.dedup();
-    let reserved_slack = window_pages * reserved_windows.len() as u64;
+    let reserved_slack = window_pages * model.reserved_windows(window_pages);
     assert!(mm.alloc_test.allocated_pages > 0);
     assert!(
         mm.grown_pages <= mm.alloc_test.allocated_pages + slack + reserved_slack,

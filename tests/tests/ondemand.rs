@@ -115,14 +115,7 @@ fn assert_alloc_test(b: &Boot) {
     // memblock.reserved (the boot's own logged map).
     let steps: u64 = u64s(b, "alloc_grow_steps").iter().sum();
     let slack = WINDOW_PAGES * b.summary_u64("cpus") * b.summary_u64("nodes");
-    let mut reserved_windows: Vec<u64> = b
-        .model()
-        .reserved
-        .iter()
-        .flat_map(|&(start, end)| start / WINDOW_PAGES..end.div_ceil(WINDOW_PAGES))
-        .collect();
-    reserved_windows.dedup();
-    let reserved_slack = WINDOW_PAGES * reserved_windows.len() as u64;
+    let reserved_slack = WINDOW_PAGES * b.model().reserved_windows(WINDOW_PAGES);
     let grown = b.summary_u64("grown_pages");
     assert!(steps * WINDOW_PAGES >= grown, "at most one window per step");
     assert!(

@@ -134,18 +134,19 @@ impl From<MapError> for VmemmapError {
     }
 }
 
-/// Map struct pages for every present section of `mb`, node-local.
-pub fn populate<M: VmemmapMapper>(
-    mb: &mut Memblock,
+/// The vmemmap area for `mb`'s present sections (chosen by `mapper`), its
+/// backing runs, and stats with nothing placed yet.
+fn plan_area<M: VmemmapMapper>(
+    mb: &Memblock,
     mapper: &mut M,
-) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
+) -> Result<(Vmemmap, Vec<VmemmapRange>, VmemmapStats), VmemmapError> {
     let probe = Vmemmap::linux_default();
     let max_section_end = vmemmap_backing_ranges(mb, &probe)
         .last()
         .map_or(0, |r| r.section_nrs.end);
     let area = mapper.choose_area(max_section_end * SECTION_MEMMAP_BYTES)?;
     let ranges = vmemmap_backing_ranges(mb, &area);
-    let mut stats = VmemmapStats {
+    let stats = VmemmapStats {
         base: area.base(),
         sections: 0,
         bytes: 0,
@@ -153,6 +154,24 @@ pub fn populate<M: VmemmapMapper>(
         node_bytes: Vec::new(),
         off_node_sections: 0,
     };
+    Ok((area, ranges, stats))
+}
+
+impl VmemmapStats {
+    fn add_node_bytes(&mut self, nid: NodeId, bytes: u64) {
+        match self.node_bytes.iter_mut().find(|(n, _)| *n == nid) {
+            Some((_, b)) => *b += bytes,
+            None => self.node_bytes.push((nid, bytes)),
+        }
+    }
+}
+
+/// Map struct pages for every present section of `mb`, node-local.
+pub fn populate<M: VmemmapMapper>(
+    mb: &mut Memblock,
+    mapper: &mut M,
+) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
+    let (area, ranges, mut stats) = plan_area(mb, mapper)?;
     let mut mapped = SectionSet::new();
     let mut prev_offset = None;
     for range in &ranges {
@@ -172,10 +191,7 @@ pub fn populate<M: VmemmapMapper>(
             prev_offset = Some(offset);
             mapped.insert(section_nr);
         }
-        match stats.node_bytes.iter_mut().find(|(n, _)| *n == range.nid) {
-            Some((_, b)) => *b += range.bytes(),
-            None => stats.node_bytes.push((range.nid, range.bytes())),
-        }
+        stats.add_node_bytes(range.nid, range.bytes());
     }
     // SAFETY: every section in `mapped` was mapped by `mapper.map_2mib` at
     // `area.page_addr(first pfn of the section)` (= range.virt_start + i *
@@ -327,22 +343,7 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
         mb: &mut Memblock,
     ) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
         let mut st = self.state.lock();
-        let probe = Vmemmap::linux_default();
-        let max_section_end = vmemmap_backing_ranges(mb, &probe)
-            .last()
-            .map_or(0, |r| r.section_nrs.end);
-        let area = st
-            .mapper
-            .choose_area(max_section_end * SECTION_MEMMAP_BYTES)?;
-        let ranges = vmemmap_backing_ranges(mb, &area);
-        let mut stats = VmemmapStats {
-            base: area.base(),
-            sections: 0,
-            bytes: 0,
-            table_frames: 0,
-            node_bytes: Vec::new(),
-            off_node_sections: 0,
-        };
+        let (area, ranges, mut stats) = plan_area(mb, &mut *st.mapper)?;
         let mut allowed = SectionSet::new();
         let mut node_frames: Vec<(NodeId, u64)> = Vec::new();
         for range in &ranges {
@@ -360,10 +361,7 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
             allowed.insert_range(range.section_nrs.clone());
             stats.sections += range.nr_sections();
             stats.bytes += range.bytes();
-            match stats.node_bytes.iter_mut().find(|(n, _)| *n == range.nid) {
-                Some((_, b)) => *b += range.bytes(),
-                None => stats.node_bytes.push((range.nid, range.bytes())),
-            }
+            stats.add_node_bytes(range.nid, range.bytes());
             let (first, last) = (
                 range.virt_start - area.base(),
                 range.virt_end - 1 - area.base(),

@@ -469,6 +469,18 @@ impl Model {
         self.sum(|z| z.reserved)
     }
 
+    /// How many `window_pages`-aligned windows hold a memblock-reserved
+    /// page (of [`Model::reserved`]).
+    pub fn reserved_windows(&self, window_pages: u64) -> u64 {
+        let mut windows: Vec<u64> = self
+            .reserved
+            .iter()
+            .flat_map(|&(start, end)| start / window_pages..end.div_ceil(window_pages))
+            .collect();
+        windows.dedup();
+        windows.len() as u64
+    }
+
     /// The summary's figures.
     pub fn facts(&self) -> Facts {
         let present = self.sum(|z| z.present);
@@ -735,17 +747,8 @@ impl<'a> Pages<'a> {
         let mut out = Vec::new();
         let mut tables = 0;
         let mut prev: Option<u64> = None;
-        let mut i = 0;
-        while i < sections.len() {
-            // A run: consecutive sections of one node.
+        for (i, j) in section_runs(sections) {
             let nid = sections[i].1;
-            let mut j = i + 1;
-            while j < sections.len()
-                && sections[j].1 == nid
-                && sections[j].0 == sections[j - 1].0 + 1
-            {
-                j += 1;
-            }
             let run = (j - i) as u64;
             let block = self.alloc(
                 regions,
@@ -773,7 +776,6 @@ impl<'a> Pages<'a> {
                 }
                 prev = Some(s);
             }
-            i = j;
         }
         assert_above_floor(&out);
         (out, tables)
@@ -791,16 +793,8 @@ impl<'a> Pages<'a> {
         let section_pages = SECTION_MEMMAP_BYTES / PAGE_SIZE;
         let mut out = Vec::new();
         let mut node_frames: Vec<(u32, u64)> = Vec::new();
-        let mut i = 0;
-        while i < sections.len() {
+        for (i, j) in section_runs(sections) {
             let nid = sections[i].1;
-            let mut j = i + 1;
-            while j < sections.len()
-                && sections[j].1 == nid
-                && sections[j].0 == sections[j - 1].0 + 1
-            {
-                j += 1;
-            }
             let (first, last) = (sections[i].0, sections[j - 1].0);
             let block = self.alloc(
                 regions,
@@ -816,7 +810,6 @@ impl<'a> Pages<'a> {
                 Some((_, f)) => *f += frames,
                 None => node_frames.push((nid, frames)),
             }
-            i = j;
         }
         let mut tables = 0;
         for (nid, n) in node_frames {
@@ -827,6 +820,25 @@ impl<'a> Pages<'a> {
         assert_above_floor(&out);
         (out, tables)
     }
+}
+
+/// Runs of `sections` (ascending `(section, nid)`): index ranges `i..j` of
+/// consecutive sections of one node.
+fn section_runs(sections: &[(u64, u32)]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < sections.len() {
+        let mut j = i + 1;
+        while j < sections.len()
+            && sections[j].1 == sections[i].1
+            && sections[j].0 == sections[j - 1].0 + 1
+        {
+            j += 1;
+        }
+        runs.push((i, j));
+        i = j;
+    }
+    runs
 }
 
 fn assert_above_floor(allocations: &[Allocation]) {

@@ -151,6 +151,40 @@ pub const fn heap_bytes(max_end: u64, nr_cpus: usize) -> u64 {
     (FIXED + PER_CPU * nr_cpus as u64 + PER_SECTION * sections).next_multiple_of(2 << 20)
 }
 
+/// Where the kernel heap of `bytes` goes in `regions` (sorted by start),
+/// as `(start, room)`: `room` is how far it may later grow upwards, from
+/// `start` to the end of its region.
+///
+/// Right after the bootloader's last region when the usable region that
+/// follows it has room: the bootloader already wrote the 2 MiB page that
+/// region starts in, so the heap's first allocations, all made before
+/// memory is ready, land in memory the host has already faulted in (QEMU
+/// backs guest RAM lazily with 2 MiB pages, and on a host that hands
+/// freed memory back to its own hypervisor each fresh 2 MiB costs
+/// milliseconds). Otherwise at the start of the largest usable region,
+/// 2 MiB aligned. `None` when no usable region has `min_bytes`.
+pub fn heap_place(regions: &[MemoryRegion], bytes: u64, min_bytes: u64) -> Option<(u64, u64)> {
+    let after_bootloader = regions
+        .iter()
+        .rposition(|r| r.kind == MemoryRegionKind::Bootloader)
+        .and_then(|i| {
+            let (loader, next) = (&regions[i], regions.get(i + 1)?);
+            (next.kind == MemoryRegionKind::Usable && next.start == loader.end)
+                .then(|| (next.start.next_multiple_of(4096), next.end))
+        })
+        .filter(|&(start, end)| end.saturating_sub(start) >= bytes);
+    let largest = || {
+        let r = regions
+            .iter()
+            .filter(|r| r.kind == MemoryRegionKind::Usable)
+            .max_by_key(|r| r.end - r.start)?;
+        Some((r.start.next_multiple_of(2 << 20), r.end))
+    };
+    let (start, end) = after_bootloader.or_else(largest)?;
+    let room = end.saturating_sub(start);
+    (room >= min_bytes).then_some((start, room))
+}
+
 /// RAM in the map: free frames plus those the bootloader occupies.
 pub fn ram_bytes(regions: &[MemoryRegion]) -> u64 {
     regions
@@ -166,6 +200,60 @@ mod tests {
 
     fn region(start: u64, end: u64, kind: MemoryRegionKind) -> MemoryRegion {
         MemoryRegion { start, end, kind }
+    }
+
+    /// The 59T boot's map (boots/59T-16nodes-ondemand.log), cut down.
+    fn bios_map_59t() -> Vec<MemoryRegion> {
+        use MemoryRegionKind::*;
+        alloc::vec![
+            region(0, 0x9fc00, Usable),
+            region(0x100000, 0x1000000, Usable),
+            region(0x1000000, 0x13ab000, Bootloader),
+            region(0x13ab000, 0x13ac000, Usable),
+            region(0x13ac000, 0x10565000, Bootloader),
+            region(0x10565000, 0xbffac000, Usable),
+            region(0xbffac000, 0xc0000000, UnknownBios(2)),
+            region(0x100_0000_0000, 0x3bff_4000_0000, Usable),
+        ]
+    }
+
+    #[test]
+    fn the_heap_starts_where_the_bootloader_stopped() {
+        let map = bios_map_59t();
+        // 92 MiB fits in the 2.8 GiB after the bootloader: no 2 MiB
+        // alignment, so its first bytes share the bootloader's last page.
+        assert_eq!(
+            heap_place(&map, 92 << 20, 4 << 20),
+            Some((0x10565000, 0xbffac000 - 0x10565000))
+        );
+    }
+
+    #[test]
+    fn a_heap_too_big_for_the_gap_goes_to_the_largest_region() {
+        let map = bios_map_59t();
+        let (start, room) = heap_place(&map, 4 << 30, 4 << 20).unwrap();
+        assert_eq!(start, 0x100_0000_0000);
+        assert_eq!(room, 0x3bff_4000_0000 - 0x100_0000_0000);
+        // Nothing after the bootloader (UEFI maps put it high): the largest.
+        let mut map = bios_map_59t();
+        map.retain(|r| r.start != 0x10565000);
+        assert_eq!(
+            heap_place(&map, 1 << 20, 1 << 20).unwrap().0,
+            0x100_0000_0000
+        );
+        // The largest region's start is rounded up to 2 MiB.
+        let map = [region(0x1000, 0x80_0000, MemoryRegionKind::Usable)];
+        assert_eq!(
+            heap_place(&map, 1 << 20, 1 << 20),
+            Some((0x20_0000, 0x60_0000))
+        );
+    }
+
+    #[test]
+    fn no_heap_below_the_minimum() {
+        let map = [region(0x1000, 0x30_0000, MemoryRegionKind::Usable)];
+        assert_eq!(heap_place(&map, 16 << 20, 4 << 20), None);
+        assert_eq!(heap_place(&[], 16 << 20, 4 << 20), None);
     }
 
     #[test]

@@ -141,8 +141,13 @@ fn checked_model(fx: &Fixture) -> Model {
     let mut mapper = HostMapper::new();
     let vstats = if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
         let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
-        let (backing, vstats) = sections.reserve(&mut mb).unwrap();
+        let (backing, vstats) = sections.reserve(&mut mb, &layout).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
+        assert_eq!(
+            backing.hole_pages_on_first_use(),
+            0,
+            "{name}: no hole written"
+        );
         vstats
     } else {
         s3_vmemmap::populate(&mut mb, &mut mapper).unwrap().1
@@ -393,9 +398,21 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
         mm.alloc_test.allocated_pages
     );
     assert_eq!(mm.pool_pages + mm.grown_pages, mm.deferred_pages);
-    // Written struct pages: eager, holes and grown windows, 64 B each, plus
+    // Written struct pages: eager, holes (at boot: none; with their
+    // sections: each section's) and grown windows, 64 B each, plus
     // rounding to 4 KiB host pages at the ends of each initialised run.
-    let written = (mm.eager_pages + mm.hole_pages + mm.grown_pages) * 64;
+    assert_eq!(mm.hole_pages, 0, "ondemand writes no hole page at boot");
+    assert_eq!(mm.pages_initialised_at_allocatable, 0);
+    // Verification's page scan reads every hole, which maps its section:
+    // by the end every hole of the model was written, once.
+    let model_holes: u64 = model.zones.iter().map(|z| z.holes).sum();
+    assert_eq!(mm.hole_pages_on_first_use, model_holes);
+    assert_eq!(
+        fx.kernel("hole_pages_on_first_use"),
+        model_holes,
+        "the kernel's count"
+    );
+    let written = (mm.eager_pages + mm.hole_pages_on_first_use + mm.grown_pages) * 64;
     let runs = 64 + mm.grown_pages / window_pages;
     let resident = mapper.resident_bytes();
     assert!(
@@ -563,5 +580,41 @@ fn alloc_test_phases_fold_per_cpu_past_1024_cpu_node_pairs() {
         assert_eq!(json_alloc.len(), alloc.len());
         let key = if folded { "nodes" } else { "node" };
         assert!(json_alloc.iter().all(|p| p.get(key).is_some()), "{key}");
+    }
+}
+
+/// The pipeline starts the other CPUs once: for `ondemand` after memory is
+/// ready (nothing before it needs them, so neither bring-up nor the console
+/// an idle AP writes costs the boot CPU anything first), for the worker
+/// modes before the boot CPU's eager phase (its stage-4 line), which hides
+/// their bring-up from the workers that need them.
+#[test]
+fn the_cpus_start_after_memory_is_ready_only_where_nothing_needs_them_before() {
+    for (name, before_line) in [
+        ("32t-16nodes-ondemand", None),
+        ("4g-deferred", Some("memmap: strategy deferred:")),
+        ("4g-touch", Some("memmap: strategy touch:")),
+    ] {
+        let run = common::run_on_host_in_full(&load(name));
+        run.result.unwrap();
+        let [n] = run.lines_before_cpu_start[..] else {
+            panic!("{name}: started {:?}", run.lines_before_cpu_start);
+        };
+        let first = |prefix: &str| {
+            run.lines
+                .iter()
+                .position(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("{name}: no `{prefix}` line"))
+        };
+        match before_line {
+            None => assert!(
+                n > first("ondemand: ")
+                    && run.lines[..n]
+                        .iter()
+                        .any(|l| l.contains("every page allocatable")),
+                "{name}: started after line {n}"
+            ),
+            Some(prefix) => assert!(n <= first(prefix), "{name}: started after line {n}"),
+        }
     }
 }

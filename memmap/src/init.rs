@@ -22,9 +22,12 @@
 //! * [`Strategy::OnDemand`]: nothing eagerly (as FreeBSD's lazy
 //!   `vm_phys` init): every memory page is returned as a [`DeferredRange`],
 //!   for an allocator that initialises a block window the first time it
-//!   needs one. Only holes and their bookkeeping are written at boot.
+//!   needs one. Only holes and their bookkeeping are written at boot,
+//!   and with a lazy vmemmap (the one `ondemand` runs on) not even those:
+//!   the backing writes a section's holes when it first maps the section
+//!   ([`init_holes_in`], [`MemmapBacking::initialises_holes`]).
 //!
-//! All three then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
+//! All then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised
 //! pageblock `MIGRATE_MOVABLE`, and give memblock-reserved memory pages
 //! `PG_reserved` (`memmap_init_reserved_pages()` → `reserve_bootmem_region()`),
@@ -42,7 +45,7 @@ use crate::memblock::Memblock;
 use crate::page::StructPage;
 use crate::pageblock::PageblockMaps;
 use crate::store::{Memmap, MemmapBacking};
-use crate::zones::ZoneLayout;
+use crate::zones::{UnavailableRange, ZoneLayout};
 use crate::{
     pfn_to_section_nr, DeferredRange, NodeId, Pfn, PfnRange, ZoneType, PAGEBLOCK_NR_PAGES,
     PAGES_PER_SECTION,
@@ -281,15 +284,46 @@ fn init_holes<B: MemmapBacking>(
                 let pages = memmap
                     .pages_mut(piece)
                     .ok_or_else(|| unbacked(piece.start))?;
-                for (pfn, page) in (piece.start..).zip(pages.iter_mut()) {
-                    page.init_single_page(pfn, u.zone, u.nid);
-                    page.set_reserved();
-                }
+                init_hole_pages(pages, piece.start, u);
                 n += piece.nr_pages();
             }
         }
     }
     Ok(n)
+}
+
+/// `init_unavailable_range()` for the pages of `holes` (sorted, as the
+/// layout lists them) inside `pfns`, whose struct pages are `pages` (the
+/// first is `pfns.start`'s): what a lazy vmemmap writes when it maps a
+/// section. Returns the number of pages written.
+pub fn init_holes_in(pages: &mut [StructPage], pfns: PfnRange, holes: &[UnavailableRange]) -> u64 {
+    let first = holes.partition_point(|u| u.pfns.end <= pfns.start);
+    let mut n = 0;
+    for u in holes[first..]
+        .iter()
+        .take_while(|u| u.pfns.start < pfns.end)
+    {
+        let Some(piece) = u.pfns.intersect(&pfns) else {
+            continue;
+        };
+        let at = (piece.start - pfns.start) as usize;
+        init_hole_pages(
+            &mut pages[at..at + piece.nr_pages() as usize],
+            piece.start,
+            u,
+        );
+        n += piece.nr_pages();
+    }
+    n
+}
+
+/// One hole's pages, the first being `start_pfn`: reserved, in the hole's
+/// zone and node.
+fn init_hole_pages(pages: &mut [StructPage], start_pfn: Pfn, hole: &UnavailableRange) {
+    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
+        page.init_single_page(pfn, hole.zone, hole.nid);
+        page.set_reserved();
+    }
 }
 
 /// Set `PG_reserved` on memblock-reserved memory pages inside `range`
@@ -391,7 +425,10 @@ pub fn init_memmap<B: MemmapBacking>(
                 init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
         }
     }
-    out.stats.hole_pages = init_holes(memmap, layout)?;
+    // A lazy vmemmap writes each section's holes when it maps the section.
+    if !memmap.backing().initialises_holes() {
+        out.stats.hole_pages = init_holes(memmap, layout)?;
+    }
     // Reserved marking over everything, minus what was deferred.
     let mut cursor = 0;
     for d in &out.deferred {

@@ -10,8 +10,10 @@ use alloc::vec::Vec;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use crate::init::init_holes_in;
 use crate::page::StructPage;
 use crate::sections::Vmemmap;
+use crate::zones::UnavailableRange;
 use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
 
 /// Storage for the struct pages of present sections.
@@ -34,6 +36,13 @@ pub unsafe trait MemmapBacking: Sync {
         section_nrs
             .into_iter()
             .find(|&nr| self.section_ptr(nr).is_none())
+    }
+
+    /// Does the backing initialise each section's hole pages itself, when
+    /// it first maps the section ([`VmemmapBacking::new_lazy`])? Then memmap
+    /// init leaves holes alone, and boot writes no struct page for them.
+    fn initialises_holes(&self) -> bool {
+        false
     }
 }
 
@@ -130,14 +139,18 @@ impl<B: MemmapBacking> Memmap<B> {
 /// vmemmap, see [`VmemmapBacking::new_lazy`]).
 ///
 /// # Safety
-/// Once `populate(nr)` has returned `true`, the 2 MiB of struct pages of
-/// section `nr` at its address in the backing's area must be valid for
-/// reads and writes and used for nothing else for as long as the backing
-/// lives. `populate` may be called from several CPUs at once, and for a
-/// section that is already mapped (it must then return `true` and change
-/// nothing).
+/// Once `populate(nr, prepare)` has returned `true`, the 2 MiB of struct
+/// pages of section `nr` at its address in the backing's area must be valid
+/// for reads and writes and used for nothing else for as long as the
+/// backing lives. `populate` may be called from several CPUs at once, and
+/// for a section that is already mapped (it must then return `true` and
+/// change nothing). The call that maps the section calls `prepare` on its
+/// `PAGES_PER_SECTION` struct pages once, after mapping and before any
+/// `populate` call for that section returns `true` (the backing writes the
+/// section's holes there, which must be done once, before anyone uses the
+/// section).
 pub unsafe trait SectionPopulator: Sync {
-    fn populate(&self, section_nr: u64) -> bool;
+    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool;
 }
 
 /// The sections a lazy backing may map, what it has mapped, and who maps.
@@ -149,6 +162,10 @@ struct LazySections {
     populated: Vec<AtomicU64>,
     nr_populated: AtomicU64,
     populator: NonNull<dyn SectionPopulator>,
+    /// The layout's holes (sorted), written as reserved pages with the
+    /// section they lie in, when it is mapped.
+    holes: Vec<UnavailableRange>,
+    nr_hole_pages: AtomicU64,
 }
 
 /// Struct pages in a virtual area laid out like Linux's vmemmap (the page
@@ -177,7 +194,11 @@ impl VmemmapBacking {
 
     /// A backing whose sections of `allowed` are mapped by `populator` the
     /// first time [`section_ptr`](MemmapBacking::section_ptr) asks for one:
-    /// boot maps nothing, and a section nobody reads costs nothing.
+    /// boot maps nothing, and a section nobody reads costs nothing. The
+    /// pages of `holes` (a layout's unavailable ranges, sorted) in a
+    /// section are initialised as reserved (`init_unavailable_range()`)
+    /// when it is mapped, before anyone gets its struct pages: a lazy
+    /// memmap has no hole page to write at boot.
     ///
     /// # Safety
     /// `populator` must outlive the backing, and map each section of
@@ -187,6 +208,7 @@ impl VmemmapBacking {
         area: Vmemmap,
         allowed: SectionSet,
         populator: &dyn SectionPopulator,
+        holes: Vec<UnavailableRange>,
     ) -> Self {
         let words = allowed.words.len();
         // SAFETY: only the lifetime is erased; the caller guarantees the
@@ -201,6 +223,8 @@ impl VmemmapBacking {
                 populated: (0..words).map(|_| AtomicU64::new(0)).collect(),
                 nr_populated: AtomicU64::new(0),
                 populator,
+                holes,
+                nr_hole_pages: AtomicU64::new(0),
             }),
         }
     }
@@ -222,6 +246,13 @@ impl VmemmapBacking {
         })
     }
 
+    /// Hole pages a lazy backing has initialised with their sections so far.
+    pub fn hole_pages_on_first_use(&self) -> u64 {
+        self.lazy
+            .as_ref()
+            .map_or(0, |l| l.nr_hole_pages.load(Ordering::Acquire))
+    }
+
     /// Is `section_nr` mapped, mapping it first if it is lazy and allowed?
     fn ensure_mapped(&self, section_nr: u64) -> bool {
         let Some(lazy) = &self.lazy else {
@@ -238,7 +269,15 @@ impl VmemmapBacking {
         // SAFETY: new_lazy's caller keeps the populator alive as long as
         // the backing.
         let populator = unsafe { lazy.populator.as_ref() };
-        if !populator.populate(section_nr) {
+        let section = PfnRange::new(
+            section_nr_to_pfn(section_nr),
+            section_nr_to_pfn(section_nr + 1),
+        );
+        let mut write_holes = |pages: &mut [StructPage]| {
+            let n = init_holes_in(pages, section, &lazy.holes);
+            lazy.nr_hole_pages.fetch_add(n, Ordering::AcqRel);
+        };
+        if !populator.populate(section_nr, &mut write_holes) {
             return false;
         }
         if word.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
@@ -265,6 +304,10 @@ unsafe impl MemmapBacking for VmemmapBacking {
     /// as backed.
     fn first_unbacked(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
         self.mapped().first_missing(section_nrs)
+    }
+
+    fn initialises_holes(&self) -> bool {
+        self.lazy.is_some()
     }
 }
 
@@ -444,14 +487,31 @@ mod tests {
     /// Records which sections it was asked to map; refuses section 7.
     struct CountingPopulator {
         calls: std::sync::Mutex<std::vec::Vec<u64>>,
+        area: u64,
     }
 
     // SAFETY: the test's area backs every section it is asked for (an
     // 8-section heap block at the area's base), and nothing else uses it.
     unsafe impl SectionPopulator for CountingPopulator {
-        fn populate(&self, section_nr: u64) -> bool {
-            self.calls.lock().unwrap().push(section_nr);
-            section_nr != 7
+        fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool {
+            let mut calls = self.calls.lock().unwrap();
+            let first = !calls.contains(&section_nr);
+            calls.push(section_nr);
+            if section_nr == 7 {
+                return false;
+            }
+            if first {
+                let at = self.area + section_nr * PAGES_PER_SECTION * 64;
+                // SAFETY: the section's 2 MiB of the test's heap block,
+                // under the lock, which every other call for it waits on.
+                prepare(unsafe {
+                    core::slice::from_raw_parts_mut(
+                        at as *mut StructPage,
+                        PAGES_PER_SECTION as usize,
+                    )
+                });
+            }
+            true
         }
     }
 
@@ -472,12 +532,26 @@ mod tests {
         allowed.insert_range(3..8);
         let populator = CountingPopulator {
             calls: std::sync::Mutex::new(std::vec::Vec::new()),
+            area: block as u64,
         };
+        let s = PAGES_PER_SECTION;
+        let hole = |start: u64, nr_pages: u64| UnavailableRange {
+            nid: 1,
+            zone: ZoneType::Normal,
+            pfns: PfnRange::new(start, start + nr_pages),
+            nr_pages,
+        };
+        // In sections 1 (twice), 3 (never mapped) and 4.
+        let holes = std::vec![
+            hole(s + 100, 100),
+            hole(s + 300, 1),
+            hole(3 * s, 10),
+            hole(4 * s + 1000, 10),
+        ];
         // SAFETY: the populator outlives the memmap; sections 0..8 lie in
         // the heap block at the area's base.
-        let mm = Memmap::new(unsafe { VmemmapBacking::new_lazy(area, allowed, &populator) });
+        let mm = Memmap::new(unsafe { VmemmapBacking::new_lazy(area, allowed, &populator, holes) });
         let calls = || populator.calls.lock().unwrap().clone();
-        let s = PAGES_PER_SECTION;
         assert!(mm.has_pfn(3 * s) && !mm.has_pfn(2 * s));
         assert_eq!(mm.first_unbacked_section(PfnRange::new(0, 8 * s)), Some(2));
         assert!(calls().is_empty(), "asking maps nothing");
@@ -486,6 +560,20 @@ mod tests {
         assert!(mm.page(s + 5).is_some());
         assert!(mm.page(s + 9).is_some());
         assert_eq!(calls(), [1], "mapped once, on first use");
+        assert_eq!(mm.backing().hole_pages_on_first_use(), 101);
+        for pfn in [s + 100, s + 199, s + 300] {
+            let page = mm.page(pfn).unwrap();
+            assert!(
+                page.is_reserved() && page.links_match(pfn, ZoneType::Normal, 1),
+                "{pfn:#x}"
+            );
+        }
+        for pfn in [s + 99, s + 200, s + 299, s + 301] {
+            assert!(
+                !mm.page(pfn).unwrap().is_reserved(),
+                "{pfn:#x} is not a hole"
+            );
+        }
         assert!(mm.page(2 * s).is_none(), "not allowed");
         assert!(mm.page(7 * s).is_none(), "refused by the populator");
         assert_eq!(calls(), [1, 7]);
@@ -501,6 +589,12 @@ mod tests {
             2,
             "sections 1 and 4, each once"
         );
+        assert_eq!(
+            mm.backing().hole_pages_on_first_use(),
+            111,
+            "section 4's holes written once, however many CPUs asked"
+        );
+        assert!(mm.page(4 * s + 1009).unwrap().is_reserved());
         drop(mm);
         // SAFETY: allocated above with this layout; the memmap is gone.
         unsafe { dealloc(block, layout) };

@@ -195,23 +195,25 @@ fn print_memory_map(regions: &MemoryRegions) {
     }
 }
 
-/// Carve the heap out of the largest usable region, 2 MiB aligned, sized
-/// for the map (without the per-CPU part: see [`grow_heap_for_cpus`]).
+/// Carve the heap out of usable RAM (`bootmap::heap_place`: right after
+/// the bootloader where it fits), sized for the map (without the per-CPU
+/// part: see [`grow_heap_for_cpus`]).
 fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservation, BootError> {
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
-    let region = regions
-        .iter()
-        .filter(|r| r.kind == MemoryRegionKind::Usable)
-        .max_by_key(|r| r.end - r.start);
-    let start = region.map_or(0, |r| (r.start + 0x1f_ffff) & !0x1f_ffff);
-    let room = region.map_or(0, |r| r.end.saturating_sub(start));
-    let bytes = bootmap::heap_bytes(max_end, 0).min(room);
-    if bytes < HEAP_MIN_BYTES {
+    let wanted = bootmap::heap_bytes(max_end, 0);
+    let Some((start, room)) = bootmap::heap_place(regions, wanted, HEAP_MIN_BYTES) else {
+        let largest_bytes = regions
+            .iter()
+            .filter(|r| r.kind == MemoryRegionKind::Usable)
+            .map(|r| r.end - r.start)
+            .max()
+            .unwrap_or(0);
         return Err(BootError::NoMemory {
-            largest_bytes: room,
+            largest_bytes,
             needed_bytes: HEAP_MIN_BYTES,
         });
-    }
+    };
+    let bytes = wanted.min(room);
     // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
     // bootloader hands it over free) and the physical-memory mapping at
     // `phys_offset` makes it accessible; init happens once, before any allocation.
@@ -475,10 +477,11 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
             "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
         )));
     }
-    // Returns once the APs were sent their startup IPIs: they come up
-    // while memory init runs, and the executor waits for them (and runs
-    // the SMP self-test) before the first jobs (`smp::wait_online`).
-    smp::start_aps(&acpi_info, phys_offset, regions, late_ap)?;
+    // Plans the CPUs and installs the trampoline; the pipeline starts the
+    // APs where its mode first needs them (`CpuBringup`), and the executor
+    // waits for them (and runs the SMP self-test) before the first jobs
+    // (`smp::wait_online`).
+    smp::prepare_aps(&acpi_info, phys_offset, regions, late_ap)?;
     let input = BootInput {
         map,
         srat: acpi_info.memory_affinity(),
@@ -534,6 +537,7 @@ fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(
     let machine = Machine {
         mapper: &mut mapper,
         executor: &SmpCpus,
+        bringup: &SmpCpus,
         clock: &TscClock,
         log: &SerialLog,
         cpu_nodes: &input.cpu_nodes,

@@ -14,14 +14,20 @@
 //!
 //! # In the background
 //!
-//! The boot CPU (BSP) sends only the first AP (the starter) its IPIs and
-//! returns without waiting for it: memory init goes on while APs come up.
-//! The CPUs jobs will run on are published at once (the BSP and every AP
-//! started; the pipeline's `cpu_nodes` come from them). The starter, in
+//! Bring-up has two steps. [`prepare_aps`], before memory init, plans the
+//! CPUs and publishes them (the BSP and every AP to be started; the
+//! pipeline's `cpu_nodes` come from them) and installs the trampoline, but
+//! sends no IPI. [`launch`], called by the memory-init pipeline where its
+//! mode first needs other CPUs soon (`ModePlan::cpus`: before the eager
+//! phase for the worker modes, once memory is ready for `ondemand`), sends
+//! only the first AP (the starter) its IPIs and returns without waiting
+//! for it. Until an AP is up nobody writes the log out (see `serial`): the
+//! lines wait in the ring, so neither bring-up nor the console costs the
+//! boot CPU anything before `launch`. The starter, in
 //! [`ap_entry`], checks itself in and starts the other APs one after
 //! another, waiting for each as the BSP used to. [`wait_online`], called
 //! before the first jobs (the executor's first `on_each_cpu`) or at the end
-//! of the boot, waits for the starter to finish (or, if the starter never
+//! of the boot, launches if that has not happened yet, waits for the starter to finish (or, if the starter never
 //! arrived, takes its round back and starts the others itself), removes the
 //! trampoline mapping, prints the bring-up lines and runs the self-test. An
 //! AP that did not come up stays in the list; its jobs run on the BSP.
@@ -392,8 +398,8 @@ struct Bringup {
     /// The starter's stack while it has not claimed it (given back if it
     /// never does).
     starter_stack: spin::Mutex<Option<ApStack>>,
-    /// BSP's TSC at the starter's INIT (the first IPI).
-    first_ipi_tsc: u64,
+    /// BSP's TSC at the starter's INIT (the first IPI); 0 until [`launch`].
+    first_ipi_tsc: AtomicU64,
     /// The APs after the starter, in MADT order.
     rest: Vec<&'static PerCpu>,
     /// Set (release) once every AP in `rest` came up, was left out, or
@@ -442,7 +448,7 @@ impl Bringup {
         // destructor; only `free_unused` gives a stack back).
         let _in_use = self.starter_stack.lock().take();
         pc.mark_up(BootTiming {
-            init_tsc: self.first_ipi_tsc,
+            init_tsc: self.first_ipi_tsc.load(Ordering::Relaxed),
             seen_tsc: now,
             ap_tsc: pc.arrived_tsc.load(Ordering::Relaxed),
         });
@@ -450,7 +456,8 @@ impl Bringup {
             "smpboot: CPU {} (APIC {:#x}) up {} us after INIT; it starts the other APs",
             pc.info.index,
             pc.info.apic_id,
-            tsc::cycles_to_ns(now.saturating_sub(self.first_ipi_tsc)) / 1000
+            tsc::cycles_to_ns(now.saturating_sub(self.first_ipi_tsc.load(Ordering::Relaxed)))
+                / 1000
         );
         self.finish(start_rest(&self.tramp, &self.rest));
     }
@@ -518,17 +525,18 @@ fn plan(acpi: &AcpiInfo, bsp_apic_id: u32) -> Vec<&'static PerCpu> {
     percpu
 }
 
-/// Start every enabled AP in the MADT.
+/// Plan every enabled AP in the MADT and get ready to start them; sends no
+/// IPI (see [`launch`]).
 ///
-/// Normally in the background: the BSP sends the first AP its INIT and
-/// STARTUP IPIs (with Linux's delays) and returns at once, the CPUs it
-/// started already published; that AP starts the others; [`wait_online`]
-/// waits for them when they are first needed. `late_ap`
-/// (`test_fault=late_ap`, which needs the BSP to give up on the first AP
-/// before it can claim its round, so that it runs the trampoline late):
-/// the BSP starts every AP itself and waits for each, as before, and the
-/// CPUs are published (dense over those that came up) when all are done.
-pub fn start_aps(
+/// Normally the APs then start in the background: [`launch`] sends the
+/// first AP its INIT and STARTUP IPIs (with Linux's delays) and returns at
+/// once; that AP starts the others; [`wait_online`] waits for them when
+/// they are first needed. `late_ap` (`test_fault=late_ap`, which needs the
+/// BSP to give up on the first AP before it can claim its round, so that
+/// it runs the trampoline late): the BSP starts every AP itself, here, and
+/// waits for each, as before, and the CPUs are published (dense over those
+/// that came up) when all are done.
+pub fn prepare_aps(
     acpi: &AcpiInfo,
     phys_offset: u64,
     regions: &MemoryRegions,
@@ -551,48 +559,78 @@ pub fn start_aps(
     let planned = plan(acpi, bsp_apic_id);
     if planned.len() == 1 {
         publish(planned, bsp_apic_id);
-        print_brought_up(0); // no IPI sent
         return Ok(());
     }
     let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
     if late_ap {
+        LAUNCHED.store(true, Ordering::Relaxed);
         return start_aps_sync(tramp, planned, bsp_apic_id, &mut mapper, t0);
     }
     let starter = planned[1];
     let rest = planned[2..].to_vec();
+    let nr_cpus = planned.len();
     ONLINE.call_once(|| Online {
         cpus: planned.iter().map(|p| p.info).collect(),
         percpu: planned,
         bsp_apic_id,
     });
-    let stack = ApStack::new();
-    let stack_top = stack.top();
+    BRINGUP.call_once(|| Bringup {
+        tramp,
+        starter,
+        starter_stack: spin::Mutex::new(Some(ApStack::new())),
+        first_ipi_tsc: AtomicU64::new(0),
+        rest,
+        done: AtomicBool::new(false),
+        done_tsc: AtomicU64::new(0),
+        error: spin::Mutex::new(None),
+    });
+    kprintln!(
+        "smpboot: {nr_cpus} CPUs planned and the trampoline installed in {} us; the APs start when memory init first needs them",
+        tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000
+    );
+    Ok(())
+}
+
+/// [`launch`] ran (or bring-up needs none: `test_fault=late_ap` started
+/// every AP in [`prepare_aps`]).
+static LAUNCHED: AtomicBool = AtomicBool::new(false);
+
+/// Start the APs [`prepare_aps`] planned, in the background: send the
+/// starter its startup IPIs and return without waiting for it. With one
+/// CPU, the boot CPU starts writing the log out itself from here on. Only
+/// the first call does anything.
+pub fn launch() {
+    if LAUNCHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Some(b) = BRINGUP.get() else {
+        // No AP will print the log: the boot CPU writes its lines itself.
+        serial::set_direct();
+        print_brought_up(0); // no IPI sent
+        return;
+    };
+    let t0 = tsc::rdtsc();
+    let starter = b.starter;
     kprintln!(
         "smpboot: Booting Node {} Processor {} APIC {:#x}",
         starter.info.node,
         starter.info.index,
         starter.info.apic_id
     );
+    let stack_top = match b.starter_stack.lock().as_ref() {
+        Some(stack) => stack.top(),
+        None => return, // taken back already: nothing to start
+    };
     let first_ipi_tsc = tsc::rdtsc();
-    let b = BRINGUP.call_once(|| Bringup {
-        tramp,
-        starter,
-        starter_stack: spin::Mutex::new(Some(stack)),
-        first_ipi_tsc,
-        rest,
-        done: AtomicBool::new(false),
-        done_tsc: AtomicU64::new(0),
-        error: spin::Mutex::new(None),
-    });
+    b.first_ipi_tsc.store(first_ipi_tsc, Ordering::Relaxed);
     send_startup_ipis(&b.tramp, starter, stack_top, LateAp::No);
     let end = tsc::rdtsc();
     kprintln!(
-        "smp: boot CPU spent {} us on bring-up ({} us sending startup IPIs to CPU 1), not waiting: CPU 1 starts the other {} APs while memory init goes on",
+        "smp: boot CPU spent {} us starting CPU 1 ({} us sending its startup IPIs), not waiting: CPU 1 starts the other {} APs",
         tsc::cycles_to_ns(end - t0) / 1000,
         tsc::cycles_to_ns(end - first_ipi_tsc) / 1000,
         b.rest.len()
     );
-    Ok(())
 }
 
 /// The `test_fault=late_ap` path: every AP started by the BSP, waiting for
@@ -628,7 +666,12 @@ fn start_aps_sync(
     let us = tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000;
     kprintln!("smp: boot CPU spent {us} us on bring-up, waiting for every AP (test_fault=late_ap)");
     let started_ns = tsc::cycles_to_ns(tsc::rdtsc() - first_ipi_tsc);
+    let alone = percpu.len() == 1;
     publish(percpu, bsp_apic_id);
+    if alone {
+        // No AP came up to print the log: the boot CPU writes it itself.
+        serial::set_direct();
+    }
     print_brought_up(started_ns);
     Ok(())
 }
@@ -642,6 +685,7 @@ pub fn wait_online() -> Result<(), SmpError> {
     if WAITED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    launch();
     if let Some(b) = BRINGUP.get() {
         let t = tsc::rdtsc();
         wait_for_bringup(b)?;
@@ -654,7 +698,8 @@ pub fn wait_online() -> Result<(), SmpError> {
             .map(|t| t.seen_tsc)
             .max()
             .unwrap_or(b.done_tsc.load(Ordering::Relaxed));
-        let started_ns = tsc::cycles_to_ns(last_up_tsc.saturating_sub(b.first_ipi_tsc));
+        let first_ipi_tsc = b.first_ipi_tsc.load(Ordering::Relaxed);
+        let started_ns = tsc::cycles_to_ns(last_up_tsc.saturating_sub(first_ipi_tsc));
         print_brought_up(started_ns);
         kprintln!("smp: boot CPU waited {waited_us} us for the APs when it first needed them");
         let missing: Vec<&CpuInfo> = online_cpus()
@@ -964,10 +1009,6 @@ fn start_ap(tramp: &Trampoline, pc: &'static PerCpu, late: LateAp) -> Result<boo
 
 /// Publish the CPUs jobs run on (see [`online_cpus`]).
 fn publish(percpu: Vec<&'static PerCpu>, bsp_apic_id: u32) {
-    if percpu.len() == 1 {
-        // No AP will print the log: the boot CPU writes its lines itself.
-        serial::set_direct();
-    }
     ONLINE.call_once(|| Online {
         cpus: percpu.iter().map(|p| p.info).collect(),
         percpu,

@@ -95,7 +95,11 @@ pub struct MmFacts {
     pub low_zone_pages: u64,
     pub deferred_pages: u64,
     pub reserved_pages: u64,
+    /// Hole pages the boot CPU initialised as reserved (stage 4).
     pub hole_pages: u64,
+    /// Hole pages a lazy vmemmap initialised with their sections, as each
+    /// was first mapped (`ondemand`, whose boot writes no hole page).
+    pub hole_pages_on_first_use: u64,
     pub memmap_boot_ns: u64,
     pub buddy_eager_ns: u64,
     pub deferred_ns: u64,
@@ -150,15 +154,16 @@ pub struct MmFacts {
 
 impl MmFacts {
     /// Struct pages written so far: the boot CPU's (eager pages and the
-    /// hole pages it initialised as reserved) and those of deferred-init
-    /// workers, drain workers and growth (`report`).
+    /// hole pages it initialised as reserved), the holes a lazy vmemmap
+    /// wrote with their sections, and those of deferred-init workers,
+    /// drain workers and growth (`report`).
     pub fn pages_initialised(&self, report: &DeferredReport) -> u64 {
         let after_boot_cpu: u64 = report
             .nodes
             .iter()
             .map(|n| n.nr_worker_pages + n.nr_grown_pages)
             .sum();
-        self.eager_pages + self.hole_pages + after_boot_cpu
+        self.eager_pages + self.hole_pages + self.hole_pages_on_first_use + after_boot_cpu
     }
 
     pub const EMPTY: MmFacts = MmFacts {
@@ -169,6 +174,7 @@ impl MmFacts {
         deferred_pages: 0,
         reserved_pages: 0,
         hole_pages: 0,
+        hole_pages_on_first_use: 0,
         memmap_boot_ns: 0,
         buddy_eager_ns: 0,
         deferred_ns: 0,
@@ -243,10 +249,12 @@ impl Facts {
     }
 
     /// Memory is ready at `now_ns` (the definition: [`MmFacts::allocatable_ns`]),
-    /// with the struct pages `report` says were written by then.
-    pub fn memory_ready(&self, now_ns: u64, report: &DeferredReport) {
+    /// with the struct pages `report` says were written by then, and the
+    /// `holes_on_first_use` a lazy vmemmap had written.
+    pub fn memory_ready(&self, now_ns: u64, report: &DeferredReport, holes_on_first_use: u64) {
         self.record(|f| {
             f.allocatable_ns = now_ns;
+            f.hole_pages_on_first_use = holes_on_first_use;
             f.pages_initialised_at_allocatable = f.pages_initialised(report);
         });
     }

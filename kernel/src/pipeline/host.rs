@@ -13,7 +13,7 @@ use std::vec::Vec;
 use memmap::sections::{Vmemmap, SECTION_MEMMAP_BYTES};
 
 use super::s3_vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
-use super::seams::{Log, MapError, VmemmapMapper};
+use super::seams::{CpuBringup, Log, MapError, VmemmapMapper};
 
 /// A lazily backed vmemmap area. It also checks the pipeline's page-table
 /// plan against its own model of a 4-level walk: each mapping must bring
@@ -161,5 +161,34 @@ impl VecLog {
 impl Log for VecLog {
     fn line(&self, args: fmt::Arguments<'_>) {
         self.lines.lock().unwrap().push(args.to_string());
+    }
+}
+
+/// The host's [`CpuBringup`]: its threads always run, so starting them is
+/// only noted: how many lines the pipeline had logged when it asked, so
+/// that tests see where in the boot's order that was.
+pub struct NotedBringup<'a> {
+    log: &'a VecLog,
+    lines_before: Mutex<Vec<usize>>,
+}
+
+impl<'a> NotedBringup<'a> {
+    pub fn new(log: &'a VecLog) -> Self {
+        NotedBringup {
+            log,
+            lines_before: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// For each call of `start`, the number of lines logged before it.
+    pub fn lines_before_each_start(&self) -> Vec<usize> {
+        self.lines_before.lock().unwrap().clone()
+    }
+}
+
+impl CpuBringup for NotedBringup<'_> {
+    fn start(&self) {
+        let n = self.log.lines.lock().unwrap().len();
+        self.lines_before.lock().unwrap().push(n);
     }
 }

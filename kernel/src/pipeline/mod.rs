@@ -52,9 +52,9 @@ use crate::options::Options;
 use context::Ctx;
 use error::PipelineError;
 use facts::Facts;
-use mode::{Deferral, ModePlan};
+use mode::{Deferral, ModePlan, StartCpus};
 use s1_memblock::EarlyReservation;
-use seams::{Clock, Executor, Log, VmemmapMapper};
+use seams::{Clock, CpuBringup, Executor, Log, VmemmapMapper};
 
 /// What the pipeline starts from.
 pub struct Input<'a> {
@@ -75,6 +75,8 @@ pub struct Input<'a> {
 pub struct Machine<'a, M> {
     pub mapper: &'a mut M,
     pub executor: &'a dyn Executor,
+    /// Starts the executor's other CPUs, which may not run yet.
+    pub bringup: &'a dyn CpuBringup,
     pub clock: &'a dyn Clock,
     pub log: &'a dyn Log,
     /// `cpu_nodes[cpu]`: the node of each CPU of `executor`.
@@ -104,7 +106,10 @@ pub fn run<M: VmemmapMapper>(
     // Declared before the memmap, so it outlives the backing that maps
     // sections through it on first use.
     let sections = s3_vmemmap::SectionMapper::new(machine.mapper);
-    let mut memmap = s3_vmemmap::run(&cx, &mut mb, &sections)?;
+    let mut memmap = s3_vmemmap::run(&cx, &mut mb, &layout, &sections)?;
+    if cx.mode.cpus == StartCpus::BeforeEager {
+        machine.bringup.start();
+    }
     let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
     let s5_handoff::Handoff { plan, buddy } =
         s5_handoff::run(&cx, &memmap, &mb, &outcome, &layout)?;
@@ -112,10 +117,24 @@ pub fn run<M: VmemmapMapper>(
     let pages = PageAllocator::new(&buddy, di.growth());
     let blocks = match cx.mode.deferral {
         Deferral::Workers => s6_deferred::run(&cx, &di, &mb, &layout)?,
-        Deferral::Pool => s6_pool::run(&cx, &di, &mb)?,
+        Deferral::Pool => s6_pool::run(&cx, &di, &memmap, &mb)?,
     };
+    if cx.mode.cpus == StartCpus::WhenMemoryReady {
+        machine.bringup.start();
+    }
     s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
     s8_alloc_test::run(&cx, pages, &di, &layout)?;
     s9_pool::run(&cx, &di, &layout, &memmap, &sections)?;
-    s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome)
+    let verified = s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome);
+    // On a lazy vmemmap, reading a hole page maps its section, which writes
+    // the section's holes: count what verification's page scan mapped and
+    // wrote too.
+    let backing = memmap.backing();
+    let holes = backing.hole_pages_on_first_use();
+    facts.record(|f| {
+        f.pages_initialised += holes - f.hole_pages_on_first_use;
+        f.hole_pages_on_first_use = holes;
+        f.vmemmap_sections_mapped = backing.nr_populated();
+    });
+    verified
 }

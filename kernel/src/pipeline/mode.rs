@@ -37,6 +37,16 @@ pub enum Deferral {
     Pool,
 }
 
+/// When the pipeline starts the other CPUs ([`super::seams::CpuBringup`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartCpus {
+    /// Before the boot CPU's eager phase, which hides their bring-up: the
+    /// workers of stage 6 need them right after it.
+    BeforeEager,
+    /// Once memory is ready: nothing before it needs another CPU.
+    WhenMemoryReady,
+}
+
 /// What a `memmap=` mode does in every stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModePlan {
@@ -45,6 +55,7 @@ pub struct ModePlan {
     pub workers: InitMode,
     pub deferral: Deferral,
     pub vmemmap: VmemmapMapping,
+    pub cpus: StartCpus,
 }
 
 impl ModePlan {
@@ -78,11 +89,17 @@ impl ModePlan {
             Deferral::Workers => VmemmapMapping::AtBoot,
             Deferral::Pool => VmemmapMapping::OnFirstUse,
         };
+        // Workers need the other CPUs; a pool is ready on the boot CPU.
+        let cpus = match deferral {
+            Deferral::Workers => StartCpus::BeforeEager,
+            Deferral::Pool => StartCpus::WhenMemoryReady,
+        };
         ModePlan {
             eager,
             workers,
             deferral,
             vmemmap,
+            cpus,
         }
     }
 

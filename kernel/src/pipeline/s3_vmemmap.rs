@@ -31,9 +31,11 @@ use core::fmt;
 use core::ops::Range;
 
 use memmap::memblock::{Memblock, MemblockError};
+use memmap::page::StructPage;
 use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
 use memmap::store::{Memmap, SectionPopulator, SectionSet, VmemmapBacking};
-use memmap::{section_nr_to_pfn, NodeId, PAGE_SIZE};
+use memmap::zones::ZoneLayout;
+use memmap::{section_nr_to_pfn, NodeId, PAGES_PER_SECTION, PAGE_SIZE};
 
 use super::context::Ctx;
 use super::error::PipelineError;
@@ -46,11 +48,12 @@ use super::seams::{Log, MapError, VmemmapMapper};
 pub fn run<M: VmemmapMapper>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
+    layout: &ZoneLayout,
     sections: &SectionMapper<'_, M>,
 ) -> Result<Memmap<VmemmapBacking>, PipelineError> {
     let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || match cx.mode.vmemmap {
         VmemmapMapping::AtBoot => populate(mb, &mut *sections.state.lock().mapper),
-        VmemmapMapping::OnFirstUse => sections.reserve(mb),
+        VmemmapMapping::OnFirstUse => sections.reserve(mb, layout),
     });
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
     log(cx.log, &stats, vmemmap_ns, cx.mode.vmemmap);
@@ -337,10 +340,13 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// Reserve every present section's struct pages (one memblock block
     /// per run of sections, on its node) and each node's page-table frames
     /// (one per 1 GiB and per 512 GiB of area its runs touch), and return a
-    /// backing that maps each section the first time it is asked for.
+    /// backing that maps each section the first time it is asked for, and
+    /// then writes the section's holes of `layout`: boot writes no struct
+    /// page.
     pub fn reserve(
         &self,
         mb: &mut Memblock,
+        layout: &ZoneLayout,
     ) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
         let mut st = self.state.lock();
         let (area, ranges, mut stats) = plan_area(mb, &mut *st.mapper)?;
@@ -393,15 +399,21 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
         // `area` (see `populate`), and the pipeline keeps the section
         // mapper alive longer than the memmap over this backing (`run`
         // declares it first).
-        let backing = unsafe { VmemmapBacking::new_lazy(area, allowed, self) };
+        let holes = layout.unavailable_ranges().to_vec();
+        let backing = unsafe { VmemmapBacking::new_lazy(area, allowed, self, holes) };
         Ok((backing, stats))
     }
 }
 
 impl<M: VmemmapMapper> LazyState<'_, M> {
     /// Map `section_nr` now (it must be in a run): its 2 MiB page, and the
-    /// page directory / PDPT it needs from its node's frames.
-    fn map(&mut self, section_nr: u64) -> Result<(), MapError> {
+    /// page directory / PDPT it needs from its node's frames; then
+    /// `prepare` its struct pages.
+    fn map(
+        &mut self,
+        section_nr: u64,
+        prepare: &mut dyn FnMut(&mut [StructPage]),
+    ) -> Result<(), MapError> {
         if self.mapped.contains(section_nr) {
             return Ok(());
         }
@@ -441,6 +453,14 @@ impl<M: VmemmapMapper> LazyState<'_, M> {
         self.pd_regions.insert(offset / PD_SPAN_BYTES);
         self.table_frames_used += needed.count() as u64;
         self.mapped.insert(section_nr);
+        // SAFETY: `map_2mib` returned Ok, so the mapper's contract makes the
+        // 2 MiB at `virt` (one section's struct pages) valid, exclusive
+        // memory; no other reference to it exists yet: callers get the
+        // section only after `populate`, which holds our lock, returns.
+        let pages = unsafe {
+            core::slice::from_raw_parts_mut(virt as *mut StructPage, PAGES_PER_SECTION as usize)
+        };
+        prepare(pages);
         Ok(())
     }
 }
@@ -450,11 +470,12 @@ impl<M: VmemmapMapper> LazyState<'_, M> {
 // section alone in `reserve`), through the mapper whose contract makes it
 // valid, exclusive memory for as long as the mapper lives; the lock makes
 // concurrent calls one at a time, and a mapped section is found in
-// `mapped` and left alone.
+// `mapped` and left alone; `prepare` runs once per section, in the call
+// that maps it, under the lock, before that call returns.
 unsafe impl<M: VmemmapMapper> SectionPopulator for SectionMapper<'_, M> {
-    fn populate(&self, section_nr: u64) -> bool {
+    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool {
         let mut st = self.state.lock();
-        match st.map(section_nr) {
+        match st.map(section_nr, prepare) {
             Ok(()) => true,
             Err(e) => {
                 st.error.get_or_insert(e);

@@ -43,7 +43,8 @@ pub fn run<B: MemmapBacking>(
     log_lines(cx.log, &report);
     record(cx, &report, layout);
     if cx.mode.has_allocator() {
-        cx.facts.memory_ready(joined_ns, &report);
+        // A vmemmap mapped at boot writes no hole on first use.
+        cx.facts.memory_ready(joined_ns, &report, 0);
     }
     created
         .into_inner()

@@ -5,21 +5,23 @@
 
 use deferred_init::DeferredInit;
 use memmap::memblock::Memblock;
-use memmap::store::MemmapBacking;
+use memmap::store::{Memmap, VmemmapBacking};
 
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::s7_memory_blocks::{self, Created};
 
 /// Stage 6: hand the pool over; returns the memory blocks.
-pub fn run<B: MemmapBacking>(
+pub fn run(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, B>,
+    di: &DeferredInit<'_, VmemmapBacking>,
+    memmap: &Memmap<VmemmapBacking>,
     mb: &Memblock,
 ) -> Result<Created, PipelineError> {
     let now = cx.clock.now_ns();
     let report = di.report();
-    cx.facts.memory_ready(now, &report);
+    let holes = memmap.backing().hole_pages_on_first_use();
+    cx.facts.memory_ready(now, &report, holes);
     let windows: u64 = report.nodes.iter().map(|n| n.nr_windows).sum();
     cx.log.line(format_args!(
         "ondemand: {} pages in {} block windows of {} nodes handed to the allocator untouched; every page allocatable at {} us",

@@ -30,9 +30,11 @@ pub fn run<M: VmemmapMapper>(
     let grown_pages: u64 = report.nodes.iter().map(|n| n.nr_grown_pages).sum();
     let grown_windows: u64 = report.nodes.iter().map(|n| n.nr_grown_windows).sum();
     let pool_pages = di.pool_pages();
+    let backing = memmap.backing();
     cx.facts.record(|f| {
         f.grown_pages = grown_pages;
         f.pool_pages = pool_pages;
+        f.hole_pages_on_first_use = backing.hole_pages_on_first_use();
         f.pages_initialised = f.pages_initialised(&report);
         f.drained_pages = if cx.drains() {
             report.workers.iter().map(|w| w.nr_pages).sum()
@@ -46,14 +48,14 @@ pub fn run<M: VmemmapMapper>(
             grown_pages, grown_windows, pool_pages
         ));
     }
-    let backing = memmap.backing();
     cx.facts
         .record(|f| f.vmemmap_sections_mapped = backing.nr_populated());
     if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
         let (mapped, table_frames, error) = sections.first_use();
         cx.log.line(format_args!(
-            "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages",
-            backing.mapped().len()
+            "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages and {} hole pages written",
+            backing.mapped().len(),
+            backing.hole_pages_on_first_use()
         ));
         if let Some(e) = error {
             return Err(PipelineError::Vmemmap(VmemmapError::Map(e)));

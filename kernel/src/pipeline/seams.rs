@@ -7,6 +7,8 @@
 //! * [`Clock`]: nanoseconds since kernel entry (TSC; `Instant`), from
 //!   `deferred-init`;
 //! * [`Log`]: one dmesg line per call (the serial console; a `Vec`);
+//! * [`CpuBringup`]: starts the other CPUs (INIT/STARTUP IPIs; nothing on
+//!   the host, whose threads always run);
 //! * [`BOOT_CPU`]: which of the executor's CPUs the pipeline itself runs on.
 //!
 //! Struct-page storage is [`memmap::store::VmemmapBacking`] over what the
@@ -26,6 +28,18 @@ use memmap::sections::Vmemmap;
 /// `[seconds.micros]` stamp).
 pub trait Log: Sync {
     fn line(&self, args: fmt::Arguments<'_>);
+}
+
+/// Starts the CPUs other than the boot CPU. The pipeline calls
+/// [`start`](Self::start) once, where its mode first needs them soon
+/// ([`super::mode::ModePlan::cpus`]); the executor's first `on_each_cpu`
+/// waits for them. On the kernel an idle AP also writes the log out, so
+/// before `start` nothing but the boot CPU's own work runs: a mode whose
+/// memory is ready on the boot CPU alone pays for neither bring-up nor
+/// the console before it is.
+pub trait CpuBringup: Sync {
+    /// Start the CPUs that are not running yet, without waiting for them.
+    fn start(&self);
 }
 
 /// Print a multi-line `Display` value line by line.

@@ -15,7 +15,7 @@ use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::options::Options;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
-use memboot_kernel::pipeline::host::{HostMapper, VecLog};
+use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
 
@@ -77,19 +77,44 @@ pub fn run_on_host(fx: &Fixture) -> (MmFacts, Vec<String>, HostMapper) {
 pub fn try_run_on_host(
     fx: &Fixture,
 ) -> (Result<(), PipelineError>, MmFacts, Vec<String>, HostMapper) {
+    let run = run_on_host_in_full(fx);
+    (run.result, run.facts, run.lines, run.mapper)
+}
+
+/// Everything a host run of the pipeline leaves.
+pub struct HostRun {
+    pub result: Result<(), PipelineError>,
+    pub facts: MmFacts,
+    pub lines: Vec<String>,
+    pub mapper: HostMapper,
+    /// For each time the pipeline started the other CPUs, the number of
+    /// lines it had logged before.
+    pub lines_before_cpu_start: Vec<usize>,
+}
+
+/// Run the whole pipeline as the kernel did, keeping everything.
+pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
     let reserve = fx.reserve();
     let input = fx.input(&reserve);
     let mut mapper = HostMapper::new();
     let executor = ThreadExecutor::new(fx.input.cpu_nodes.len());
     let (clock, log, facts) = (StdClock::new(), VecLog::default(), Facts::new());
+    let bringup = NotedBringup::new(&log);
     let machine = Machine {
         mapper: &mut mapper,
         executor: &executor,
+        bringup: &bringup,
         clock: &clock,
         log: &log,
         cpu_nodes: &fx.input.cpu_nodes,
     };
     let result = pipeline::run(&input, machine, &facts);
     let mm = facts.with(|f| f.clone()).unwrap();
-    (result, mm, log.lines(), mapper)
+    HostRun {
+        result,
+        facts: mm,
+        lines: log.lines(),
+        lines_before_cpu_start: bringup.lines_before_each_start(),
+        mapper,
+    }
 }

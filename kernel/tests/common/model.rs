@@ -56,8 +56,9 @@
 //!   changes; with each node's highest-zone memory contiguous, as in every
 //!   map here, that is one count per node.) `regions` and `perpfn`
 //!   initialise everything eagerly; `touch` uses the same split as
-//!   `deferred`; `ondemand` initialises no memory page eagerly (every
-//!   present page goes to the pool; holes are still written).
+//!   `deferred`; `ondemand` initialises no struct page at boot (every
+//!   present page goes to the pool, and its lazy vmemmap writes a
+//!   section's holes when it first maps the section).
 //! - **holes** (`init_unavailable_range()`): every non-present page of a
 //!   present section below the end of the last present section gets a
 //!   reserved struct page; Linux attributes it to the zone and node of the
@@ -276,7 +277,9 @@ pub struct Facts {
     /// Eager pages that get `PG_reserved` (0 with `touch`, which writes no
     /// Linux state).
     pub reserved_pages: u64,
-    /// Hole pages initialised as reserved (0 with `touch`).
+    /// Hole pages initialised as reserved at boot (0 with `touch`, which
+    /// writes no Linux state, and with `ondemand`, whose holes are written
+    /// with their sections on first use).
     pub hole_pages: u64,
     pub vmemmap_bytes: u64,
     pub memory_block_size: u64,
@@ -500,7 +503,10 @@ impl Model {
             low_zone_pages,
             deferred_pages: self.sum(|z| z.deferred),
             reserved_pages: if touch { 0 } else { reserved_eager },
-            hole_pages: if touch { 0 } else { self.sum(|z| z.holes) },
+            hole_pages: match self.mode {
+                Mode::Touch | Mode::OnDemand => 0,
+                Mode::Deferred | Mode::Regions | Mode::PerPfn => self.sum(|z| z.holes),
+            },
             vmemmap_bytes: self.present_sections * SECTION_MEMMAP_BYTES,
             memory_block_size: self.memory_block_size,
             nr_memory_blocks: self.nr_memory_blocks,
@@ -1026,6 +1032,7 @@ mod tests {
         let f = Model::compute(&m, Walk::EveryPfn).facts();
         assert_eq!(f.eager_pages, 0);
         assert_eq!(f.deferred_pages, f.present_pages);
+        assert_eq!(f.hole_pages, 0, "written with their sections, not at boot");
         assert_eq!(f, Model::compute(&m, Walk::Runs).facts());
     }
 

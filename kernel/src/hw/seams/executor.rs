@@ -1,9 +1,12 @@
-//! The pipeline's `Executor` on real hardware: the online CPUs, one job
-//! each through `smp::scope`. APs come up in the background while memory
-//! init runs; the first `on_each_cpu` waits for them (`smp::wait_online`).
+//! The pipeline's `Executor` and `CpuBringup` on real hardware: the online
+//! CPUs, one job each through `smp::scope`. The pipeline starts the APs
+//! (`smp::launch`) where its mode first needs them; they come up in the
+//! background, and the first `on_each_cpu` waits for them
+//! (`smp::wait_online`).
 
 use deferred_init::{CpuId, Executor};
 use memboot_kernel::boot_error::BootError;
+use memboot_kernel::pipeline::seams::CpuBringup;
 
 use crate::hw::smp;
 
@@ -24,5 +27,11 @@ impl Executor for SmpCpus {
                 s.spawn_on(cpu, &run);
             }
         });
+    }
+}
+
+impl CpuBringup for SmpCpus {
+    fn start(&self) {
+        smp::launch();
     }
 }

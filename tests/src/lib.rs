@@ -191,6 +191,15 @@ impl Boot {
             )
         })
     }
+    /// The timestamp (ns since kernel entry) of the first message that
+    /// starts with `prefix`.
+    pub fn first_stamp_ns(&self, prefix: &str) -> u64 {
+        self.lines
+            .iter()
+            .find(|(_, m)| m.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line\n{}", self.describe()))
+            .0
+    }
     /// Messages (without timestamps) containing `needle`.
     pub fn messages_with<'a>(&'a self, needle: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.lines

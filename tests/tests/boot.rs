@@ -125,6 +125,26 @@ fn boots_64g_two_nodes_four_cpus() {
     assert_topology(&b, 2, 4);
     assert_all_cpus_online(&b, 4);
     assert_mem_close(&b, 64 * GIB);
+    // `deferred` starts the APs before the boot CPU's eager phase, which
+    // hides their bring-up from the workers that need them next.
+    let booting_ns = b.first_stamp_ns("smpboot: Booting Node");
+    let eager_start_ns = b.summary()["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["phase"] == "eager_memmap")
+        .and_then(|p| p["start_ns"].as_u64())
+        .unwrap_or_else(|| {
+            panic!(
+                "no eager phase
+{}",
+                b.describe()
+            )
+        });
+    assert!(
+        booting_ns <= eager_start_ns,
+        "APs started at {booting_ns} ns, after the eager phase began at {eager_start_ns} ns"
+    );
     assert!(
         b.has_message("ACPI: SRAT"),
         "SRAT expected with 2 nodes\n{}",

@@ -137,6 +137,15 @@ fn ondemand_1g_one_node() {
         b.summary_u64("pool_pages") > 0,
         "untouched memory stays untouched"
     );
+    // Memory init runs alone: the APs are started (their first IPI is
+    // logged right before it is sent) only once memory is ready.
+    let booting_ns = b.first_stamp_ns("smpboot: Booting Node");
+    assert!(
+        booting_ns >= b.summary_u64("allocatable_ns"),
+        "APs started at {booting_ns} ns, before memory was ready
+{}",
+        b.describe()
+    );
     assert_eq!(
         b.summary_u64("deferred_workers"),
         0,

@@ -18,6 +18,11 @@
 //! | 9 | [`s9_pool`] | `ondemand_drain=on`'s drain; what the pool and growth came to |
 //! | 10 | [`s10_verify`] | every initialised page, the pool, the lists and the counts checked |
 //!
+//! The other CPUs are started ([`seams::CpuBringup`]) where the mode
+//! first needs them ([`mode::ModePlan::cpus`]): before stage 4 for the
+//! worker modes, after stage 6 for a pool, so that until memory is ready
+//! the boot CPU runs alone.
+//!
 //! [`mode::ModePlan`] says what the `memmap=` mode does in each stage;
 //! [`facts`] records what the summary line reports; [`error::PipelineError`]
 //! is what any stage can fail with; [`seams`] is the hardware boundary. The

@@ -250,6 +250,25 @@ mod tests {
     }
 
     #[test]
+    fn only_usable_ram_right_after_the_bootloader_counts_as_after_it() {
+        use MemoryRegionKind::*;
+        // Reserved memory right after the bootloader, usable RAM after a
+        // gap: neither is "after the bootloader"; the largest usable
+        // region wins, the larger one though it lies lower.
+        let map = [
+            region(0x100000, 0x1000000, Bootloader),
+            region(0x1000000, 0x1200000, UnknownBios(2)),
+            region(0x1400000, 0x1600000, Usable),
+            region(0x4000_0000, 0x8000_0000, Usable),
+            region(0x1_0000_0000, 0x1_2000_0000, Usable),
+        ];
+        assert_eq!(
+            heap_place(&map, 1 << 20, 1 << 20),
+            Some((0x4000_0000, 0x4000_0000))
+        );
+    }
+
+    #[test]
     fn no_heap_below_the_minimum() {
         let map = [region(0x1000, 0x30_0000, MemoryRegionKind::Usable)];
         assert_eq!(heap_place(&map, 16 << 20, 4 << 20), None);

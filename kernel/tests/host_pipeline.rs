@@ -212,9 +212,25 @@ fn assert_zone_lines_match_model(fx: &Fixture, lines: &[String], model: &Model) 
     model.assert_zone_lines(fx.name, &parsed);
 }
 
+/// The struct pages the run says it wrote by the end, against the number
+/// verification's own page scan checked (`verify: N pages checked`: every
+/// initialised page, holes included; the pool's are never read); and
+/// memory became ready.
+fn assert_counts_match_the_scan(fx: &Fixture, mm: &MmFacts, lines: &[String]) {
+    let scanned: u64 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("verify: ")?.strip_suffix(" free blocks listed"))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}: no `verify: N pages checked` line", fx.name));
+    assert_eq!(mm.pages_initialised, scanned, "{}: pages_initialised", fx.name);
+    assert!(mm.allocatable_ns > 0, "{}: memory was ready", fx.name);
+}
+
 /// The summary keys that depend on the map and the code, not on time.
 fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
     let host = [
+        ("pages_initialised_at_allocatable", mm.pages_initialised_at_allocatable),
         ("present_pages", mm.present_pages),
         ("eager_pages", mm.eager_pages),
         ("low_zone_pages", mm.low_zone_pages),
@@ -247,6 +263,11 @@ fn every_strategy_at_4g_matches_the_kernel() {
         assert_zone_lines_match_model(&fx, &lines, &model);
         let verified = name != "4g-touch";
         assert_eq!(mm.verify == VerifyOutcome::Ok, verified, "{name}");
+        if verified {
+            assert_counts_match_the_scan(&fx, &mm, &lines);
+        } else {
+            assert_eq!(mm.allocatable_ns, 0, "{name}: touch has no allocator");
+        }
         assert!(
             lines.iter().any(|l| l.starts_with("memmap: strategy ")),
             "{name}: the stage lines are logged"
@@ -263,6 +284,7 @@ fn deferred_at_64g_matches_the_kernel_and_writes_only_struct_pages_it_owns() {
     assert_facts_match_model(&fx, &mm, &model);
     assert_zone_lines_match_model(&fx, &lines, &model);
     assert_eq!(mm.verify, VerifyOutcome::Ok);
+    assert_counts_match_the_scan(&fx, &mm, &lines);
     // Every present section's struct pages were written (deferred init is
     // complete) and nothing beyond them: resident ≤ the mapped sections.
     let (sections, _) = mapper.counts();
@@ -383,6 +405,7 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     assert_facts_match_model(&fx, &mm, &model);
     assert_zone_lines_match_model(&fx, &lines, &model);
     assert_eq!(mm.verify, VerifyOutcome::Ok);
+    assert_counts_match_the_scan(&fx, &mm, &lines);
     assert_eq!(mm.nr_nodes, 16);
     // Growth: at most what the allocation test allocated, plus one window
     // per CPU and node that was mid-claim when the lists ran dry, plus the

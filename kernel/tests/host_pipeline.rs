@@ -219,18 +219,28 @@ fn assert_zone_lines_match_model(fx: &Fixture, lines: &[String], model: &Model) 
 fn assert_counts_match_the_scan(fx: &Fixture, mm: &MmFacts, lines: &[String]) {
     let scanned: u64 = lines
         .iter()
-        .find_map(|l| l.strip_prefix("verify: ")?.strip_suffix(" free blocks listed"))
+        .find_map(|l| {
+            l.strip_prefix("verify: ")?
+                .strip_suffix(" free blocks listed")
+        })
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{}: no `verify: N pages checked` line", fx.name));
-    assert_eq!(mm.pages_initialised, scanned, "{}: pages_initialised", fx.name);
+    assert_eq!(
+        mm.pages_initialised, scanned,
+        "{}: pages_initialised",
+        fx.name
+    );
     assert!(mm.allocatable_ns > 0, "{}: memory was ready", fx.name);
 }
 
 /// The summary keys that depend on the map and the code, not on time.
 fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
     let host = [
-        ("pages_initialised_at_allocatable", mm.pages_initialised_at_allocatable),
+        (
+            "pages_initialised_at_allocatable",
+            mm.pages_initialised_at_allocatable,
+        ),
         ("present_pages", mm.present_pages),
         ("eager_pages", mm.eager_pages),
         ("low_zone_pages", mm.low_zone_pages),

@@ -134,12 +134,11 @@ pub fn run<M: VmemmapMapper>(
     // On a lazy vmemmap, reading a hole page maps its section, which writes
     // the section's holes: count what verification's page scan mapped and
     // wrote too.
-    let backing = memmap.backing();
-    let holes = backing.hole_pages_on_first_use();
+    let (backing, report) = (memmap.backing(), di.report());
     facts.record(|f| {
-        f.pages_initialised += holes - f.hole_pages_on_first_use;
-        f.hole_pages_on_first_use = holes;
+        f.hole_pages_on_first_use = backing.hole_pages_on_first_use();
         f.vmemmap_sections_mapped = backing.nr_populated();
+        f.pages_initialised = f.pages_initialised(&report);
     });
     verified
 }

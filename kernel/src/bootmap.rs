@@ -174,15 +174,20 @@ pub fn heap_place(regions: &[MemoryRegion], bytes: u64, min_bytes: u64) -> Optio
         })
         .filter(|&(start, end)| end.saturating_sub(start) >= bytes);
     let largest = || {
-        let r = regions
-            .iter()
-            .filter(|r| r.kind == MemoryRegionKind::Usable)
-            .max_by_key(|r| r.end - r.start)?;
+        let r = largest_usable(regions)?;
         Some((r.start.next_multiple_of(2 << 20), r.end))
     };
     let (start, end) = after_bootloader.or_else(largest)?;
     let room = end.saturating_sub(start);
     (room >= min_bytes).then_some((start, room))
+}
+
+/// The largest usable region of `regions`.
+pub fn largest_usable(regions: &[MemoryRegion]) -> Option<&MemoryRegion> {
+    regions
+        .iter()
+        .filter(|r| r.kind == MemoryRegionKind::Usable)
+        .max_by_key(|r| r.end - r.start)
 }
 
 /// RAM in the map: free frames plus those the bootloader occupies.

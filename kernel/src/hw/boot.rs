@@ -195,6 +195,22 @@ fn print_memory_map(regions: &MemoryRegions) {
     }
 }
 
+/// The firmware's map printed ([`print_memory_map`]) with its usable RAM,
+/// which the summary reports; returned as the pipeline's entries.
+fn report_memory_map(regions: &MemoryRegions) -> Vec<FirmwareEntry> {
+    print_memory_map(regions);
+    let mem_bytes = bootmap::ram_bytes(regions);
+    BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
+    kprintln!(
+        // Not Linux's `Memory:` line (that one comes after the buddy
+        // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.
+        "memboot: {}K usable RAM ({} MiB) in the firmware map",
+        mem_bytes >> 10,
+        mem_bytes >> 20
+    );
+    bootmap::firmware_entries(regions)
+}
+
 /// Carve the heap out of usable RAM (`bootmap::heap_place`: right after
 /// the bootloader where it fits), sized for the map (without the per-CPU
 /// part: see [`grow_heap_for_cpus`]).
@@ -202,12 +218,7 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservati
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let wanted = bootmap::heap_bytes(max_end, 0);
     let Some((start, room)) = bootmap::heap_place(regions, wanted, HEAP_MIN_BYTES) else {
-        let largest_bytes = regions
-            .iter()
-            .filter(|r| r.kind == MemoryRegionKind::Usable)
-            .map(|r| r.end - r.start)
-            .max()
-            .unwrap_or(0);
+        let largest_bytes = bootmap::largest_usable(regions).map_or(0, |r| r.end - r.start);
         return Err(BootError::NoMemory {
             largest_bytes,
             needed_bytes: HEAP_MIN_BYTES,
@@ -438,17 +449,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let tsc = tsc::calibrate(given_khz);
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
     print_tsc(&tsc);
-    print_memory_map(regions);
-    let map = bootmap::firmware_entries(regions);
-    let mem_bytes = bootmap::ram_bytes(regions);
-    BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
-    kprintln!(
-        // Not Linux's `Memory:` line (that one comes after the buddy
-        // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.
-        "memboot: {}K usable RAM ({} MiB) in the firmware map",
-        mem_bytes >> 10,
-        mem_bytes >> 20
-    );
+    let map = report_memory_map(regions);
     let heap = heap?;
     let cmdline = cmdline.expect("read once the heap was up")?;
     kprintln!("Kernel command line: {cmdline}");

@@ -131,9 +131,10 @@ pub fn run<M: VmemmapMapper>(
     s8_alloc_test::run(&cx, pages, &di, &layout)?;
     s9_pool::run(&cx, &di, &layout, &memmap, &sections)?;
     let verified = s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome);
-    // On a lazy vmemmap, reading a hole page maps its section, which writes
-    // the section's holes: count what verification's page scan mapped and
-    // wrote too.
+    // What was written and mapped by the end, recorded once everything
+    // that writes struct pages has run: on a lazy vmemmap, verification's
+    // page scan maps the sections of the holes it reads, and so writes
+    // their hole pages.
     let (backing, report) = (memmap.backing(), di.report());
     facts.record(|f| {
         f.hole_pages_on_first_use = backing.hole_pages_on_first_use();

@@ -34,8 +34,6 @@ pub fn run<M: VmemmapMapper>(
     cx.facts.record(|f| {
         f.grown_pages = grown_pages;
         f.pool_pages = pool_pages;
-        f.hole_pages_on_first_use = backing.hole_pages_on_first_use();
-        f.pages_initialised = f.pages_initialised(&report);
         f.drained_pages = if cx.drains() {
             report.workers.iter().map(|w| w.nr_pages).sum()
         } else {
@@ -48,8 +46,6 @@ pub fn run<M: VmemmapMapper>(
             grown_pages, grown_windows, pool_pages
         ));
     }
-    cx.facts
-        .record(|f| f.vmemmap_sections_mapped = backing.nr_populated());
     if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
         let (mapped, table_frames, error) = sections.first_use();
         cx.log.line(format_args!(

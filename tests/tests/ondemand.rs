@@ -146,6 +146,24 @@ fn ondemand_1g_one_node() {
 {}",
         b.describe()
     );
+    // Nor is the pipeline's input formatted before: its line goes out
+    // where the boot CPU stops working alone, and still replays.
+    let out = &b.run.stdout;
+    let (ready_at, input_at) = (
+        out.find("every page allocatable at"),
+        out.find("memboot-input: "),
+    );
+    assert!(
+        matches!((ready_at, input_at), (Some(r), Some(i)) if i > r),
+        "the memboot-input line (at byte {input_at:?}) is not after the memory-ready line (at byte {ready_at:?})
+{}",
+        b.describe()
+    );
+    let cmdline = b.boot_input().cmdline;
+    assert!(
+        cmdline.starts_with("memmap=ondemand"),
+        "the replayed input's command line is `{cmdline}`"
+    );
     assert_eq!(
         b.summary_u64("deferred_workers"),
         0,

@@ -12,7 +12,7 @@ use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use bootloader_api::BootInfo;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
-use memboot_kernel::boot_input::{write_input_line, BootInput};
+use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
 use memboot_kernel::kernel_image::ImageSizes;
 use memboot_kernel::node_ram;
@@ -26,7 +26,7 @@ use memmap::firmware::FirmwareEntry;
 use crate::hw::exit::{exit, ExitCode};
 use crate::hw::heap::KernelHeap;
 use crate::hw::seams::{KernelMapper, SerialLog, SmpCpus, TscClock};
-use crate::hw::{fw_cfg, interrupts, serial, smp, tsc};
+use crate::hw::{fw_cfg, input_line, interrupts, serial, smp, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
 /// tables and, later, to build the vmemmap); a 1 MiB boot stack.
@@ -101,6 +101,9 @@ fn finish(status: &'static str, code: ExitCode) -> ! {
         ));
         summary_failed_line(total_ns, &boot);
     }
+    // A boot that ended before its CPUs started has not printed its input
+    // yet; its log replays too.
+    input_line::print_once();
     let panic_part_way = PANIC_IN_SUMMARY.load(Ordering::Relaxed);
     // Memory-init keys are always present (zero / "none" when the boot
     // failed before memory init, or when a fault hit mid-record), so
@@ -483,7 +486,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     // waits for them (and runs the SMP self-test) before the first jobs
     // (`smp::wait_online`).
     smp::prepare_aps(&acpi_info, phys_offset, regions, late_ap)?;
-    let input = BootInput {
+    let input = input_line::keep(BootInput {
         map,
         srat: acpi_info.memory_affinity(),
         cpu_nodes: smp::online_cpus().iter().map(|c| c.node).collect(),
@@ -493,8 +496,8 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         under_hypervisor: crate::hw::cpu::under_hypervisor(),
         cmdline,
         image: kernel_image_sizes(boot_info, phys_offset)?,
-    };
-    run_pipeline(&opts, &input, phys_offset)?;
+    });
+    run_pipeline(&opts, input, phys_offset)?;
     // A boot whose stages ran no jobs still finishes bring-up and checks it.
     smp::wait_online()?;
     Ok(())
@@ -516,20 +519,10 @@ fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> Result<ImageSiz
     })
 }
 
-/// The pipeline's input as one unstamped `memboot-input:` line (README
-/// "Output"), so that a log replays the boot (kernel/tests).
-fn print_input_line(input: &BootInput) {
-    if let Some(Err(core::fmt::Error)) =
-        serial::raw_line_with(|mut line| write_input_line(&mut line, input))
-    {
-        kprintln!("memboot: formatting the memboot-input line failed part-way, so the line above is cut and this log cannot be replayed; report it with this log");
-    }
-}
-
 /// The memory-init pipeline on this machine's hardware, from `input`
-/// (printed first, so the log says what the pipeline ran on).
+/// (which the log gets as its `memboot-input:` line where the boot CPU
+/// stops working alone: `hw::input_line`).
 fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(), BootError> {
-    print_input_line(input);
     let reserve = input.early_reservations();
     // SAFETY: the bootloader's physical-memory offset; from here on the
     // boot CPU alone edits the page tables (APs only run jobs, which do not

@@ -66,7 +66,13 @@ impl KernelHeap {
 
 // SAFETY: allocation and deallocation are `linked_list_allocator`'s under
 // one lock; the wrapper only records figures.
+//
+// `alloc` and `dealloc` are not inlined: the default `realloc` and
+// `alloc_zeroed` and the `__rust_*` shims would each get their own copy of
+// the free-list walk (about 1,100 more distinct instructions before memory
+// is ready, each translated once under TCG at about a microsecond).
 unsafe impl GlobalAlloc for KernelHeap {
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let mut heap = self.heap.lock();
         match heap.allocate_first_fit(layout) {
@@ -87,6 +93,7 @@ unsafe impl GlobalAlloc for KernelHeap {
         }
     }
 
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if let Some(p) = NonNull::new(ptr) {
             // SAFETY: `ptr` came from `alloc` with this layout (GlobalAlloc

@@ -1,7 +1,8 @@
 //! Everything that touches the machine: boot entry and flow, the serial
 //! port, the TSC, exceptions, fw_cfg, the local APIC and AP start-up, the
-//! kernel heap, and the implementations of the pipeline's seams
-//! (`seams/`: `Executor`, `Clock`, `VmemmapMapper`, `Log`, a file each). None of
+//! kernel heap, the held-back `memboot-input:` line, and the
+//! implementations of the pipeline's seams (`seams/`: `Executor`, `Clock`,
+//! `VmemmapMapper`, `Log`, a file each). None of
 //! it runs on the host; the logic it drives lives in the `memboot_kernel`
 //! library (`kernel/src/lib.rs`) and is host-tested there.
 
@@ -13,6 +14,7 @@ pub mod cpu;
 pub mod exit;
 pub mod fw_cfg;
 pub mod heap;
+pub mod input_line;
 pub mod interrupts;
 pub mod seams;
 pub mod smp;

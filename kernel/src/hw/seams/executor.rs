@@ -8,7 +8,7 @@ use deferred_init::{CpuId, Executor};
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::pipeline::seams::CpuBringup;
 
-use crate::hw::smp;
+use crate::hw::{input_line, smp};
 
 /// The online CPUs: one job per CPU through `smp::scope`.
 pub struct SmpCpus;
@@ -30,8 +30,11 @@ impl Executor for SmpCpus {
     }
 }
 
+/// The boot CPU stops working alone here: the `memboot-input:` line held
+/// back until now goes out first (`hw::input_line`), then the APs start.
 impl CpuBringup for SmpCpus {
     fn start(&self) {
+        input_line::print_once();
         smp::launch();
     }
 }

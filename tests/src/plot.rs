@@ -34,6 +34,11 @@
 //!   all memory is allocatable (`allocatable_ns`; for Linux, early memmap plus
 //!   deferred init). A slope of 1 is linear scaling; the gap between a
 //!   series' two lines is the work done after the boot CPU's part;
+//! * middle panel, log–log: struct pages written against RAM; per series a
+//!   thick line for the whole boot (`pages_initialised`) and a thin one for
+//!   those written by the time memory was ready
+//!   (`pages_initialised_at_allocatable`; `ondemand` writes none, and a
+//!   zero has no point on a log axis);
 //! * bottom panel: host peak RSS of the QEMU process (MiB, log) against RAM.
 //!
 //! Missing or `null` values are skipped (a series without any value for a
@@ -758,6 +763,12 @@ pub struct BenchRow {
     /// Peak RSS of the QEMU process on the host.
     #[serde(default)]
     pub host_rss_mib: Option<f64>,
+    /// Struct pages written by the time memory was ready.
+    #[serde(default)]
+    pub pages_initialised_at_allocatable: Option<f64>,
+    /// Struct pages written by the end of the boot.
+    #[serde(default)]
+    pub pages_initialised: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -773,6 +784,8 @@ pub struct SeriesPoint {
     pub memmap_ms: Option<f64>,
     pub allocatable_ms: Option<f64>,
     pub host_rss_mib: Option<f64>,
+    pub pages_at_ready: Option<f64>,
+    pub pages_by_end: Option<f64>,
 }
 
 /// One `(kernel, mode)`: named `kernel mode`, or just `kernel` when the mode
@@ -819,7 +832,15 @@ pub fn parse_bench(text: &str, name: &str) -> Result<Bench, PlotError> {
         series: group_series(&rows),
     };
     let has_value = |p: &SeriesPoint| {
-        p.memmap_ms.is_some() || p.allocatable_ms.is_some() || p.host_rss_mib.is_some()
+        [
+            p.memmap_ms,
+            p.allocatable_ms,
+            p.host_rss_mib,
+            p.pages_at_ready,
+            p.pages_by_end,
+        ]
+        .iter()
+        .any(Option::is_some)
     };
     if !bench.series.iter().flat_map(|s| &s.points).any(has_value) {
         return Err(PlotError::NoValues { bench: name.into() });
@@ -867,6 +888,8 @@ fn series_points(rows: &[&BenchRow]) -> Vec<SeriesPoint> {
             memmap_ms: mean_of(|r| r.boot_cpu_memmap_ns).map(|ns| ns / 1e6),
             allocatable_ms: mean_of(|r| r.allocatable_ns).map(|ns| ns / 1e6),
             host_rss_mib: mean_of(|r| r.host_rss_mib),
+            pages_at_ready: mean_of(|r| r.pages_initialised_at_allocatable),
+            pages_by_end: mean_of(|r| r.pages_initialised),
         }
     };
     sizes.into_iter().map(point).collect()
@@ -940,10 +963,22 @@ pub fn series_colour(index: usize, name: &str) -> RGBColor {
     }
 }
 
-/// The panels' lines: (top: memmap and allocatable, bottom: host RSS); a
-/// series contributes no line where it has no value.
-pub fn scaling_lines(bench: &Bench) -> (Vec<PanelLine>, Vec<PanelLine>) {
-    let (mut time_lines, mut rss_lines) = (Vec::new(), Vec::new());
+/// The scaling plot's three panels' lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScalingLines {
+    /// Boot-CPU memmap time and time until allocatable, ms.
+    pub time: Vec<PanelLine>,
+    /// Struct pages written by the time memory was ready and by the end.
+    pub pages: Vec<PanelLine>,
+    /// Host peak RSS, MiB.
+    pub rss: Vec<PanelLine>,
+}
+
+/// The panels' lines; a series contributes no line where it has no value
+/// (a mean of zero, such as `ondemand`'s struct pages written by ready,
+/// has no place on a log axis and counts as none).
+pub fn scaling_lines(bench: &Bench) -> ScalingLines {
+    let (mut time_lines, mut page_lines, mut rss_lines) = (Vec::new(), Vec::new(), Vec::new());
     for (index, series) in bench.series.iter().enumerate() {
         let colour = series_colour(index, &series.name);
         let line = |label: String, kind, value: fn(&SeriesPoint) -> Option<f64>| PanelLine {
@@ -967,16 +1002,31 @@ pub fn scaling_lines(bench: &Bench) -> (Vec<PanelLine>, Vec<PanelLine>) {
             LineKind::Thin,
             |p| p.allocatable_ms,
         ));
+        page_lines.push(line(
+            format!("{name}: struct pages by the end"),
+            LineKind::Thick,
+            |p| p.pages_by_end,
+        ));
+        page_lines.push(line(
+            format!("{name}: struct pages by ready"),
+            LineKind::Thin,
+            |p| p.pages_at_ready,
+        ));
         rss_lines.push(line(name.clone(), LineKind::Thick, |p| p.host_rss_mib));
     }
-    time_lines.retain(|l| !l.points.is_empty());
-    rss_lines.retain(|l| !l.points.is_empty());
-    (time_lines, rss_lines)
+    for lines in [&mut time_lines, &mut page_lines, &mut rss_lines] {
+        lines.retain(|l| !l.points.is_empty());
+    }
+    ScalingLines {
+        time: time_lines,
+        pages: page_lines,
+        rss: rss_lines,
+    }
 }
 
-/// Draws both panels and returns the SVG document.
+/// Draws the three panels and returns the SVG document.
 pub fn render_scaling(bench: &Bench) -> Result<String, PlotError> {
-    let (time_lines, rss_lines) = scaling_lines(bench);
+    let lines = scaling_lines(bench);
     let x_gib = padded_log_range(
         bench
             .series
@@ -989,13 +1039,19 @@ pub fn render_scaling(bench: &Bench) -> Result<String, PlotError> {
             caption: "memmap init time vs guest RAM (log-log)",
             y_desc: "time (ms, log)",
             x_gib: x_gib.clone(),
-            lines: time_lines,
+            lines: lines.time,
+        },
+        Panel {
+            caption: "struct pages written vs guest RAM (log-log; none written is not drawn)",
+            y_desc: "struct pages (log)",
+            x_gib: x_gib.clone(),
+            lines: lines.pages,
         },
         Panel {
             caption: "host peak RSS of QEMU vs guest RAM",
             y_desc: "host peak RSS (MiB, log)",
             x_gib,
-            lines: rss_lines,
+            lines: lines.rss,
         },
     ];
     let longest_label = panels
@@ -1008,10 +1064,13 @@ pub fn render_scaling(bench: &Bench) -> Result<String, PlotError> {
     let legend_w_px = 2 * LEGEND_PAD_PX + LEGEND_LINE_PX + LEGEND_GAP_PX + label_w_px;
     let mut svg = String::new();
     {
-        let size = (SC_PLOT_W_PX + legend_w_px as u32, 2 * SC_PANEL_H_PX);
+        let size = (
+            SC_PLOT_W_PX + legend_w_px as u32,
+            panels.len() as u32 * SC_PANEL_H_PX,
+        );
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
-        for (area, panel) in root.split_evenly((2, 1)).iter().zip(&panels) {
+        for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(&panels) {
             // The legend has a column of its own: drawn over the plot, it
             // hid the points under it.
             let (plot, legend) = area.split_horizontally(SC_PLOT_W_PX);
@@ -1328,9 +1387,10 @@ mod tests {
             (point.allocatable_ms, point.host_rss_mib),
             (None, Some(10.0))
         );
-        let (time_lines, rss_lines) = scaling_lines(&bench);
-        assert_eq!(time_lines.len(), 2, "no allocatable line: all null");
-        assert_eq!(rss_lines.len(), 1);
-        assert_eq!(time_lines[0].points, [(1.0, 2.0)]);
+        let lines = scaling_lines(&bench);
+        assert_eq!(lines.time.len(), 2, "no allocatable line: all null");
+        assert_eq!(lines.rss.len(), 1);
+        assert!(lines.pages.is_empty(), "no struct-page figures");
+        assert_eq!(lines.time[0].points, [(1.0, 2.0)]);
     }
 }

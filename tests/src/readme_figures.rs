@@ -75,9 +75,7 @@ fn named_files(block: &str) -> Vec<String> {
     let mut rest = block;
     while let Some(at) = rest.find(RESULTS_DIR) {
         let tail = &rest[at..];
-        let end = tail
-            .find([')', '`', ' ', '\n', ']'])
-            .unwrap_or(tail.len());
+        let end = tail.find([')', '`', ' ', '\n', ']']).unwrap_or(tail.len());
         let path = tail[..end].trim_end_matches(['.', ',', ';', ':']);
         if !path.ends_with('/') && !files.iter().any(|f| f == path) {
             files.push(path.to_string());
@@ -124,10 +122,8 @@ fn number_at(s: &str) -> Option<(String, usize)> {
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
-        let decimal_point = c == '.'
-            && i + 1 < bytes.len()
-            && bytes[i + 1].is_ascii_digit()
-            && !text.contains('.');
+        let decimal_point =
+            c == '.' && i + 1 < bytes.len() && bytes[i + 1].is_ascii_digit() && !text.contains('.');
         if c.is_ascii_digit() || decimal_point {
             text.push(c);
         } else if (c == ',' || c == ' ' || c == '\u{2009}' || c == '\u{202f}')

@@ -146,19 +146,25 @@ fn ondemand_1g_one_node() {
 {}",
         b.describe()
     );
-    // Nor is the pipeline's input formatted before: its line goes out
-    // where the boot CPU stops working alone, and still replays.
+    // Nor is the boot report formatted before (firmware map, ACPI, NUMA,
+    // the pipeline's input): it goes out where the boot CPU stops working
+    // alone, and the input line still replays.
     let out = &b.run.stdout;
-    let (ready_at, input_at) = (
-        out.find("every page allocatable at"),
-        out.find("memboot-input: "),
-    );
-    assert!(
-        matches!((ready_at, input_at), (Some(r), Some(i)) if i > r),
-        "the memboot-input line (at byte {input_at:?}) is not after the memory-ready line (at byte {ready_at:?})
+    let ready_at = out.find("every page allocatable at");
+    for held in [
+        "BIOS-provided physical RAM map:",
+        "ACPI: RSDP ",
+        "NUMA: node 0: ",
+        "memboot-input: ",
+    ] {
+        let held_at = out.find(held);
+        assert!(
+            matches!((ready_at, held_at), (Some(r), Some(h)) if h > r),
+            "`{held}` (at byte {held_at:?}) is not after the memory-ready line (at byte {ready_at:?})
 {}",
-        b.describe()
-    );
+            b.describe()
+        );
+    }
     let cmdline = b.boot_input().cmdline;
     assert!(
         cmdline.starts_with("memmap=ondemand"),

@@ -145,6 +145,15 @@ impl AcpiInfo {
         })
     }
 
+    /// The NUMA nodes the boot has: SRAT's, or one without a valid SRAT.
+    pub fn node_count(&self) -> u32 {
+        if self.has_srat {
+            self.nr_nodes.max(1)
+        } else {
+            1
+        }
+    }
+
     /// The first valid table with this signature.
     pub fn table(&self, signature: [u8; 4]) -> Option<&TableInfo> {
         self.tables.iter().find(|t| t.signature == signature)

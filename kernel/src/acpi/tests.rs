@@ -562,6 +562,7 @@ fn srat_with_two_sparse_domains() {
     let info = ok(&m);
     assert!(info.has_srat);
     assert_eq!(info.nr_nodes, 2);
+    assert_eq!(info.node_count(), 2);
     let nodes: Vec<u32> = info.cpus.iter().map(|c| c.node).collect();
     assert_eq!(nodes, [0, 0, 1, 1]);
     let mem: Vec<(u64, u64, u32, u32, bool, bool)> = info
@@ -692,6 +693,7 @@ fn no_srat_means_one_node() {
     let info = ok(&firmware(2, &[(MADT_AT, madt(5, &four_cpus()))]));
     assert!(!info.has_srat);
     assert_eq!(info.nr_nodes, 1);
+    assert_eq!(info.node_count(), 1);
     assert!(info.cpus.iter().all(|c| c.node == 0));
     assert!(has_line(&info, "ACPI: no SRAT; everything is on node 0"));
 }

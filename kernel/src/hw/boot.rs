@@ -13,9 +13,8 @@ use bootloader_api::BootInfo;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;
-use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
+use memboot_kernel::bootmap;
 use memboot_kernel::kernel_image::ImageSizes;
-use memboot_kernel::node_ram;
 use memboot_kernel::options::{self, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
@@ -26,7 +25,7 @@ use memmap::firmware::FirmwareEntry;
 use crate::hw::exit::{exit, ExitCode};
 use crate::hw::heap::KernelHeap;
 use crate::hw::seams::{KernelMapper, SerialLog, SmpCpus, TscClock};
-use crate::hw::{fw_cfg, input_line, interrupts, serial, smp, tsc};
+use crate::hw::{fw_cfg, held_report, interrupts, serial, smp, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
 /// tables and, later, to build the vmemmap); a 1 MiB boot stack.
@@ -101,9 +100,9 @@ fn finish(status: &'static str, code: ExitCode) -> ! {
         ));
         summary_failed_line(total_ns, &boot);
     }
-    // A boot that ended before its CPUs started has not printed its input
-    // yet; its log replays too.
-    input_line::print_once();
+    // A boot that ended before its CPUs started has not printed its held
+    // report yet; its log shows what was read and replays too.
+    held_report::print_once();
     let panic_part_way = PANIC_IN_SUMMARY.load(Ordering::Relaxed);
     // Memory-init keys are always present (zero / "none" when the boot
     // failed before memory init, or when a fault hit mid-record), so
@@ -182,35 +181,14 @@ fn panic(info: &PanicInfo) -> ! {
     fail("panic")
 }
 
-/// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
-/// and `BIOS-e820:` lines), then memboot's lines for the regions the
-/// bootloader occupies.
-fn print_memory_map(regions: &MemoryRegions) {
-    kprintln!("BIOS-provided physical RAM map:");
-    for r in regions.iter() {
-        kprintln!("{}", E820Line(r));
-    }
-    for r in regions
-        .iter()
-        .filter(|r| r.kind == MemoryRegionKind::Bootloader)
-    {
-        kprintln!("{}", BootloaderLine(r));
-    }
-}
-
-/// The firmware's map printed ([`print_memory_map`]) with its usable RAM,
-/// which the summary reports; returned as the pipeline's entries.
-fn report_memory_map(regions: &MemoryRegions) -> Vec<FirmwareEntry> {
-    print_memory_map(regions);
-    let mem_bytes = bootmap::ram_bytes(regions);
-    BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
-    kprintln!(
-        // Not Linux's `Memory:` line (that one comes after the buddy
-        // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.
-        "memboot: {}K usable RAM ({} MiB) in the firmware map",
-        mem_bytes >> 10,
-        mem_bytes >> 20
-    );
+/// The firmware's map, kept for the held-back report (`hw::held_report`),
+/// with its usable RAM, which the summary reports; returned as the
+/// pipeline's entries.
+fn keep_memory_map(regions: &'static MemoryRegions) -> Vec<FirmwareEntry> {
+    held_report::keep_memory_map(regions);
+    BOOT_FACTS
+        .mem_bytes
+        .store(bootmap::ram_bytes(regions), Ordering::Relaxed);
     bootmap::firmware_entries(regions)
 }
 
@@ -333,64 +311,24 @@ impl acpi::PhysMemory for OffsetMapped {
     }
 }
 
-/// One line per NUMA node: its usable RAM (`node_ram`: the map's RAM in
-/// the node's SRAT ranges) and the CPUs SRAT puts there, then its ranges.
-fn print_nodes(info: &acpi::AcpiInfo, map: &[FirmwareEntry]) -> u64 {
-    let nr_nodes = if info.has_srat {
-        info.nr_nodes.max(1)
-    } else {
-        1
-    };
-    let srat = info.memory_affinity();
-    let ram = node_ram::ram_bytes_per_node(map, srat.as_deref(), nr_nodes as usize);
-    for (node, node_bytes) in (0..nr_nodes).zip(ram) {
-        let cpus: Vec<u32> = info
-            .cpus
-            .iter()
-            .filter(|c| c.enabled && c.node == node)
-            .map(|c| c.apic_id)
-            .collect();
-        kprintln!(
-            "NUMA: node {node}: {} MiB usable RAM, {} CPUs (APIC ids {:?})",
-            node_bytes >> 20,
-            cpus.len(),
-            cpus
-        );
-        for a in srat.iter().flatten().filter(|a| a.nid == node) {
-            kprintln!(
-                "NUMA:   [mem {:#018x}-{:#018x}] -> node {node}",
-                a.start,
-                a.start + a.len_bytes - 1
-            );
-        }
-    }
-    nr_nodes as u64
-}
-
-/// ACPI: CPUs (MADT) and NUMA nodes (SRAT).
-fn report_acpi(
+/// ACPI: CPUs (MADT) and NUMA nodes (SRAT), kept for the held-back report
+/// (`hw::held_report`) with the firmware map its node lines read.
+fn read_acpi(
     rsdp: Option<u64>,
     phys_offset: u64,
     regions: &MemoryRegions,
     map: &[FirmwareEntry],
-) -> Result<acpi::AcpiInfo, BootError> {
+) -> Result<&'static acpi::AcpiInfo, BootError> {
     let rsdp = rsdp.ok_or(BootError::NoAcpi)?;
     let limit = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let info =
         acpi::parse(rsdp, &OffsetMapped { phys_offset, limit }).map_err(BootError::BadAcpi)?;
-    for line in info.report_lines() {
-        kprintln!("{line}");
-    }
-    for w in &info.warnings {
-        kprintln!("ACPI: Warning: {w}");
-    }
-    if !info.has_madt {
-        kprintln!("ACPI: no valid MADT: only the boot CPU is known");
-    }
+    let info = held_report::keep_acpi(info, map);
     let cpus = info.cpus.iter().filter(|c| c.enabled).count().max(1) as u64;
     BOOT_FACTS.cpus.store(cpus, Ordering::Relaxed);
-    let nodes = print_nodes(&info, map);
-    BOOT_FACTS.nodes.store(nodes, Ordering::Relaxed);
+    BOOT_FACTS
+        .nodes
+        .store(u64::from(info.node_count()), Ordering::Relaxed);
     Ok(info)
 }
 
@@ -409,6 +347,8 @@ fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
 
 /// Fail the boot with `e`: its message, then the summary with its status.
 pub fn fail_with(e: BootError) -> ! {
+    // What the boot had read goes first: the error may be about it.
+    held_report::print_once();
     for line in format!("{e}").lines() {
         kprintln!("{line}");
     }
@@ -439,6 +379,9 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         .into_option()
         .ok_or(BootError::NoPhysMap)?;
     boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
+    // Read-only from here on, for the rest of the boot (the held-back
+    // report prints the map late).
+    let boot_info: &'static BootInfo = boot_info;
     let regions = &boot_info.memory_regions;
     let heap = init_heap(regions, phys_offset);
     let cmdline = heap
@@ -452,14 +395,14 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let tsc = tsc::calibrate(given_khz);
     kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
     print_tsc(&tsc);
-    let map = report_memory_map(regions);
+    let map = keep_memory_map(regions);
     let heap = heap?;
     let cmdline = cmdline.expect("read once the heap was up")?;
     kprintln!("Kernel command line: {cmdline}");
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);
 
-    let acpi_info = report_acpi(
+    let acpi_info = read_acpi(
         boot_info.rsdp_addr.into_option(),
         phys_offset,
         regions,
@@ -485,8 +428,8 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     // APs where its mode first needs them (`CpuBringup`), and the executor
     // waits for them (and runs the SMP self-test) before the first jobs
     // (`smp::wait_online`).
-    smp::prepare_aps(&acpi_info, phys_offset, regions, late_ap)?;
-    let input = input_line::keep(BootInput {
+    smp::prepare_aps(acpi_info, phys_offset, regions, late_ap)?;
+    let input = held_report::keep_input(BootInput {
         map,
         srat: acpi_info.memory_affinity(),
         cpu_nodes: smp::online_cpus().iter().map(|c| c.node).collect(),

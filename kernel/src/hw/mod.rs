@@ -1,6 +1,7 @@
 //! Everything that touches the machine: boot entry and flow, the serial
 //! port, the TSC, exceptions, fw_cfg, the local APIC and AP start-up, the
-//! kernel heap, the held-back `memboot-input:` line, and the
+//! kernel heap, the boot report held back until memory init stops working
+//! alone (firmware map, ACPI, NUMA, `memboot-input:`), and the
 //! implementations of the pipeline's seams (`seams/`: `Executor`, `Clock`,
 //! `VmemmapMapper`, `Log`, a file each). None of
 //! it runs on the host; the logic it drives lives in the `memboot_kernel`
@@ -14,7 +15,7 @@ pub mod cpu;
 pub mod exit;
 pub mod fw_cfg;
 pub mod heap;
-pub mod input_line;
+pub mod held_report;
 pub mod interrupts;
 pub mod seams;
 pub mod smp;

@@ -8,7 +8,7 @@ use deferred_init::{CpuId, Executor};
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::pipeline::seams::CpuBringup;
 
-use crate::hw::{input_line, smp};
+use crate::hw::{held_report, smp};
 
 /// The online CPUs: one job per CPU through `smp::scope`.
 pub struct SmpCpus;
@@ -30,11 +30,12 @@ impl Executor for SmpCpus {
     }
 }
 
-/// The boot CPU stops working alone here: the `memboot-input:` line held
-/// back until now goes out first (`hw::input_line`), then the APs start.
+/// The boot CPU stops working alone here: the report held back until now
+/// (firmware map, ACPI, NUMA nodes, `memboot-input:`; `hw::held_report`)
+/// goes out first, then the APs start.
 impl CpuBringup for SmpCpus {
     fn start(&self) {
-        input_line::print_once();
+        held_report::print_once();
         smp::launch();
     }
 }

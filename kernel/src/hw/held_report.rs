@@ -1,0 +1,148 @@
+//! The boot report the boot CPU holds back while it works alone: the
+//! firmware's memory map, the ACPI tables and CPUs, the NUMA nodes (the
+//! lines Linux prints at that point of its boot) and the `memboot-input:`
+//! line (README "Output"), which lets a log replay the boot (kernel/tests).
+//!
+//! Each part is kept as soon as it is known ([`keep_memory_map`],
+//! [`keep_acpi`], [`keep_input`]) and all of them are printed once, in that
+//! order, by [`print_once`], at the first of:
+//!
+//! * the end of the boot CPU's work alone: the pipeline's `CpuBringup::start`
+//!   (after memory is ready with `memmap=ondemand`, before the eager phase
+//!   otherwise), right before the APs start;
+//! * a failure or panic before that (`hw::boot`'s `fail_with` and
+//!   `finish`), so the log of a failed boot has whatever was known.
+//!
+//! Why not when each part is read: formatting these lines runs code for the
+//! first time, and under TCG every such instruction costs about a
+//! microsecond to translate; nothing in memory init reads them, so before
+//! memory is ready they would only put milliseconds on the clock
+//! (`-d in_asm` at 64G over 16 nodes: the four parts are ~3,800 of the
+//! ~20,500 distinct kernel instructions the boot CPU ran before memory was
+//! ready).
+
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use alloc::vec::Vec;
+use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use memboot_kernel::acpi::AcpiInfo;
+use memboot_kernel::boot_input::{write_input_line, BootInput};
+use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
+use memboot_kernel::node_ram;
+use memmap::firmware::FirmwareEntry;
+
+use crate::hw::serial;
+
+static MEMORY_MAP: spin::Once<&'static MemoryRegions> = spin::Once::new();
+static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
+static INPUT: spin::Once<BootInput> = spin::Once::new();
+static PRINTED: AtomicBool = AtomicBool::new(false);
+
+/// Keep the bootloader's memory map for its lines.
+pub fn keep_memory_map(regions: &'static MemoryRegions) {
+    MEMORY_MAP.call_once(|| regions);
+}
+
+/// Keep what ACPI said, with the firmware map its node lines sum RAM from;
+/// returns the kept info (the first call's: there is one per boot).
+pub fn keep_acpi(info: AcpiInfo, map: &[FirmwareEntry]) -> &'static AcpiInfo {
+    &ACPI.call_once(|| (info, map.to_vec())).0
+}
+
+/// Keep the pipeline's input for the `memboot-input:` line.
+pub fn keep_input(input: BootInput) -> &'static BootInput {
+    INPUT.call_once(|| input)
+}
+
+/// Print what was kept, once.
+pub fn print_once() {
+    if PRINTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(regions) = MEMORY_MAP.get() {
+        print_memory_map(regions);
+    }
+    if let Some((info, map)) = ACPI.get() {
+        print_acpi(info);
+        print_nodes(info, map);
+    }
+    if let Some(input) = INPUT.get() {
+        print_input_line(input);
+    }
+}
+
+/// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
+/// and `BIOS-e820:` lines), memboot's lines for the regions the bootloader
+/// occupies, and the usable RAM the summary reports.
+fn print_memory_map(regions: &MemoryRegions) {
+    kprintln!("BIOS-provided physical RAM map:");
+    for r in regions.iter() {
+        kprintln!("{}", E820Line(r));
+    }
+    for r in regions
+        .iter()
+        .filter(|r| r.kind == MemoryRegionKind::Bootloader)
+    {
+        kprintln!("{}", BootloaderLine(r));
+    }
+    let mem_bytes = bootmap::ram_bytes(regions);
+    kprintln!(
+        // Not Linux's `Memory:` line (that one comes after the buddy
+        // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.
+        "memboot: {}K usable RAM ({} MiB) in the firmware map",
+        mem_bytes >> 10,
+        mem_bytes >> 20
+    );
+}
+
+/// The tables, CPUs and SRAT ranges as Linux prints them, and what ACPI
+/// lacked.
+fn print_acpi(info: &AcpiInfo) {
+    for line in info.report_lines() {
+        kprintln!("{line}");
+    }
+    for w in &info.warnings {
+        kprintln!("ACPI: Warning: {w}");
+    }
+    if !info.has_madt {
+        kprintln!("ACPI: no valid MADT: only the boot CPU is known");
+    }
+}
+
+/// One line per NUMA node: its usable RAM (`node_ram`: the map's RAM in
+/// the node's SRAT ranges) and the CPUs SRAT puts there, then its ranges.
+fn print_nodes(info: &AcpiInfo, map: &[FirmwareEntry]) {
+    let nr_nodes = info.node_count();
+    let srat = info.memory_affinity();
+    let ram = node_ram::ram_bytes_per_node(map, srat.as_deref(), nr_nodes as usize);
+    for (node, node_bytes) in (0..nr_nodes).zip(ram) {
+        let cpus: Vec<u32> = info
+            .cpus
+            .iter()
+            .filter(|c| c.enabled && c.node == node)
+            .map(|c| c.apic_id)
+            .collect();
+        kprintln!(
+            "NUMA: node {node}: {} MiB usable RAM, {} CPUs (APIC ids {:?})",
+            node_bytes >> 20,
+            cpus.len(),
+            cpus
+        );
+        for a in srat.iter().flatten().filter(|a| a.nid == node) {
+            kprintln!(
+                "NUMA:   [mem {:#018x}-{:#018x}] -> node {node}",
+                a.start,
+                a.start + a.len_bytes - 1
+            );
+        }
+    }
+}
+
+/// The pipeline's input as one unstamped line.
+fn print_input_line(input: &BootInput) {
+    if let Some(Err(core::fmt::Error)) =
+        serial::raw_line_with(|mut line| write_input_line(&mut line, input))
+    {
+        kprintln!("memboot: formatting the memboot-input line failed part-way, so the line above is cut and this log cannot be replayed; report it with this log");
+    }
+}

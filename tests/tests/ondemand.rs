@@ -147,8 +147,8 @@ fn ondemand_1g_one_node() {
         b.describe()
     );
     // Nor is the boot report formatted before (firmware map, ACPI, NUMA,
-    // the pipeline's input): it goes out where the boot CPU stops working
-    // alone, and the input line still replays.
+    // the pipeline's input, the zones): it goes out where the boot CPU
+    // stops working alone, and the input line still replays.
     let out = &b.run.stdout;
     let ready_at = out.find("every page allocatable at");
     for held in [
@@ -156,6 +156,7 @@ fn ondemand_1g_one_node() {
         "ACPI: RSDP ",
         "NUMA: node 0: ",
         "memboot-input: ",
+        "Zone ranges:",
     ] {
         let held_at = out.find(held);
         assert!(

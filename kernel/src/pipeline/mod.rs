@@ -21,7 +21,8 @@
 //! The other CPUs are started ([`seams::CpuBringup`]) where the mode
 //! first needs them ([`mode::ModePlan::cpus`]): before stage 4 for the
 //! worker modes, after stage 6 for a pool, so that until memory is ready
-//! the boot CPU runs alone.
+//! the boot CPU runs alone; stage 2's zone lines are printed there too
+//! (first-run code memory init does not need).
 //!
 //! [`mode::ModePlan`] says what the `memmap=` mode does in each stage;
 //! [`facts`] records what the summary line reports; [`error::PipelineError`]
@@ -50,6 +51,8 @@ pub mod seams;
 
 use deferred_init::PageAllocator;
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
+use memmap::memblock::Memblock;
+use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
@@ -89,6 +92,14 @@ pub struct Machine<'a, M> {
 }
 
 /// Run the whole pipeline; `facts` holds what it measured, also on failure.
+/// The boot CPU stops working alone: the other CPUs start (on the kernel,
+/// after its held-back boot report), and the zones, held back with that
+/// report, are printed.
+fn start_cpus(cx: &Ctx<'_>, bringup: &dyn CpuBringup, layout: &ZoneLayout, mb: &Memblock) {
+    bringup.start();
+    s2_zones::log(cx.log, layout, mb);
+}
+
 pub fn run<M: VmemmapMapper>(
     input: &Input<'_>,
     machine: Machine<'_, M>,
@@ -113,7 +124,7 @@ pub fn run<M: VmemmapMapper>(
     let sections = s3_vmemmap::SectionMapper::new(machine.mapper);
     let mut memmap = s3_vmemmap::run(&cx, &mut mb, &layout, &sections)?;
     if cx.mode.cpus == StartCpus::BeforeEager {
-        machine.bringup.start();
+        start_cpus(&cx, machine.bringup, &layout, &mb);
     }
     let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
     let s5_handoff::Handoff { plan, buddy } =
@@ -125,7 +136,7 @@ pub fn run<M: VmemmapMapper>(
         Deferral::Pool => s6_pool::run(&cx, &di, &memmap, &mb)?,
     };
     if cx.mode.cpus == StartCpus::WhenMemoryReady {
-        machine.bringup.start();
+        start_cpus(&cx, machine.bringup, &layout, &mb);
     }
     s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
     s8_alloc_test::run(&cx, pages, &di, &layout)?;

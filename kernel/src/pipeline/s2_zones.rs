@@ -1,5 +1,8 @@
 //! Stage 2, zones: DMA / DMA32 / Normal per node and the present sections,
-//! printed as Linux's `free_area_init()` prints them.
+//! printed as Linux's `free_area_init()` prints them ([`log`]: the pipeline
+//! prints them where the boot CPU stops working alone, with the kernel's
+//! held-back boot report, since formatting them is first-run code that
+//! memory init does not need).
 
 use memmap::memblock::Memblock;
 use memmap::zones::ZoneLayout;
@@ -8,9 +11,9 @@ use super::context::Ctx;
 use super::facts::Phase;
 use super::seams::{log_lines, Log};
 
-/// Stage 2: the zones, printed; their page counts recorded.
+/// Stage 2: the zones; their page counts recorded.
 pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
-    let (layout, _) = cx.timed(Phase::Zones, || layout(mb, cx.log));
+    let (layout, _) = cx.timed(Phase::Zones, || ZoneLayout::new(mb));
     cx.facts.record(|f| {
         f.present_pages = layout.present_pages();
         f.low_zone_pages = layout.low_zone_pages();
@@ -22,8 +25,14 @@ pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
 /// Lay out the zones of `mb` and print them.
 pub fn layout(mb: &Memblock, log: &dyn Log) -> ZoneLayout {
     let layout = ZoneLayout::new(mb);
-    log_lines(log, &ReportOf(&layout, mb));
+    self::log(log, &layout, mb);
     layout
+}
+
+/// Print the zones as Linux does (`Zone ranges:` to the unavailable
+/// ranges).
+pub fn log(log: &dyn Log, layout: &ZoneLayout, mb: &Memblock) {
+    log_lines(log, &ReportOf(layout, mb));
 }
 
 struct ReportOf<'a>(&'a ZoneLayout, &'a Memblock);

@@ -907,8 +907,8 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 
 /// Width of a panel's plot; the legend column right of it is as wide as
 /// its longest label needs.
-const SC_PLOT_W_PX: u32 = 1100;
-const SC_PANEL_H_PX: u32 = 560;
+pub const SC_PLOT_W_PX: u32 = 1100;
+pub const SC_PANEL_H_PX: u32 = 560;
 /// Length of a legend entry's line sample.
 pub const LEGEND_LINE_PX: i32 = 24;
 /// Legend rows: first row's centre below the panel's top, row pitch, left

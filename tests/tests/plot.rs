@@ -672,6 +672,46 @@ fn scaling_plot() {
     let coloured: Vec<&Polyline> = all.iter().filter(|l| l.stroke != "#000000").collect();
     let (samples, data): (Vec<&Polyline>, Vec<&Polyline>) =
         coloured.into_iter().partition(|l| is_horizontal(l));
+    // Three panels stacked in equal rows (time, struct pages, RSS), every
+    // text inside the drawing: the captions one row apart.
+    let root = doc.root_element();
+    let size = |attr: &str| -> f64 {
+        let v = root.attribute(attr).unwrap_or_else(|| panic!("svg {attr}"));
+        v.trim_end_matches("px").parse().unwrap()
+    };
+    let (width, height) = (size("width"), size("height"));
+    assert_eq!(
+        height,
+        3.0 * f64::from(plot::SC_PANEL_H_PX),
+        "three panel rows"
+    );
+    let plot_w = f64::from(plot::SC_PLOT_W_PX);
+    assert!(
+        width > plot_w && width < 2.0 * plot_w,
+        "{width} px: the plot column and a legend column narrower than it"
+    );
+    assert!(
+        texts.iter().all(|t| t.x_px < width && t.y_px < height),
+        "a text outside the {width}x{height} drawing"
+    );
+    let caption_y = |prefix: &str| {
+        texts
+            .iter()
+            .find(|t| t.text.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no caption {prefix:?}"))
+            .y_px
+    };
+    let ys = [
+        caption_y("memmap init time"),
+        caption_y("struct pages written"),
+        caption_y("host peak RSS"),
+    ];
+    for pair in ys.windows(2) {
+        assert!(
+            (pair[1] - pair[0] - height / 3.0).abs() < 1.0,
+            "captions at {ys:?} are not one third of the {height} px drawing apart"
+        );
+    }
     let expected = expected_lines(&bench_json);
     assert_eq!(
         expected.len(),

@@ -34,6 +34,13 @@ pub enum SmpError {
     TrampolineUnmap,
     /// A CPU did not run its self-test job exactly once on its own APIC.
     SelfTest { cpu: usize, runs: u32, apic_id: u32 },
+    /// The boot CPU's APIC reads a different id from CPUID's initial APIC
+    /// id, with which the CPUs were planned.
+    BspApicId { cpuid: u32, reads: u32 },
+    /// Bring-up was asked to start the APs before they were planned.
+    NotPrepared,
+    /// Jobs were to run on the APs before anything started them.
+    NotLaunched,
 }
 
 impl fmt::Display for SmpError {
@@ -61,6 +68,18 @@ impl fmt::Display for SmpError {
             SmpError::SelfTest { cpu, runs, apic_id } => write!(
                 f,
                 "smp: self-test: CPU {cpu} ran its job {runs} times, reading APIC id {apic_id:#x}; job dispatch is broken"
+            ),
+            SmpError::BspApicId { cpuid, reads } => write!(
+                f,
+                "APIC: the boot CPU's APIC reads id {reads:#x}, CPUID says {cpuid:#x}, and the CPUs were planned with CPUID's; boot with --smp 1"
+            ),
+            SmpError::NotPrepared => write!(
+                f,
+                "smpboot: asked to start the APs before they were planned (prepare_aps); a boot-order bug"
+            ),
+            SmpError::NotLaunched => write!(
+                f,
+                "smp: jobs were to run on the APs before memory init started them (CpuBringup::start); a boot-order bug in the pipeline's mode plan"
             ),
         }
     }

@@ -328,7 +328,7 @@ impl RegionTable {
                 .try_reserve(needed - self.regions.len())
                 .map_err(|_| MemblockError::OutOfMemory { table: self.kind })?;
         }
-        self.regions.splice(lo..hi, merged);
+        replace_range(&mut self.regions, lo, hi, &merged);
         Ok(())
     }
 
@@ -425,6 +425,22 @@ impl RegionTable {
         let (first, last) = self.overlapping(base, end);
         first < last
     }
+}
+
+/// `v[lo..hi] = with`, moving the tail once: what `Vec::splice` does, in a
+/// fraction of its code (memblock runs before memory is ready, where under
+/// TCG each instruction run for the first time is a translation). Growing
+/// needs the capacity reserved already.
+fn replace_range(v: &mut Vec<MemblockRegion>, lo: usize, hi: usize, with: &[MemblockRegion]) {
+    let old_len = v.len();
+    let new_len = old_len - (hi - lo) + with.len();
+    if new_len > old_len {
+        // `with` is longer than the part it replaces, so not empty.
+        v.resize(new_len, with[0]);
+    }
+    v.copy_within(hi..old_len, lo + with.len());
+    v.truncate(new_len);
+    v[lo..lo + with.len()].copy_from_slice(with);
 }
 
 /// The two memblock tables plus the address-width limit.

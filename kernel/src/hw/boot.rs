@@ -424,8 +424,9 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
             "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
         )));
     }
-    // Plans the CPUs and installs the trampoline; the pipeline starts the
-    // APs where its mode first needs them (`CpuBringup`), and the executor
+    // Plans the CPUs (MADT and CPUID only); the pipeline sets up the APIC
+    // and the trampoline and starts the APs where its mode first needs them
+    // (`CpuBringup`), and the executor
     // waits for them (and runs the SMP self-test) before the first jobs
     // (`smp::wait_online`).
     smp::prepare_aps(acpi_info, phys_offset, regions, late_ap)?;
@@ -441,7 +442,8 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         image: kernel_image_sizes(boot_info, phys_offset)?,
     });
     run_pipeline(&opts, input, phys_offset)?;
-    // A boot whose stages ran no jobs still finishes bring-up and checks it.
+    // A boot whose stages ran no jobs still waits for bring-up (which the
+    // pipeline started) and checks it.
     smp::wait_online()?;
     Ok(())
 }

@@ -16,18 +16,21 @@
 //!
 //! Bring-up has two steps. [`prepare_aps`], before memory init, plans the
 //! CPUs and publishes them (the BSP and every AP to be started; the
-//! pipeline's `cpu_nodes` come from them) and installs the trampoline, but
-//! sends no IPI. [`launch`], called by the memory-init pipeline where its
-//! mode first needs other CPUs soon (`ModePlan::cpus`: before the eager
-//! phase for the worker modes, once memory is ready for `ondemand`), sends
-//! only the first AP (the starter) its IPIs and returns without waiting
-//! for it. Until an AP is up nobody writes the log out (see `serial`): the
+//! pipeline's `cpu_nodes` come from them), from the MADT and CPUID alone.
+//! [`launch`], called by the memory-init pipeline where its mode first
+//! needs other CPUs soon (`ModePlan::cpus`: before the eager phase for the
+//! worker modes, once memory is ready for `ondemand`), sets up the local
+//! APIC and installs the trampoline through the pipeline's page tables
+//! (lent to it: one editor at a time), sends only the first AP (the
+//! starter) its IPIs and returns without waiting for it. Until an AP is up nobody writes the log out (see `serial`): the
 //! lines wait in the ring, so neither bring-up nor the console costs the
 //! boot CPU anything before `launch`. The starter, in
 //! [`ap_entry`], checks itself in and starts the other APs one after
 //! another, waiting for each as the BSP used to. [`wait_online`], called
 //! before the first jobs (the executor's first `on_each_cpu`) or at the end
-//! of the boot, launches if that has not happened yet, waits for the starter to finish (or, if the starter never
+//! of the boot, fails the boot if [`launch`] has not run (the pipeline
+//! starts the CPUs before any jobs; starting them there could edit page
+//! tables memory init holds), waits for the starter to finish (or, if the starter never
 //! arrived, takes its round back and starts the others itself), removes the
 //! trampoline mapping, prints the bring-up lines and runs the self-test. An
 //! AP that did not come up stays in the list; its jobs run on the BSP.
@@ -525,92 +528,145 @@ fn plan(acpi: &AcpiInfo, bsp_apic_id: u32) -> Vec<&'static PerCpu> {
     percpu
 }
 
-/// Plan every enabled AP in the MADT and get ready to start them; sends no
-/// IPI (see [`launch`]).
+/// Plan every enabled AP in the MADT and publish the CPUs; touches no
+/// APIC, page table or IPI (see [`launch`]).
 ///
-/// Normally the APs then start in the background: [`launch`] sends the
-/// first AP its INIT and STARTUP IPIs (with Linux's delays) and returns at
-/// once; that AP starts the others; [`wait_online`] waits for them when
-/// they are first needed. `late_ap` (`test_fault=late_ap`, which needs the
-/// BSP to give up on the first AP before it can claim its round, so that
-/// it runs the trampoline late): the BSP starts every AP itself, here, and
-/// waits for each, as before, and the CPUs are published (dense over those
-/// that came up) when all are done.
+/// Normally the APs then start in the background: [`launch`], where the
+/// pipeline first needs them, sets up the local APIC, installs the
+/// trampoline, sends the first AP its INIT and STARTUP IPIs (with Linux's
+/// delays) and returns at once; that AP starts the others; [`wait_online`]
+/// waits for them when they are first needed. Until then the boot CPU's id
+/// is CPUID's initial APIC id ([`launch`] checks the APIC agrees).
+/// `late_ap` (`test_fault=late_ap`, which needs the BSP to give up on the
+/// first AP before it can claim its round, so that it runs the trampoline
+/// late): the BSP starts every AP itself, here, and waits for each, as
+/// before, and the CPUs are published (dense over those that came up) when
+/// all are done.
 pub fn prepare_aps(
     acpi: &AcpiInfo,
     phys_offset: u64,
-    regions: &MemoryRegions,
+    regions: &'static MemoryRegions,
     late_ap: bool,
+) -> Result<(), SmpError> {
+    TRAMPOLINE_PHYS_OFFSET.store(phys_offset, Ordering::Relaxed);
+    if late_ap {
+        return start_aps_now(acpi, phys_offset, regions);
+    }
+    let bsp_apic_id = crate::hw::cpu::initial_apic_id();
+    let planned = plan(acpi, bsp_apic_id);
+    let starter = planned.get(1).copied();
+    let rest = planned.get(2..).unwrap_or_default().to_vec();
+    publish(planned, bsp_apic_id);
+    PENDING.call_once(|| Pending {
+        lapic_addr: acpi.lapic_addr,
+        phys_offset,
+        regions,
+        bsp_apic_id,
+        starter,
+        rest,
+    });
+    Ok(())
+}
+
+/// What [`launch`] needs to set up the APIC and the trampoline and to start
+/// the APs, as [`prepare_aps`] planned them.
+struct Pending {
+    lapic_addr: u64,
+    phys_offset: u64,
+    regions: &'static MemoryRegions,
+    /// CPUID's initial APIC id of the boot CPU, which planned the CPUs.
+    bsp_apic_id: u32,
+    /// The first AP, which starts the others (none with one CPU).
+    starter: Option<&'static PerCpu>,
+    rest: Vec<&'static PerCpu>,
+}
+
+static PENDING: spin::Once<Pending> = spin::Once::new();
+
+/// `test_fault=late_ap`: set up the APIC and the trampoline through a
+/// mapper of our own (before memory init, which has not built its own yet)
+/// and start every AP, waiting for each.
+fn start_aps_now(
+    acpi: &AcpiInfo,
+    phys_offset: u64,
+    regions: &MemoryRegions,
 ) -> Result<(), SmpError> {
     let t0 = tsc::rdtsc();
     // SAFETY: CR3's frame is the active PML4, reachable through the
-    // physical-memory mapping; this is the only live reference to it while
-    // bring-up runs (nothing else edits page tables concurrently).
+    // physical-memory mapping; this runs before memory init creates its
+    // mapper, so this is the only live reference to it.
     let mut mapper = unsafe {
         let (frame, _) = Cr3::read();
         let pml4 = &mut *((phys_offset + frame.start_address().as_u64()) as *mut PageTable);
         OffsetPageTable::new(pml4, VirtAddr::new(phys_offset))
     };
-    TRAMPOLINE_PHYS_OFFSET.store(phys_offset, Ordering::Relaxed);
     let mut frames = HeapFrames { phys_offset };
     let mode = apic::init_bsp(acpi.lapic_addr, &mut mapper, &mut frames).map_err(SmpError::Apic)?;
     kprintln!("APIC: {mode}");
     let bsp_apic_id = apic::id();
     let planned = plan(acpi, bsp_apic_id);
+    LAUNCHED.store(true, Ordering::Relaxed);
     if planned.len() == 1 {
         publish(planned, bsp_apic_id);
         return Ok(());
     }
     let tramp = install_trampoline(regions, phys_offset, &mut mapper, &mut frames)?;
-    if late_ap {
-        LAUNCHED.store(true, Ordering::Relaxed);
-        return start_aps_sync(tramp, planned, bsp_apic_id, &mut mapper, t0);
-    }
-    let starter = planned[1];
-    let rest = planned[2..].to_vec();
-    let nr_cpus = planned.len();
-    ONLINE.call_once(|| Online {
-        cpus: planned.iter().map(|p| p.info).collect(),
-        percpu: planned,
-        bsp_apic_id,
-    });
-    BRINGUP.call_once(|| Bringup {
-        tramp,
-        starter,
-        starter_stack: spin::Mutex::new(Some(ApStack::new())),
-        first_ipi_tsc: AtomicU64::new(0),
-        rest,
-        done: AtomicBool::new(false),
-        done_tsc: AtomicU64::new(0),
-        error: spin::Mutex::new(None),
-    });
-    kprintln!(
-        "smpboot: {nr_cpus} CPUs planned and the trampoline installed in {} us; the APs start when memory init first needs them",
-        tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000
-    );
-    Ok(())
+    start_aps_sync(tramp, planned, bsp_apic_id, &mut mapper, t0)
 }
 
 /// [`launch`] ran (or bring-up needs none: `test_fault=late_ap` started
 /// every AP in [`prepare_aps`]).
 static LAUNCHED: AtomicBool = AtomicBool::new(false);
 
-/// Start the APs [`prepare_aps`] planned, in the background: send the
-/// starter its startup IPIs and return without waiting for it. With one
-/// CPU, the boot CPU starts writing the log out itself from here on. Only
-/// the first call does anything.
-pub fn launch() {
+/// Start the APs [`prepare_aps`] planned, in the background: set up the
+/// boot CPU's local APIC and the trampoline (mappings made through
+/// `tables`, the pipeline's page tables), send the starter its startup
+/// IPIs and return without waiting for it. With one CPU, the boot CPU
+/// starts writing the log out itself from here on. Only the first call
+/// does anything.
+pub fn launch(tables: &mut OffsetPageTable<'_>) -> Result<(), SmpError> {
     if LAUNCHED.swap(true, Ordering::AcqRel) {
-        return;
+        return Ok(());
     }
-    let Some(b) = BRINGUP.get() else {
+    let Some(p) = PENDING.get() else {
+        return Err(SmpError::NotPrepared);
+    };
+    let t0 = tsc::rdtsc();
+    let mut frames = HeapFrames {
+        phys_offset: p.phys_offset,
+    };
+    let mode = apic::init_bsp(p.lapic_addr, tables, &mut frames).map_err(SmpError::Apic)?;
+    kprintln!("APIC: {mode}");
+    let reads = apic::id();
+    if reads != p.bsp_apic_id {
+        return Err(SmpError::BspApicId {
+            cpuid: p.bsp_apic_id,
+            reads,
+        });
+    }
+    let Some(starter) = p.starter else {
         // No AP will print the log: the boot CPU writes its lines itself.
         serial::set_direct();
         print_brought_up(0); // no IPI sent
-        return;
+        return Ok(());
     };
-    let t0 = tsc::rdtsc();
-    let starter = b.starter;
+    let tramp = install_trampoline(p.regions, p.phys_offset, tables, &mut frames)?;
+    let b = BRINGUP.call_once(|| Bringup {
+        tramp,
+        starter,
+        starter_stack: spin::Mutex::new(Some(ApStack::new())),
+        first_ipi_tsc: AtomicU64::new(0),
+        rest: p.rest.clone(),
+        done: AtomicBool::new(false),
+        done_tsc: AtomicU64::new(0),
+        error: spin::Mutex::new(None),
+    });
+    kprintln!(
+        "smpboot: {} CPUs planned; APIC and trampoline set up in {} us",
+        b.rest.len() + 2,
+        tsc::cycles_to_ns(tsc::rdtsc() - t0) / 1000
+    );
+    let t1 = tsc::rdtsc();
     kprintln!(
         "smpboot: Booting Node {} Processor {} APIC {:#x}",
         starter.info.node,
@@ -619,7 +675,7 @@ pub fn launch() {
     );
     let stack_top = match b.starter_stack.lock().as_ref() {
         Some(stack) => stack.top(),
-        None => return, // taken back already: nothing to start
+        None => return Ok(()), // taken back already: nothing to start
     };
     let first_ipi_tsc = tsc::rdtsc();
     b.first_ipi_tsc.store(first_ipi_tsc, Ordering::Relaxed);
@@ -627,10 +683,11 @@ pub fn launch() {
     let end = tsc::rdtsc();
     kprintln!(
         "smp: boot CPU spent {} us starting CPU 1 ({} us sending its startup IPIs), not waiting: CPU 1 starts the other {} APs",
-        tsc::cycles_to_ns(end - t0) / 1000,
+        tsc::cycles_to_ns(end - t1) / 1000,
         tsc::cycles_to_ns(end - first_ipi_tsc) / 1000,
         b.rest.len()
     );
+    Ok(())
 }
 
 /// The `test_fault=late_ap` path: every AP started by the BSP, waiting for
@@ -685,7 +742,10 @@ pub fn wait_online() -> Result<(), SmpError> {
     if WAITED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
-    launch();
+    if !LAUNCHED.load(Ordering::Acquire) {
+        // Starting them here would edit page tables memory init may hold.
+        return Err(SmpError::NotLaunched);
+    }
     if let Some(b) = BRINGUP.get() {
         let t = tsc::rdtsc();
         wait_for_bringup(b)?;

@@ -186,8 +186,8 @@ impl<'a> NotedBringup<'a> {
     }
 }
 
-impl CpuBringup for NotedBringup<'_> {
-    fn start(&self) {
+impl<M> CpuBringup<M> for NotedBringup<'_> {
+    fn start(&self, _mapper: &mut M) {
         let n = self.log.lines.lock().unwrap().len();
         self.lines_before.lock().unwrap().push(n);
     }

@@ -84,7 +84,7 @@ pub struct Machine<'a, M> {
     pub mapper: &'a mut M,
     pub executor: &'a dyn Executor,
     /// Starts the executor's other CPUs, which may not run yet.
-    pub bringup: &'a dyn CpuBringup,
+    pub bringup: &'a dyn CpuBringup<M>,
     pub clock: &'a dyn Clock,
     pub log: &'a dyn Log,
     /// `cpu_nodes[cpu]`: the node of each CPU of `executor`.
@@ -95,8 +95,14 @@ pub struct Machine<'a, M> {
 /// The boot CPU stops working alone: the other CPUs start (on the kernel,
 /// after its held-back boot report), and the zones, held back with that
 /// report, are printed.
-fn start_cpus(cx: &Ctx<'_>, bringup: &dyn CpuBringup, layout: &ZoneLayout, mb: &Memblock) {
-    bringup.start();
+fn start_cpus<M: VmemmapMapper>(
+    cx: &Ctx<'_>,
+    bringup: &dyn CpuBringup<M>,
+    sections: &s3_vmemmap::SectionMapper<'_, M>,
+    layout: &ZoneLayout,
+    mb: &Memblock,
+) {
+    sections.lend_mapper(|mapper| bringup.start(mapper));
     s2_zones::log(cx.log, layout, mb);
 }
 
@@ -124,7 +130,7 @@ pub fn run<M: VmemmapMapper>(
     let sections = s3_vmemmap::SectionMapper::new(machine.mapper);
     let mut memmap = s3_vmemmap::run(&cx, &mut mb, &layout, &sections)?;
     if cx.mode.cpus == StartCpus::BeforeEager {
-        start_cpus(&cx, machine.bringup, &layout, &mb);
+        start_cpus(&cx, machine.bringup, &sections, &layout, &mb);
     }
     let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
     let s5_handoff::Handoff { plan, buddy } =
@@ -136,7 +142,7 @@ pub fn run<M: VmemmapMapper>(
         Deferral::Pool => s6_pool::run(&cx, &di, &memmap, &mb)?,
     };
     if cx.mode.cpus == StartCpus::WhenMemoryReady {
-        start_cpus(&cx, machine.bringup, &layout, &mb);
+        start_cpus(&cx, machine.bringup, &sections, &layout, &mb);
     }
     s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
     s8_alloc_test::run(&cx, pages, &di, &layout)?;

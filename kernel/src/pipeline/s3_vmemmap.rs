@@ -330,6 +330,12 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
         }
     }
 
+    /// Lend the mapper to `f` (CPU bring-up's own mappings), holding the
+    /// lock: nothing maps a section meanwhile.
+    pub fn lend_mapper<R>(&self, f: impl FnOnce(&mut M) -> R) -> R {
+        f(self.state.lock().mapper)
+    }
+
     /// Sections mapped on first use so far, page-table frames they took,
     /// and the first mapping error, if any.
     pub fn first_use(&self) -> (u64, u64, Option<MapError>) {

@@ -7,8 +7,8 @@
 //! * [`Clock`]: nanoseconds since kernel entry (TSC; `Instant`), from
 //!   `deferred-init`;
 //! * [`Log`]: one dmesg line per call (the serial console; a `Vec`);
-//! * [`CpuBringup`]: starts the other CPUs (INIT/STARTUP IPIs; nothing on
-//!   the host, whose threads always run);
+//! * [`CpuBringup`]: starts the other CPUs (local APIC, trampoline,
+//!   INIT/STARTUP IPIs; nothing on the host, whose threads always run);
 //! * [`BOOT_CPU`]: which of the executor's CPUs the pipeline itself runs on.
 //!
 //! Struct-page storage is [`memmap::store::VmemmapBacking`] over what the
@@ -36,10 +36,13 @@ pub trait Log: Sync {
 /// waits for them. On the kernel an idle AP also writes the log out, so
 /// before `start` nothing but the boot CPU's own work runs: a mode whose
 /// memory is ready on the boot CPU alone pays for neither bring-up nor
-/// the console before it is.
-pub trait CpuBringup: Sync {
+/// the console before it is. Bring-up edits page tables of its own (the
+/// local APIC's registers, the trampoline's identity mapping), so it
+/// borrows the pipeline's mapper `M` for that: one editor of the page
+/// tables at a time.
+pub trait CpuBringup<M>: Sync {
     /// Start the CPUs that are not running yet, without waiting for them.
-    fn start(&self);
+    fn start(&self, mapper: &mut M);
 }
 
 /// Print a multi-line `Display` value line by line.

@@ -1,6 +1,7 @@
 //! The pipeline's `Executor` and `CpuBringup` on real hardware: the online
 //! CPUs, one job each through `smp::scope`. The pipeline starts the APs
-//! (`smp::launch`) where its mode first needs them; they come up in the
+//! (`smp::launch`, with the pipeline's page tables lent for the local
+//! APIC and the trampoline) where its mode first needs them; they come up in the
 //! background, and the first `on_each_cpu` waits for them
 //! (`smp::wait_online`).
 
@@ -8,6 +9,7 @@ use deferred_init::{CpuId, Executor};
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::pipeline::seams::CpuBringup;
 
+use super::KernelMapper;
 use crate::hw::{held_report, smp};
 
 /// The online CPUs: one job per CPU through `smp::scope`.
@@ -33,9 +35,11 @@ impl Executor for SmpCpus {
 /// The boot CPU stops working alone here: the report held back until now
 /// (firmware map, ACPI, NUMA nodes, `memboot-input:`; `hw::held_report`)
 /// goes out first, then the APs start.
-impl CpuBringup for SmpCpus {
-    fn start(&self) {
+impl CpuBringup<KernelMapper<'_>> for SmpCpus {
+    fn start(&self, mapper: &mut KernelMapper<'_>) {
         held_report::print_once();
-        smp::launch();
+        if let Err(e) = smp::launch(mapper.page_tables()) {
+            crate::hw::boot::fail_with(BootError::Smp(e));
+        }
     }
 }

@@ -28,7 +28,7 @@ pub struct KernelMapper<'a> {
     tables: OffsetPageTable<'a>,
 }
 
-impl KernelMapper<'_> {
+impl<'a> KernelMapper<'a> {
     /// # Safety
     /// `phys_offset` must be the offset at which all physical memory is
     /// mapped, CR3 must hold the active, bootloader-built page tables, and
@@ -41,6 +41,13 @@ impl KernelMapper<'_> {
         // SAFETY: as above.
         let tables = unsafe { OffsetPageTable::new(pml4, VirtAddr::new(phys_offset)) };
         Self { tables }
+    }
+
+    /// The page tables themselves, for CPU bring-up's own 4 KiB mappings
+    /// (the local APIC's registers, the trampoline page): the pipeline
+    /// lends its mapper for that (`CpuBringup::start`).
+    pub fn page_tables(&mut self) -> &mut OffsetPageTable<'a> {
+        &mut self.tables
     }
 }
 

@@ -413,11 +413,11 @@ qemu_machine_args() {
         # (writable, executable) instead of anonymous memory that QEMU asks
         # to back with transparent huge pages. With huge pages, the first
         # translation into each fresh 2 MiB of the cache stops the vCPU for
-        # a huge-page fault, ~4.5 ms on the nested hosts this was measured
-        # on (1G ondemand, memory ready 16.1 -> 13.0 ms; 64G deferred init
-        # unchanged: tests/bench-results/split-wx/ab.txt), and where that
-        # falls in the boot is chance. The emulator's own cost then no
-        # longer lands in the guest's timings.
+        # a huge-page fault, ~3 ms on the nested hosts this was measured
+        # on, and where that falls in the boot is chance (1G ondemand,
+        # memory ready 16.1 -> 13.1 ms; deferred init at 64G and 1T within
+        # the host's spread: tests/bench-results/split-wx/). The emulator's
+        # own cost then no longer lands in the guest's timings.
         qemu+=(-accel tcg,thread=multi,tb-size=512,split-wx=on -cpu "max,phys-bits=$(phys_bits_for "$mem_mib")")
     else
         qemu+=(-accel kvm -cpu host)

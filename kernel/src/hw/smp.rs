@@ -22,16 +22,18 @@
 //! worker modes, once memory is ready for `ondemand`), sets up the local
 //! APIC and installs the trampoline through the pipeline's page tables
 //! (lent to it: one editor at a time), sends only the first AP (the
-//! starter) its IPIs and returns without waiting for it. Until an AP is up nobody writes the log out (see `serial`): the
-//! lines wait in the ring, so neither bring-up nor the console costs the
-//! boot CPU anything before `launch`. The starter, in
+//! starter) its IPIs and returns without waiting for it. Until an AP is up
+//! nobody writes the log out (see `serial`): the lines wait in the ring, so
+//! neither bring-up nor the console costs the boot CPU anything before
+//! `launch`. The starter, in
 //! [`ap_entry`], checks itself in and starts the other APs one after
 //! another, waiting for each as the BSP used to. [`wait_online`], called
 //! before the first jobs (the executor's first `on_each_cpu`) or at the end
 //! of the boot, fails the boot if [`launch`] has not run (the pipeline
 //! starts the CPUs before any jobs; starting them there could edit page
-//! tables memory init holds), waits for the starter to finish (or, if the starter never
-//! arrived, takes its round back and starts the others itself), removes the
+//! tables memory init holds), waits for the starter to finish (or, if the
+//! starter never arrived, takes its round back and starts the others
+//! itself), removes the
 //! trampoline mapping, prints the bring-up lines and runs the self-test. An
 //! AP that did not come up stays in the list; its jobs run on the BSP.
 //! `test_fault=late_ap` uses the old path: the BSP starts every AP and

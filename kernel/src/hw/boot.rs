@@ -185,10 +185,9 @@ fn panic(info: &PanicInfo) -> ! {
 /// with its usable RAM, which the summary reports; returned as the
 /// pipeline's entries.
 fn keep_memory_map(regions: &'static MemoryRegions) -> Vec<FirmwareEntry> {
-    held_report::keep_memory_map(regions);
-    BOOT_FACTS
-        .mem_bytes
-        .store(bootmap::ram_bytes(regions), Ordering::Relaxed);
+    let mem_bytes = bootmap::ram_bytes(regions);
+    held_report::keep_memory_map(regions, mem_bytes);
+    BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
     bootmap::firmware_entries(regions)
 }
 

@@ -27,20 +27,21 @@ use alloc::vec::Vec;
 use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_input::{write_input_line, BootInput};
-use memboot_kernel::bootmap::{self, BootloaderLine, E820Line};
+use memboot_kernel::bootmap::{BootloaderLine, E820Line};
 use memboot_kernel::node_ram;
 use memmap::firmware::FirmwareEntry;
 
 use crate::hw::serial;
 
-static MEMORY_MAP: spin::Once<&'static MemoryRegions> = spin::Once::new();
+/// The firmware map, with the usable RAM in it (bytes) as the boot summed it.
+static MEMORY_MAP: spin::Once<(&'static MemoryRegions, u64)> = spin::Once::new();
 static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
 /// Keep the bootloader's memory map for its lines.
-pub fn keep_memory_map(regions: &'static MemoryRegions) {
-    MEMORY_MAP.call_once(|| regions);
+pub fn keep_memory_map(regions: &'static MemoryRegions, mem_bytes: u64) {
+    MEMORY_MAP.call_once(|| (regions, mem_bytes));
 }
 
 /// Keep what ACPI said, with the firmware map its node lines sum RAM from;
@@ -59,8 +60,8 @@ pub fn print_once() {
     if PRINTED.swap(true, Ordering::AcqRel) {
         return;
     }
-    if let Some(regions) = MEMORY_MAP.get() {
-        print_memory_map(regions);
+    if let Some(&(regions, mem_bytes)) = MEMORY_MAP.get() {
+        print_memory_map(regions, mem_bytes);
     }
     if let Some((info, map)) = ACPI.get() {
         print_acpi(info);
@@ -74,7 +75,7 @@ pub fn print_once() {
 /// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
 /// and `BIOS-e820:` lines), memboot's lines for the regions the bootloader
 /// occupies, and the usable RAM the summary reports.
-fn print_memory_map(regions: &MemoryRegions) {
+fn print_memory_map(regions: &MemoryRegions, mem_bytes: u64) {
     kprintln!("BIOS-provided physical RAM map:");
     for r in regions.iter() {
         kprintln!("{}", E820Line(r));
@@ -85,7 +86,6 @@ fn print_memory_map(regions: &MemoryRegions) {
     {
         kprintln!("{}", BootloaderLine(r));
     }
-    let mem_bytes = bootmap::ram_bytes(regions);
     kprintln!(
         // Not Linux's `Memory:` line (that one comes after the buddy
         // hand-off): memboot's own prefix, so a dmesg parser finds one `Memory:`.

@@ -190,7 +190,8 @@ read_kernel_options() {
 # --- host memory: refuse a boot that cannot fit this host --------------------
 # QEMU backs every guest byte the boot writes with host memory, on top of its
 # own. So the need is QEMU's own + the struct pages the boot writes (64 bytes
-# per 4 KiB page) + for --linux what Linux writes besides them, in MiB, and a
+# per 4 KiB page, RAM/64; 32 with struct_page=32, RAM/128; Linux's are 64)
+# + for --linux what Linux writes besides them, in MiB, and a
 # boot that needs more than MemAvailable is refused before QEMU starts
 # rather than let the host run out of memory. Every constant is an upper
 # bound of what this host measured: host peak RSS (host_rss_mib) of every
@@ -255,20 +256,28 @@ what="memmap=$memmap_mode"
 [ -n "${kopt[memmap]+set}" ] || what="memmap=deferred (the default)"
 [ "$memmap_mode" = ondemand ] && [ "$drain" = on ] && what="memmap=ondemand ondemand_drain=on"
 [ -n "$linux_kernel" ] && what="Linux"
-all_struct_mib=$(ceil_div "$mem_mib" 64)
+# Guest RAM per MiB of struct pages: 4096 / bytes per struct page. A value
+# the kernel does not take is its to reject (before any struct page); the
+# estimate then stays at Linux's 64 bytes.
+struct_page_bytes=64
+[ -z "$linux_kernel" ] && [ "${kopt[struct_page]-64}" = 32 ] && struct_page_bytes=32
+ram_per_struct=$(( 4096 / struct_page_bytes ))
+all_struct_mib=$(ceil_div "$mem_mib" "$ram_per_struct")
 qemu_own_mib=$(( QEMU_BASE_MIB + $(per_tib "$QEMU_PER_TIB_MIB") ))
 linux_own_mib=0
 [ -n "$linux_kernel" ] && linux_own_mib=$(( LINUX_BASE_MIB + $(per_tib "$LINUX_PER_TIB_MIB") ))
 # Every faithful mode (deferred, regions, perpfn, touch), ondemand with
-# ondemand_drain=on, and Linux write every struct page: RAM/64.
+# ondemand_drain=on, and Linux write every struct page: RAM/64 (RAM/128 at
+# struct_page=32).
 # ondemand_struct_mib: the struct pages plain memmap=ondemand writes, in
 # struct_mib: its eager part (eager_mib) and what its allocation test
-# initialises (alloc_mib), each 1/64 of that RAM rounded up; at most RAM/64.
+# initialises (alloc_mib), each that RAM / ram_per_struct rounded up; at
+# most all of them.
 ondemand_struct_mib() {
     local eager_ram_mib=$(( mem_mib < LOW_ZONES_MIB ? mem_mib : LOW_ZONES_MIB )) i
     for i in "${node_mib[@]}"; do eager_ram_mib=$(( eager_ram_mib + (i < SECTION_MIB ? i : SECTION_MIB) )); done
-    eager_mib=$(ceil_div "$eager_ram_mib" 64)
-    alloc_mib=$(ceil_div "$(alloc_test_ram_mib)" 64)
+    eager_mib=$(ceil_div "$eager_ram_mib" "$ram_per_struct")
+    alloc_mib=$(ceil_div "$(alloc_test_ram_mib)" "$ram_per_struct")
     struct_mib=$(( eager_mib + alloc_mib < all_struct_mib ? eager_mib + alloc_mib : all_struct_mib ))
 }
 writes_all_struct_pages=1 eager_mib=0 alloc_mib=0 struct_mib=$all_struct_mib
@@ -293,7 +302,7 @@ if (( need_mib > available_mib )); then
     if [ -n "$linux_kernel" ]; then
         die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB)."
     elif [ "$writes_all_struct_pages" = 1 ]; then
-        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/64, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB), or a smaller -m."
+        die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/$ram_per_struct, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB), or a smaller -m."
     elif (( alloc_mib > 0 )); then
         die_usage "-m $mem with memmap=ondemand alloc_test=${kopt[alloc_test]-$ALLOC_TEST_DEFAULT} initialises the struct pages of what the allocation test allocates on $nodes node(s): the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages: $eager_mib MiB eager, $alloc_mib MiB for alloc_test; + $qemu_own_mib MiB for QEMU itself) and $have. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m."
     else

@@ -37,7 +37,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use memmap::page::{ListHead, StructPage, MAX_NUMNODES};
+use memmap::page::{ListHead, PageLayout, MAX_NUMNODES};
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
@@ -304,7 +304,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// it is on a free list of a zone whose lock the caller holds, or it is in
     /// a block the caller owns (allocated to it, or being freed by it).
     #[inline]
-    unsafe fn with_page<R>(&self, pfn: Pfn, f: impl FnOnce(&mut StructPage) -> R) -> R {
+    unsafe fn with_page<R>(&self, pfn: Pfn, f: impl FnOnce(&mut B::Page) -> R) -> R {
         // SAFETY: exclusivity is the caller's obligation (see above).
         let pages = unsafe { self.memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
         f(&mut pages
@@ -320,7 +320,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         unsafe {
             self.with_page(pfn, |p| {
                 p.set_buddy(order);
-                p.lru = ListHead {
+                *p.lru_mut() = ListHead {
                     next: old,
                     prev: PFN_NONE,
                 };
@@ -328,7 +328,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         };
         if old != PFN_NONE {
             // SAFETY: `old` heads a block on this zone's list; we hold its lock.
-            unsafe { self.with_page(old, |p| p.lru.prev = pfn) };
+            unsafe { self.with_page(old, |p| p.lru_mut().prev = pfn) };
         }
         list.head = pfn;
         list.nr_blocks += 1;
@@ -340,10 +340,10 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
         let ListHead { next, prev } = unsafe {
             self.with_page(pfn, |p| {
-                let links = p.lru;
+                let links = p.lru();
                 p.clear_buddy();
                 let own = p.lru_addr();
-                p.lru = ListHead {
+                *p.lru_mut() = ListHead {
                     next: own,
                     prev: own,
                 };
@@ -355,11 +355,11 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             list.head = next;
         } else {
             // SAFETY: neighbours on this zone's list; we hold its lock.
-            unsafe { self.with_page(prev, |p| p.lru.next = next) };
+            unsafe { self.with_page(prev, |p| p.lru_mut().next = next) };
         }
         if next != PFN_NONE {
             // SAFETY: as above.
-            unsafe { self.with_page(next, |p| p.lru.prev = prev) };
+            unsafe { self.with_page(next, |p| p.lru_mut().prev = prev) };
         }
         list.nr_blocks -= 1;
         zf.nr_free_pages -= 1 << order;
@@ -426,7 +426,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             self.push(&mut zf, pfn + (1 << cur), cur);
         }
         // SAFETY: the block is off the lists and ours until we return it.
-        unsafe { self.with_page(pfn, |p| p.refcount = 1) };
+        unsafe { self.with_page(pfn, |p| p.set_refcount(1)) };
         Ok(pfn)
     }
 
@@ -451,9 +451,9 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         // (wrongly) free, its head is protected by the lock we hold.
         let ok = unsafe {
             self.with_page(pfn, |p| {
-                let ok = !p.is_buddy() && p.refcount == 1;
+                let ok = !p.is_buddy() && p.refcount() == 1;
                 if ok {
-                    p.refcount = 0;
+                    p.set_refcount(0);
                 }
                 ok
             })
@@ -492,7 +492,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             let pages = unsafe { self.memmap.pages_mut_unchecked(piece) };
             for p in pages.expect("managed range without backing (checked in new)") {
                 p.clear_reserved();
-                p.refcount = 0;
+                p.set_refcount(0);
             }
         }
         for_each_max_block(range, |pfn, order| self.free_prepared_block(pfn, order));
@@ -587,7 +587,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             // SAFETY: `pfn` is managed by this (node, zone) (checked above),
             // so its struct page is backed; it is on this zone's list, whose
             // lock we hold.
-            pfn = unsafe { self.with_page(pfn, |p| p.lru.next) };
+            pfn = unsafe { self.with_page(pfn, |p| p.lru().next) };
         }
         if walked < list.nr_blocks {
             ListEnd::TooShort { walked }

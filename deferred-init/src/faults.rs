@@ -14,7 +14,7 @@
 //! returned, verification has not started, and nothing else touches the
 //! allocator or the struct pages meanwhile.
 
-use memmap::page::NODES_PGSHIFT;
+use memmap::page::{PageLayout, NODES_PGSHIFT};
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{Pfn, PfnRange};
 
@@ -31,7 +31,7 @@ pub unsafe fn corrupt_page<B: MemmapBacking>(memmap: &Memmap<B>, pfn: Pfn) -> bo
     // SAFETY: exclusivity is the caller's obligation.
     match unsafe { memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) } {
         Some(pages) => {
-            pages[0].flags ^= 1 << NODES_PGSHIFT;
+            *pages[0].flags_mut() ^= 1 << NODES_PGSHIFT;
             true
         }
         None => false,
@@ -74,7 +74,7 @@ pub unsafe fn corrupt_list_link<B: MemmapBacking>(
     // SAFETY: `head` heads a free block; nothing else runs (caller's
     // contract), so this is the only reference to its struct page.
     let pages = unsafe { memmap.pages_mut_unchecked(PfnRange::new(head, head + 1)) }?;
-    pages[0].lru.next = target;
+    pages[0].lru_mut().next = target;
     Some((head, target))
 }
 

@@ -43,12 +43,35 @@ pub mod verify;
 #[cfg(any(test, feature = "std"))]
 pub mod host;
 
+/// The unit-test suite over Linux's 64-byte struct pages: the test
+/// modules read and write pages only through `PageLayout`, so one source
+/// runs at each size, its `TestPage` saying which.
 #[cfg(test)]
-mod pool_tests;
+#[path = "."]
+mod suite_64 {
+    pub(crate) type TestPage = memmap::page::StructPage;
+    #[path = "pool_tests.rs"]
+    mod pool_tests;
+    #[path = "tests.rs"]
+    pub(crate) mod tests;
+    #[path = "verify_tests.rs"]
+    mod verify_tests;
+}
+
+/// The same suite over 32-byte struct pages (`struct_page=32`): the same
+/// files on purpose, compiled a second time with the other `TestPage`.
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
-mod verify_tests;
+#[path = "."]
+#[allow(clippy::duplicate_mod)]
+mod suite_32 {
+    pub(crate) type TestPage = memmap::page32::StructPage32;
+    #[path = "pool_tests.rs"]
+    mod pool_tests;
+    #[path = "tests.rs"]
+    pub(crate) mod tests;
+    #[path = "verify_tests.rs"]
+    mod verify_tests;
+}
 
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, NR_ORDERS, PFN_NONE,

@@ -8,16 +8,16 @@ use std::collections::HashMap;
 use std::sync::Barrier;
 use std::vec::Vec;
 
-use memmap::page::StructPage;
-use memmap::store::{Memmap, VecBacking};
+use memmap::page::PageLayout;
+use memmap::store::Memmap;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 use proptest::prelude::*;
 
-use crate::host::{StdClock, ThreadExecutor};
-use crate::tests::{
+use super::tests::{
     assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, new_di, proptest_cases,
-    race_loop_done, span_of, with_counter, InitCounter, TEST_CPUS,
+    race_loop_done, span_of, with_counter, InitCounter, TestBacking, TestPage, TEST_CPUS,
 };
+use crate::host::{StdClock, ThreadExecutor};
 use crate::*;
 
 const S: u64 = PAGES_PER_SECTION;
@@ -30,8 +30,8 @@ const ORDERS: [u32; 4] = [0, 3, 9, MAX_ORDER];
 /// exactly one free or held block; no block touches the pool; and
 /// free + held + pool = the deferred pages that are not reserved.
 fn check_pool_state(
-    mm: &Memmap<VecBacking>,
-    di: &DeferredInit<'_, VecBacking>,
+    mm: &Memmap<TestBacking>,
+    di: &DeferredInit<'_, TestBacking>,
     ranges: &[DeferredRange],
     reserved: &[PfnRange],
     counter: &InitCounter,
@@ -63,7 +63,7 @@ fn check_pool_state(
             let p = mm.page(pfn).unwrap();
             if pool.contains(pfn) {
                 assert_eq!(counter.get(pfn), 0, "pool pfn {pfn:#x} never initialised");
-                assert_eq!(*p, StructPage::ZERO, "pool pfn {pfn:#x} untouched");
+                assert_eq!(*p, TestPage::ZERO, "pool pfn {pfn:#x} untouched");
                 assert_eq!(cover[idx(pfn)], 0);
                 pool_free += u64::from(!reserved_pfn);
                 continue;
@@ -87,7 +87,7 @@ fn check_pool_state(
 /// Allocate mixed orders from `nid` until `budget` allocations or out of
 /// memory, freeing every fourth block back; returns what is still held.
 fn allocate(
-    di: &DeferredInit<'_, VecBacking>,
+    di: &DeferredInit<'_, TestBacking>,
     nid: NodeId,
     seed: u64,
     budget: usize,

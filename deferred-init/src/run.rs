@@ -72,7 +72,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use memmap::page::StructPage;
+use memmap::page::{page_links, PageLayout};
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
@@ -595,11 +595,11 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             debug_assert!(false, "piece {r:?} without backing (checked in new)");
             return;
         };
-        // One 64-byte store per page: the flags word is the same for the
+        // One store of a whole struct page per page: the flags word is the same for the
         // whole piece (one section, zone and node). Byte-identical to
         // `init_single_page` followed by `set_reserved` or `_refcount = 0`
         // (tested), with fewer instructions, which matters under TCG.
-        let mut flags = StructPage::page_links(r.start, p.zone, nid);
+        let mut flags = page_links(r.start, p.zone, nid);
         if p.reserved {
             flags |= 1 << memmap::page::pg::RESERVED;
         }

@@ -7,8 +7,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::vec::Vec;
 
-use memmap::page::StructPage;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, VecBacking};
+
+/// The struct page layout this copy of the suite runs with (`suite_64`,
+/// `suite_32` in lib.rs).
+pub(crate) use super::TestPage;
+/// Host backing of [`TestPage`]s.
+pub(crate) type TestBacking = VecBacking<TestPage>;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 use proptest::prelude::*;
 
@@ -55,11 +61,11 @@ pub(crate) fn proptest_cases(full: u32) -> u32 {
 /// and live as long as `mm` (tests only; the kernel's pipeline owns its
 /// allocator).
 pub(crate) fn new_di<'m>(
-    mm: &'m Memmap<VecBacking>,
+    mm: &'m Memmap<TestBacking>,
     plan: DeferredPlan,
     mode: InitMode,
     eager: &[ManagedRange],
-) -> Result<DeferredInit<'m, VecBacking>, DeferredInitError> {
+) -> Result<DeferredInit<'m, TestBacking>, DeferredInitError> {
     let buddy = BuddyAllocator::new(mm, plan.managed_ranges().chain(eager.iter().copied()))?;
     DeferredInit::new(mm, Box::leak(Box::new(buddy)), plan, mode)
 }
@@ -108,13 +114,13 @@ pub(crate) fn span_of(ranges: &[DeferredRange]) -> PfnRange {
     PfnRange::new(start, end)
 }
 
-pub(crate) fn memmap_for(ranges: &[DeferredRange]) -> Memmap<VecBacking> {
+pub(crate) fn memmap_for(ranges: &[DeferredRange]) -> Memmap<TestBacking> {
     let pfns: Vec<PfnRange> = ranges.iter().map(|r| r.pfns).collect();
-    Memmap::new(VecBacking::for_ranges(&pfns))
+    Memmap::new(TestBacking::for_ranges(&pfns))
 }
 
 pub(crate) fn with_counter<'m>(
-    di: &mut DeferredInit<'m, VecBacking>,
+    di: &mut DeferredInit<'m, TestBacking>,
     span: PfnRange,
 ) -> Arc<InitCounter> {
     let counter = Arc::new(InitCounter::new(span));
@@ -130,8 +136,8 @@ pub(crate) fn is_reserved_pfn(reserved: &[PfnRange], pfn: Pfn) -> bool {
 /// Check everything the issue promises after a completed `InitAndFree` run
 /// in which `allocated` blocks are still held by callers.
 fn verify_complete(
-    mm: &Memmap<VecBacking>,
-    di: &DeferredInit<'_, VecBacking>,
+    mm: &Memmap<TestBacking>,
+    di: &DeferredInit<'_, TestBacking>,
     ranges: &[DeferredRange],
     reserved: &[PfnRange],
     counter: &InitCounter,
@@ -195,11 +201,14 @@ fn verify_complete(
             assert_eq!(counter.get(pfn), 1, "pfn {pfn:#x} initialised exactly once");
             let p = mm.page(pfn).unwrap();
             assert!(p.links_match(pfn, r.zone, r.nid), "pfn {pfn:#x} links");
-            assert_eq!(p.mapping | p.index | p.memcg_data, 0);
+            assert!(
+                !p.has_stray_state(),
+                "pfn {pfn:#x}: state init never writes"
+            );
             if is_reserved_pfn(reserved, pfn) {
                 assert!(p.is_reserved(), "reserved pfn {pfn:#x} has PG_reserved");
                 assert_eq!(
-                    (p.refcount, p.mapcount),
+                    (p.refcount(), p.mapcount()),
                     (1, -1),
                     "reserved pfn {pfn:#x} untouched by buddy"
                 );
@@ -435,7 +444,7 @@ fn racing_claims_hand_out_each_window_once_and_none_empty() {
         .collect();
     let mm = memmap_for(&ranges);
     for _ in 0..10 {
-        let instances: Vec<DeferredInit<'_, VecBacking>> = (0..2000)
+        let instances: Vec<DeferredInit<'_, TestBacking>> = (0..2000)
             .map(|_| {
                 let plan =
                     DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default())
@@ -646,7 +655,7 @@ fn grow_on_demand_races_with_workers() {
 /// With every page free, the lists hold exactly the largest aligned blocks
 /// of each maximal free run (everything merged back).
 pub(crate) fn assert_fully_merged(
-    di: &DeferredInit<'_, VecBacking>,
+    di: &DeferredInit<'_, TestBacking>,
     ranges: &[DeferredRange],
     reserved: &[PfnRange],
 ) {
@@ -846,7 +855,7 @@ fn plan_rejects_bad_input_with_actionable_errors() {
 #[test]
 fn init_rejects_unbacked_sections() {
     let ranges = [dr(0, 33 * S, 35 * S)];
-    let mm = Memmap::new(VecBacking::new([33]));
+    let mm = Memmap::new(TestBacking::new([33]));
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
     // The allocator refuses the plan's ranges for the same reason, so give
     // deferred init one that manages nothing: its own check must refuse.
@@ -1102,7 +1111,7 @@ fn growth_steps_count_as_contended_only_while_another_claim_runs() {
         new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap()
     };
     let contended =
-        |di: &DeferredInit<'_, VecBacking>| di.report().nodes[0].nr_contended_growth_steps;
+        |di: &DeferredInit<'_, TestBacking>| di.report().nodes[0].nr_contended_growth_steps;
     // Alone: one growth step, not contended.
     let di = fresh_di();
     let a = di
@@ -1250,9 +1259,9 @@ fn touch_mode_writes_each_page_once_and_frees_nothing() {
             let p = mm.page(pfn).unwrap();
             assert_eq!(
                 *p,
-                StructPage {
+                TestPage {
                     flags: pfn,
-                    ..StructPage::ZERO
+                    ..TestPage::ZERO
                 }
             );
         }
@@ -1281,7 +1290,7 @@ fn init_only_mode_initialises_without_freeing() {
     for r in &sc.ranges {
         for pfn in r.pfns.start..r.pfns.end {
             assert_eq!(counter.get(pfn), 1);
-            let mut expect = StructPage::ZERO;
+            let mut expect = TestPage::ZERO;
             let p = mm.page(pfn).unwrap();
             // Same address so the self-linked lru compares equal.
             expect.lru = p.lru;
@@ -1290,7 +1299,10 @@ fn init_only_mode_initialises_without_freeing() {
                 expect.set_reserved();
             }
             assert_eq!(p.flags, expect.flags);
-            assert_eq!((p.refcount, p.mapcount, p.lru.next), (1, -1, p.lru_addr()));
+            assert_eq!(
+                (p.refcount(), p.mapcount(), p.lru().next),
+                (1, -1, p.lru_addr())
+            );
         }
     }
     assert_eq!(di.buddy().nr_free_pages_total(), 0);
@@ -1410,7 +1422,7 @@ fn report_lines_and_statistics() {
 
 /// One section of Normal memory with two managed runs, all pages initialised
 /// and handed to the allocator.
-fn buddy_fixture(mm: &Memmap<VecBacking>) -> (BuddyAllocator<'_, VecBacking>, Vec<PfnRange>) {
+fn buddy_fixture(mm: &Memmap<TestBacking>) -> (BuddyAllocator<'_, TestBacking>, Vec<PfnRange>) {
     let base = 33 * S;
     let runs = vec![
         PfnRange::new(base + 3, base + 5000),
@@ -1429,7 +1441,7 @@ fn buddy_fixture(mm: &Memmap<VecBacking>) -> (BuddyAllocator<'_, VecBacking>, Ve
     (buddy, runs)
 }
 
-fn init_section(mm: &mut Memmap<VecBacking>, section_nr: u64) {
+fn init_section(mm: &mut Memmap<TestBacking>, section_nr: u64) {
     let start = section_nr * S;
     for pfn in start..start + S {
         mm.page_mut(pfn)
@@ -1440,7 +1452,7 @@ fn init_section(mm: &mut Memmap<VecBacking>, section_nr: u64) {
 
 #[test]
 fn buddy_free_errors() {
-    let mut mm = Memmap::new(VecBacking::new([33]));
+    let mut mm = Memmap::new(TestBacking::new([33]));
     init_section(&mut mm, 33);
     let (buddy, _) = buddy_fixture(&mm);
     let p = buddy.alloc(0, ZoneType::Normal, 2).unwrap();
@@ -1503,7 +1515,7 @@ fn managed(nid: NodeId, zone: ZoneType, start: Pfn, end: Pfn) -> ManagedRange {
 /// what to do about it (the boot prints these verbatim).
 #[test]
 fn buddy_setup_errors_name_the_range_and_the_fix() {
-    let mm = Memmap::new(VecBacking::new([33]));
+    let mm = Memmap::new(TestBacking::new([33]));
     let refusal = |m: Vec<ManagedRange>| match BuddyAllocator::new(&mm, m) {
         Ok(_) => panic!("accepted"),
         Err(e) => e.to_string(),
@@ -1538,7 +1550,7 @@ fn buddy_setup_errors_name_the_range_and_the_fix() {
 #[test]
 fn buddies_of_different_nodes_never_merge() {
     let base = 33 * S;
-    let mut mm = Memmap::new(VecBacking::new([33]));
+    let mut mm = Memmap::new(TestBacking::new([33]));
     for pfn in base..base + 1024 {
         let nid = if pfn < base + 512 { 0 } else { 1 };
         mm.page_mut(pfn)
@@ -1550,7 +1562,7 @@ fn buddies_of_different_nodes_never_merge() {
         managed(1, ZoneType::Normal, base + 512, base + 1024),
     ];
     let buddy = BuddyAllocator::new(&mm, halves).unwrap();
-    let expect_halves = |buddy: &BuddyAllocator<'_, VecBacking>| {
+    let expect_halves = |buddy: &BuddyAllocator<'_, TestBacking>| {
         for nid in [0, 1] {
             assert_eq!(buddy.nr_free_blocks(nid, ZoneType::Normal, 9), 1);
             assert_eq!(buddy.nr_free_blocks(nid, ZoneType::Normal, MAX_ORDER), 0);
@@ -1581,7 +1593,7 @@ fn buddies_of_different_nodes_never_merge() {
 #[test]
 fn buddies_in_adjacent_ranges_of_one_zone_merge() {
     let base = 33 * S;
-    let mut mm = Memmap::new(VecBacking::new([33]));
+    let mut mm = Memmap::new(TestBacking::new([33]));
     for pfn in base..base + 1024 {
         mm.page_mut(pfn)
             .unwrap()
@@ -1613,7 +1625,7 @@ fn buddies_in_adjacent_ranges_of_one_zone_merge() {
 /// `MAX_ORDER` (no such list) has no blocks rather than a panic.
 #[test]
 fn free_counters_per_zone_node_and_order() {
-    let mut mm = Memmap::new(VecBacking::new([31, 33]));
+    let mut mm = Memmap::new(TestBacking::new([31, 33]));
     init_section(&mut mm, 31);
     init_section(&mut mm, 33);
     for pfn in 33 * S + 4096..33 * S + 5120 {
@@ -1655,7 +1667,7 @@ fn free_counters_per_zone_node_and_order() {
 #[test]
 fn free_list_walk_reports_how_a_corrupt_list_ends() {
     let (a, b) = (33 * S, 33 * S + 1024);
-    let mut mm = Memmap::new(VecBacking::new([33]));
+    let mut mm = Memmap::new(TestBacking::new([33]));
     init_section(&mut mm, 33);
     let buddy = BuddyAllocator::new(&mm, [managed(0, ZoneType::Normal, a, a + 2048)]).unwrap();
     // SAFETY: single-threaded; the pages were initialised above.
@@ -1719,7 +1731,7 @@ proptest! {
     /// page twice, and merge back to the maximal blocks when all is freed.
     #[test]
     fn buddy_alloc_free_properties(ops in proptest::collection::vec(op(), 1..300)) {
-        let mut mm = Memmap::new(VecBacking::new([33]));
+        let mut mm = Memmap::new(TestBacking::new([33]));
         init_section(&mut mm, 33);
         let (buddy, runs) = buddy_fixture(&mm);
         let total: u64 = runs.iter().map(|r| r.nr_pages()).sum();

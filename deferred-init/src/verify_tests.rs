@@ -7,14 +7,14 @@ use std::vec::Vec;
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
 use memmap::init::{init_memmap, Strategy};
 use memmap::memblock::{Memblock, MemblockConfig};
-use memmap::page::{StructPage, NODES_PGSHIFT};
+use memmap::page::{PageLayout, NODES_PGSHIFT};
 use memmap::pageblock::PageblockMaps;
-use memmap::store::{Memmap, VecBacking};
+use memmap::store::Memmap;
 use memmap::zones::ZoneLayout;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
+use super::tests::{cpus, dr, memmap_for, new_di, TestBacking, TestPage, TEST_CPUS};
 use crate::host::{StdClock, ThreadExecutor};
-use crate::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
 use crate::*;
 
 const MIB: u64 = 1 << 20;
@@ -62,8 +62,8 @@ fn memblock_with(node0_end: u64, node1: NodeId) -> Memblock {
 struct World<'a> {
     mb: &'a Memblock,
     layout: &'a ZoneLayout,
-    mm: &'a Memmap<VecBacking>,
-    di: DeferredInit<'a, VecBacking>,
+    mm: &'a Memmap<TestBacking>,
+    di: DeferredInit<'a, TestBacking>,
 }
 
 /// Boot the map: memmap init (Deferred), hand the eager free pages to the
@@ -76,7 +76,7 @@ fn with_world<R>(f: impl FnOnce(&World<'_>) -> R) -> R {
 /// the workers start, and the workers run only if `run_workers` (otherwise
 /// the deferred memory stays an untouched pool, as `memmap=ondemand`).
 fn with_world_setup<R>(
-    before_run: impl FnOnce(&DeferredInit<'_, VecBacking>),
+    before_run: impl FnOnce(&DeferredInit<'_, TestBacking>),
     run_workers: bool,
     f: impl FnOnce(&World<'_>) -> R,
 ) -> R {
@@ -86,12 +86,12 @@ fn with_world_setup<R>(
 /// [`with_world_setup`] on the memory of `mb` (nodes 0 and 1).
 fn with_world_on<R>(
     mb: Memblock,
-    before_run: impl FnOnce(&DeferredInit<'_, VecBacking>),
+    before_run: impl FnOnce(&DeferredInit<'_, TestBacking>),
     run_workers: bool,
     f: impl FnOnce(&World<'_>) -> R,
 ) -> R {
     let layout = ZoneLayout::new(&mb);
-    let mut mm = Memmap::new(VecBacking::for_ranges(layout.present_section_ranges()));
+    let mut mm = Memmap::new(TestBacking::for_ranges(layout.present_section_ranges()));
     let pageblocks = PageblockMaps::new(&layout);
     let out = init_memmap(Strategy::Deferred, &mut mm, &mb, &layout, &pageblocks).unwrap();
     let reserved: Vec<PfnRange> = mb.reserved_pfn_ranges().collect();
@@ -180,7 +180,7 @@ impl World<'_> {
         )
     }
     /// Corrupt one struct page.
-    fn corrupt(&self, pfn: Pfn, f: impl FnOnce(&mut StructPage)) {
+    fn corrupt(&self, pfn: Pfn, f: impl FnOnce(&mut TestPage)) {
         // SAFETY: workers have returned and no allocator call is running; no
         // other reference to this struct page exists during the write.
         let pages = unsafe { self.mm.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
@@ -272,7 +272,7 @@ fn merged_splits_equal_single_scan() {
         assert_eq!(order, MAX_ORDER);
         w.corrupt(head + 100, |p| p.refcount = 1);
         w.corrupt(head + 700, |p| p.refcount = 1);
-        w.corrupt(HOLE, StructPage::clear_reserved);
+        w.corrupt(HOLE, TestPage::clear_reserved);
         let whole: Vec<PageCheck> = ranges.iter().map(|r| w.scan(*r)).collect();
         for (r, single) in ranges.iter().zip(&whole) {
             // Cut points: section aligned, block aligned, and mid-block
@@ -320,7 +320,7 @@ fn merged_splits_equal_single_scan() {
 /// `problem`, and `verify_buddy` to fail; returns the failure.
 fn expect_detected(
     pick: impl FnOnce(&World<'_>) -> Pfn,
-    corrupt: impl FnOnce(&mut StructPage),
+    corrupt: impl FnOnce(&mut TestPage),
     pfn_off: u64,
     problem: Problem,
 ) -> (PageMismatch, BuddyFailure) {
@@ -401,7 +401,7 @@ fn wrong_node_bits_detected() {
 fn reserved_page_without_pg_reserved_detected() {
     let (_, f) = expect_detected(
         |_| NODE1_RSV,
-        StructPage::clear_reserved,
+        TestPage::clear_reserved,
         0,
         Problem::ReservedClear,
     );
@@ -410,7 +410,7 @@ fn reserved_page_without_pg_reserved_detected() {
         .iter()
         .any(|m| matches!(m, BuddyMismatch::Reserved { nid: 1, .. })));
     // An eagerly initialised reserved page (page 0).
-    expect_detected(|_| 0, StructPage::clear_reserved, 0, Problem::ReservedClear);
+    expect_detected(|_| 0, TestPage::clear_reserved, 0, Problem::ReservedClear);
 }
 
 #[test]
@@ -439,7 +439,7 @@ fn buddy_head_with_wrong_order_detected() {
     // not in any block; the list walk sees the wrong order.
     let (_, f) = expect_detected(
         |w| a_max_order_head(w, 1),
-        |p| p.private = 3,
+        |p| p.set_buddy(3),
         8,
         Problem::NotInBlock,
     );
@@ -453,7 +453,7 @@ fn buddy_head_with_wrong_order_detected() {
     // An order above MAX_ORDER.
     expect_detected(
         |w| a_max_order_head(w, 1),
-        |p| p.private = 11,
+        |p| p.set_buddy(11),
         0,
         Problem::BadOrder,
     );
@@ -463,7 +463,7 @@ fn buddy_head_with_wrong_order_detected() {
 fn cleared_page_buddy_detected() {
     let (_, f) = expect_detected(
         |w| a_max_order_head(w, 0),
-        StructPage::clear_buddy,
+        TestPage::clear_buddy,
         0,
         Problem::NotInBlock,
     );
@@ -495,7 +495,7 @@ fn cleared_page_buddy_detected() {
 fn hole_page_not_reserved_detected() {
     let (_, f) = expect_detected(
         |_| HOLE,
-        StructPage::clear_reserved,
+        TestPage::clear_reserved,
         0,
         Problem::ReservedClear,
     );
@@ -504,7 +504,7 @@ fn hole_page_not_reserved_detected() {
         "{f}"
     );
     with_world(|w| {
-        w.corrupt(HOLE, StructPage::clear_reserved);
+        w.corrupt(HOLE, TestPage::clear_reserved);
         let pages = w.scan(PfnRange::new(2 * S, 3 * S));
         let m = pages.mismatches[0];
         assert_eq!(
@@ -790,8 +790,8 @@ fn selftest_skips_orders_the_zone_has_no_block_for() {
 /// before `f` runs.
 fn with_small_node<R>(
     free: &[PfnRange],
-    corrupt: impl FnOnce(&mut dyn FnMut(Pfn, &dyn Fn(&mut StructPage))),
-    f: impl FnOnce(&DeferredInit<'_, VecBacking>, &Memmap<VecBacking>) -> R,
+    corrupt: impl FnOnce(&mut dyn FnMut(Pfn, &dyn Fn(&mut TestPage))),
+    f: impl FnOnce(&DeferredInit<'_, TestBacking>, &Memmap<TestBacking>) -> R,
 ) -> R {
     let ranges: Vec<DeferredRange> = free.iter().map(|r| dr(0, r.start, r.end)).collect();
     let mm = memmap_for(&ranges);
@@ -817,7 +817,7 @@ fn with_small_node<R>(
 fn selftest_names_a_bad_page_of_an_allocated_block() {
     let b = 33 * S;
     let free = [PfnRange::new(b, b + 16)];
-    let selftest = |damaged: Pfn, damage: &dyn Fn(&mut StructPage)| {
+    let selftest = |damaged: Pfn, damage: &dyn Fn(&mut TestPage)| {
         with_small_node(
             &free,
             |c| c(damaged, damage),
@@ -833,12 +833,13 @@ fn selftest_names_a_bad_page_of_an_allocated_block() {
     assert_eq!(clean.blocks, [(b, 0), (b + 8, 3)]);
     assert_eq!(clean.skipped, [MAX_ORDER]);
     assert_eq!(clean.free_pages, 16);
-    let node_bit = |p: &mut StructPage| p.flags ^= 1 << NODES_PGSHIFT;
-    let cases: [(Pfn, &dyn Fn(&mut StructPage), &str); 6] = [
+    let node_bit = |p: &mut TestPage| p.flags ^= 1 << NODES_PGSHIFT;
+    type Damage<'a> = &'a dyn Fn(&mut TestPage);
+    let cases: [(Pfn, Damage<'_>, &str); 6] = [
         (b, &node_bit, "a page of the requested node and zone"),
         (
             b,
-            &StructPage::set_reserved,
+            &TestPage::set_reserved,
             "an allocated page (not PG_reserved)",
         ),
         (b + 8, &node_bit, "a page of the requested node and zone"),
@@ -849,7 +850,7 @@ fn selftest_names_a_bad_page_of_an_allocated_block() {
         ),
         (
             b + 15,
-            &StructPage::set_reserved,
+            &TestPage::set_reserved,
             "an allocated page (not PG_reserved)",
         ),
         (b + 9, &|p| p.refcount = 1, "tail refcount 0"),
@@ -1123,7 +1124,7 @@ fn head_problems_past_the_cap_are_counted_not_kept() {
             .collect();
         assert_eq!(heads.len(), MAX_RECORDED_MISMATCHES + 4);
         for &pfn in &heads {
-            w.corrupt(pfn, StructPage::clear_buddy);
+            w.corrupt(pfn, TestPage::clear_buddy);
         }
         let f = w.verify(&pages).expect_err("damaged heads must fail");
         assert_eq!(f.mismatches.len(), MAX_RECORDED_MISMATCHES);
@@ -1164,20 +1165,42 @@ fn a_head_whose_block_covers_reserved_memory_is_refused() {
     expect_detected(|_| 0x80, |p| p.set_buddy(7), 0, Problem::BlockOutsideFree);
 }
 
-/// Any of `mapping`, `index` and `memcg_data` set on a free or a
-/// reserved page is stray state (Linux leaves all three zero at init).
+/// Damage to state no boot-time writer sets, per layout: what
+/// verification must report as stray.
+trait StrayDamage: Sized {
+    fn stray_damage() -> Vec<fn(&mut Self)>;
+}
+
+/// Any of `mapping`, `index` and `memcg_data` set (Linux leaves all three
+/// zero at init): one field at a time, and two with equal values (which
+/// an xor of the fields would miss).
+impl StrayDamage for memmap::page::StructPage {
+    fn stray_damage() -> Vec<fn(&mut Self)> {
+        vec![
+            |p| p.mapping = 0x10,
+            |p| p.index = 0x20,
+            |p| p.memcg_data = 0x40,
+            |p| (p.mapping, p.index) = (0x10, 0x10),
+            |p| (p.index, p.memcg_data) = (0x20, 0x20),
+        ]
+    }
+}
+
+/// Type data on a page with no type, or another page type than buddy.
+impl StrayDamage for memmap::page32::StructPage32 {
+    fn stray_damage() -> Vec<fn(&mut Self)> {
+        vec![
+            |p| p.page_type = 0xffff_fffe,
+            |p| p.page_type = 0xff00_0000,
+            |p| p.page_type = 0xf1ff_ffff,
+        ]
+    }
+}
+
+/// Stray state on a free or a reserved page is caught, in either layout.
 #[test]
-fn stray_state_in_any_one_field_is_caught() {
-    // One field at a time, and two with equal values (which an xor of
-    // the fields would miss).
-    let fields: [fn(&mut StructPage); 5] = [
-        |p| p.mapping = 0x10,
-        |p| p.index = 0x20,
-        |p| p.memcg_data = 0x40,
-        |p| (p.mapping, p.index) = (0x10, 0x10),
-        |p| (p.index, p.memcg_data) = (0x20, 0x20),
-    ];
-    for set in fields {
+fn stray_state_is_caught() {
+    for set in TestPage::stray_damage() {
         // A free tail page, and a reserved one.
         expect_detected(|w| a_max_order_head(w, 0) + 9, set, 0, Problem::StrayState);
         expect_detected(|_| NODE1_RSV + 1, set, 0, Problem::StrayState);
@@ -1270,7 +1293,7 @@ fn a_block_count_differing_only_from_the_counter_is_caught() {
         let n = list.len() as u64;
         let (before_last, last) = (list[list.len() - 2], list[list.len() - 1]);
         w.corrupt(before_last, |p| p.lru.next = crate::buddy::PFN_NONE);
-        w.corrupt(last, StructPage::clear_buddy);
+        w.corrupt(last, TestPage::clear_buddy);
         let f = w.verify(&w.scan_all()).expect_err("must fail");
         let expected = BuddyMismatch::BlockCount {
             nid,
@@ -1466,7 +1489,7 @@ fn a_free_block_across_two_adjacent_regions_is_valid() {
 #[test]
 fn every_page_of_an_unbacked_section_is_checked() {
     with_world(|w| {
-        let unbacked: Memmap<VecBacking> = Memmap::new(VecBacking::for_ranges(&[]));
+        let unbacked: Memmap<TestBacking> = Memmap::new(TestBacking::for_ranges(&[]));
         let node1 = *w.layout.present_section_ranges().last().unwrap();
         let pages = verify_pages(&unbacked, w.mb, w.layout, node1);
         assert_eq!(pages.pages_checked, node1.nr_pages());

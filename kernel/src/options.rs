@@ -9,6 +9,8 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+pub use memmap::page::StructPageSize;
+
 /// A fault the kernel raises on purpose, so tests can check that the
 /// exception path reports and exits instead of hanging or rebooting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -185,6 +187,8 @@ pub struct Options {
     /// The TSC frequency in kHz, given (`tsc_khz=`, as Linux's
     /// `tsc_early_khz=`): no calibration. `None`: CPUID, else the PIT.
     pub tsc_khz: Option<u64>,
+    /// The struct page layout (`struct_page=64|32`).
+    pub struct_page: StructPageSize,
 }
 
 impl Default for Options {
@@ -198,6 +202,7 @@ impl Default for Options {
             ondemand_drain: Drain::default(),
             alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
             tsc_khz: None,
+            struct_page: StructPageSize::default(),
         }
     }
 }
@@ -295,7 +300,7 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test, tsc_khz";
+    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page";
 
 /// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
 pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
@@ -509,6 +514,13 @@ fn set_option<'a>(
             }
             options.tsc_khz = Some(khz);
         }
+        "struct_page" => {
+            options.struct_page = value
+                .parse()
+                .ok()
+                .and_then(StructPageSize::of_bytes)
+                .ok_or(bad("64|32 (bytes per struct page)"))?;
+        }
         "verify" => {
             options.verify = match value {
                 "full" => Verify::Full,
@@ -524,6 +536,28 @@ fn set_option<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn struct_page_takes_64_or_32_bytes() {
+        assert_eq!(parse("").unwrap().struct_page, StructPageSize::Bytes64);
+        assert_eq!(
+            parse("struct_page=32").unwrap().struct_page,
+            StructPageSize::Bytes32
+        );
+        assert_eq!(
+            parse("struct_page=64").unwrap().struct_page,
+            StructPageSize::Bytes64
+        );
+        for bad in [
+            "struct_page=16",
+            "struct_page=32B",
+            "struct_page=",
+            "struct_page=0x20",
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("64|32"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn parses_tsc_khz_and_refuses_what_no_tsc_ticks_at() {

@@ -25,9 +25,12 @@ mod common;
 
 use common::model::{Model, VerifyZoneLine, Walk};
 use common::{load, run_on_host, Fixture};
+use memboot_kernel::options::StructPageSize;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
+use memmap::page::{PageLayout, StructPage};
+use memmap::page32::StructPage32;
 use memmap::pageblock::PageblockMaps;
 use memmap::store::Memmap;
 use memmap::NodeId;
@@ -62,6 +65,16 @@ fn checked_model(fx: &Fixture) -> Model {
             "{name}: {key}: kernel summary vs model"
         );
     }
+    check_stages::<StructPage>(fx, &model);
+    model
+}
+
+/// Stages 1-3 of the pipeline on the host for `fx` with struct pages of
+/// layout `P`, against `model`: nodes, zones, holes, present sections, and
+/// the vmemmap's sections, bytes per node, page tables and memblock
+/// reservations.
+fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
+    let name = fx.name;
     let reserve = fx.reserve();
     let (mut mb, _) = s1_memblock::build(
         &fx.input.map,
@@ -70,7 +83,7 @@ fn checked_model(fx: &Fixture) -> Model {
         &reserve,
     )
     .unwrap();
-    let layout = s2_zones::layout(&mb, &VecLog::default());
+    let layout = s2_zones::layout(&mb, &VecLog::default(), P::BYTES);
     let nodes: Vec<_> = layout
         .nodes()
         .iter()
@@ -141,7 +154,7 @@ fn checked_model(fx: &Fixture) -> Model {
     let mut mapper = HostMapper::new();
     let vstats = if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
         let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
-        let (backing, vstats) = sections.reserve(&mut mb, &layout).unwrap();
+        let (backing, vstats) = sections.reserve::<P>(&mut mb, &layout).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
         assert_eq!(
             backing.hole_pages_on_first_use(),
@@ -150,7 +163,9 @@ fn checked_model(fx: &Fixture) -> Model {
         );
         vstats
     } else {
-        s3_vmemmap::populate(&mut mb, &mut mapper).unwrap().1
+        s3_vmemmap::populate::<_, P>(&mut mb, &mut mapper)
+            .unwrap()
+            .1
     };
     assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
     assert_eq!(
@@ -159,7 +174,7 @@ fn checked_model(fx: &Fixture) -> Model {
     );
     for n in &model.nodes {
         let bytes = vstats.node_bytes.iter().find(|b| b.0 == n.nid).map(|b| b.1);
-        let want = n.sections * common::model::SECTION_MEMMAP_BYTES;
+        let want = n.memmap_bytes;
         assert_eq!(bytes, Some(want), "{name}: node {}'s struct pages", n.nid);
     }
     let reserved: Vec<(u64, u64)> = mb
@@ -177,7 +192,6 @@ fn checked_model(fx: &Fixture) -> Model {
         model.allocations.iter().all(|a| a.nid == a.nid_asked),
         "{name}: every struct page and table on its own node"
     );
-    model
 }
 
 /// The pipeline's facts equal the model's, figure by figure.
@@ -343,9 +357,9 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
         &reserve,
     )
     .unwrap();
-    let layout = s2_zones::layout(&mb, &log);
+    let layout = s2_zones::layout(&mb, &log, 64);
     let mut mapper = HostMapper::new();
-    let (backing, vstats) = s3_vmemmap::populate(&mut mb, &mut mapper).unwrap();
+    let (backing, vstats) = s3_vmemmap::populate::<_, StructPage>(&mut mb, &mut mapper).unwrap();
     let mut memmap = Memmap::new(backing);
     let pageblocks = PageblockMaps::new(&layout);
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
@@ -505,12 +519,19 @@ fn every_test_fault_is_caught_by_verification() {
         (MemmapMode::OnDemand, TestFault::ListCorrupt),
         (MemmapMode::OnDemand, TestFault::PoolOverlap),
     ];
-    for (mode, fault) in cases {
+    let layouts = [StructPageSize::Bytes64, StructPageSize::Bytes32];
+    for ((mode, fault), layout) in cases.into_iter().flat_map(|c| layouts.map(|l| (c, l))) {
         let mut fx = load("4g-deferred");
         fx.opts.memmap = mode;
         fx.opts.test_fault = fault;
+        fx.opts.struct_page = layout;
         let (result, mm, lines, _) = common::try_run_on_host(&fx);
-        let what = format!("{} {}", mode.name(), fault.name());
+        let what = format!(
+            "{} {} struct_page={}",
+            mode.name(),
+            fault.name(),
+            layout.bytes()
+        );
         let err = match result {
             Err(e @ PipelineError::Verify(_)) => e,
             other => panic!("{what}: expected a verification failure, got {other:?}\n{lines:#?}"),
@@ -649,5 +670,129 @@ fn the_cpus_start_after_memory_is_ready_only_where_nothing_needs_them_before() {
             ),
             Some(prefix) => assert!(n <= first(prefix), "{name}: started after line {n}"),
         }
+    }
+}
+
+/// `fx` replayed with `struct_page=32`.
+fn at_32_bytes(mut fx: Fixture) -> Fixture {
+    fx.opts.struct_page = StructPageSize::Bytes32;
+    fx
+}
+
+/// Every fixture a host run can afford (all struct pages written up to
+/// 64G; the 32T one is `ondemand`), replayed with 32-byte struct pages:
+/// stages 1-3 and the whole run's figures against the model of the same
+/// map at 32 bytes per struct page (half the vmemmap, placed and mapped
+/// by the same rules), the per-zone verification lines, and verification
+/// over the 32-byte pages. The kernel's summaries were 64-byte runs, so
+/// the model is the only oracle here.
+#[test]
+fn every_fixture_replayed_with_32_byte_struct_pages_matches_the_model() {
+    for name in [
+        "4g-deferred",
+        "4g-regions",
+        "4g-perpfn",
+        "4g-touch",
+        "16g-4nodes",
+        "64g",
+        "32t-16nodes-ondemand",
+    ] {
+        let fx = at_32_bytes(load(name));
+        let model = Model::compute(&fx.model_map(), Walk::Runs);
+        let wide = Model::compute(&load(name).model_map(), Walk::Runs);
+        assert_eq!(
+            model.facts().vmemmap_bytes * 2,
+            wide.facts().vmemmap_bytes,
+            "{name}: the model halves the vmemmap (QEMU's maps start runs on even sections)"
+        );
+        check_stages::<StructPage32>(&fx, &model);
+        let (mm, lines, mapper) = run_on_host(&fx);
+        assert_eq!(mm.struct_page_bytes, 32, "{name}");
+        assert_facts_match_model(&fx, &mm, &model);
+        assert_zone_lines_match_model(&fx, &lines, &model);
+        // Two sections per huge page: mapped at boot, every huge page of
+        // the vmemmap; on first use, one per section or pair of them.
+        let (huge_pages, _) = mapper.counts();
+        if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
+            let sections = mm.vmemmap_sections_mapped;
+            assert!(
+                sections.div_ceil(2) <= huge_pages && huge_pages <= sections,
+                "{name}: {huge_pages} huge pages for {sections} sections"
+            );
+        } else {
+            assert_eq!(huge_pages * (2 << 20), mm.vmemmap_bytes, "{name}");
+        }
+        if mm.verify == VerifyOutcome::Ok {
+            assert_counts_match_the_scan(&fx, &mm, &lines);
+        } else {
+            assert_eq!(name, "4g-touch", "only touch goes unverified");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("vmemmap: ") && l.contains("MiB of 32-byte struct pages")),
+            "{name}: the vmemmap line names the layout"
+        );
+    }
+}
+
+/// Two nodes meeting at an odd section, and a lone section after a hole:
+/// with 32-byte struct pages sections 4 (node 0) and 5 (node 1) share a
+/// huge page, which is mapped once, from node 0 (whose run maps it
+/// first); section 13 gets a huge page of its own. Mapped at boot or on
+/// first use, every present PFN's struct page is its own: a value written
+/// to each reads back unchanged.
+#[test]
+fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
+    use memmap::memblock::{Memblock, MemblockConfig};
+    use memmap::zones::ZoneLayout;
+    use memmap::{section_nr_to_pfn, PfnRange};
+    const SECTION: u64 = 128 << 20;
+    let present: Vec<u64> = (0..10).chain([13]).collect();
+    for lazy in [false, true] {
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(0, 5 * SECTION, 0).unwrap();
+        mb.add(5 * SECTION, 5 * SECTION, 1).unwrap();
+        mb.add(13 * SECTION, SECTION, 1).unwrap();
+        let layout = ZoneLayout::new(&mb);
+        let mut mapper = HostMapper::new();
+        let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
+        let (backing, stats) = if lazy {
+            sections.reserve::<StructPage32>(&mut mb, &layout).unwrap()
+        } else {
+            sections.lend_mapper(|m| s3_vmemmap::populate::<_, StructPage32>(&mut mb, m).unwrap())
+        };
+        // Huge pages 0..=4 (sections 0-9, two each) and 6 (section 13).
+        assert_eq!(stats.bytes, 6 * (2 << 20), "lazy {lazy}");
+        assert_eq!(stats.sections, 11);
+        assert_eq!(
+            stats.node_bytes,
+            [(0, 3 * (2 << 20)), (1, 3 * (2 << 20))],
+            "node 0 holds the shared huge page; node 1 the rest"
+        );
+        let mut memmap = Memmap::new(backing);
+        for &nr in &present {
+            let r = PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1));
+            for (pfn, p) in (r.start..).zip(memmap.pages_mut(r).unwrap()) {
+                *p.flags_mut() = pfn;
+            }
+        }
+        for &nr in &present {
+            let r = PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1));
+            for (pfn, p) in (r.start..).zip(memmap.pages(r).unwrap()) {
+                assert_eq!(p.flags(), pfn, "lazy {lazy}: section {nr}");
+            }
+        }
+        assert!(
+            !memmap.has_pfn(section_nr_to_pfn(11)),
+            "no struct pages for a hole"
+        );
+        drop(memmap);
+        drop(sections);
+        assert_eq!(
+            mapper.counts().0,
+            6,
+            "lazy {lazy}: each huge page mapped once"
+        );
     }
 }

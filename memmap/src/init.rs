@@ -42,7 +42,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::memblock::Memblock;
-use crate::page::StructPage;
+use crate::page::PageLayout;
 use crate::pageblock::PageblockMaps;
 use crate::store::{Memmap, MemmapBacking};
 use crate::zones::{UnavailableRange, ZoneLayout};
@@ -266,7 +266,7 @@ pub fn init_pfn_range<B: MemmapBacking>(
 
 /// `__init_single_page()` over a slice whose first page is `start_pfn`.
 #[inline]
-pub fn init_pages(pages: &mut [StructPage], start_pfn: Pfn, zone: ZoneType, nid: NodeId) {
+pub fn init_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn, zone: ZoneType, nid: NodeId) {
     for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
         page.init_single_page(pfn, zone, nid);
     }
@@ -296,7 +296,11 @@ fn init_holes<B: MemmapBacking>(
 /// layout lists them) inside `pfns`, whose struct pages are `pages` (the
 /// first is `pfns.start`'s): what a lazy vmemmap writes when it maps a
 /// section. Returns the number of pages written.
-pub fn init_holes_in(pages: &mut [StructPage], pfns: PfnRange, holes: &[UnavailableRange]) -> u64 {
+pub fn init_holes_in<P: PageLayout>(
+    pages: &mut [P],
+    pfns: PfnRange,
+    holes: &[UnavailableRange],
+) -> u64 {
     let first = holes.partition_point(|u| u.pfns.end <= pfns.start);
     let mut n = 0;
     for u in holes[first..]
@@ -319,7 +323,7 @@ pub fn init_holes_in(pages: &mut [StructPage], pfns: PfnRange, holes: &[Unavaila
 
 /// One hole's pages, the first being `start_pfn`: reserved, in the hole's
 /// zone and node.
-fn init_hole_pages(pages: &mut [StructPage], start_pfn: Pfn, hole: &UnavailableRange) {
+fn init_hole_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn, hole: &UnavailableRange) {
     for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
         page.init_single_page(pfn, hole.zone, hole.nid);
         page.set_reserved();
@@ -341,7 +345,7 @@ pub fn mark_reserved_pages<B: MemmapBacking>(
             let pages = memmap
                 .pages_mut(piece)
                 .ok_or_else(|| unbacked(piece.start))?;
-            pages.iter_mut().for_each(StructPage::set_reserved);
+            pages.iter_mut().for_each(PageLayout::set_reserved);
             n += piece.nr_pages();
         }
     }
@@ -441,12 +445,13 @@ pub fn init_memmap<B: MemmapBacking>(
 }
 
 /// The store floor (`memmap=touch`) over a slice whose first page is
-/// `start_pfn`: one 64-byte store per page ([`StructPage::touched`]) and
+/// `start_pfn`: one store of a whole struct page per page
+/// ([`PageLayout::touched`]) and
 /// nothing else. Every touch path (eager, workers, bench) goes through here.
 #[inline]
-pub fn touch_pages(pages: &mut [StructPage], start_pfn: Pfn) {
+pub fn touch_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn) {
     for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-        *page = StructPage::touched(pfn);
+        *page = P::touched(pfn);
     }
 }
 
@@ -490,6 +495,8 @@ mod tests {
     use super::*;
     use crate::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
     use crate::memblock::MemblockConfig;
+    use crate::page::StructPage;
+    use crate::page32::StructPage32;
     use crate::pageblock::MigrateType;
     use crate::section_nr_to_pfn;
     use crate::store::VecBacking;
@@ -521,7 +528,10 @@ mod tests {
         mb
     }
 
-    fn run(strategy: Strategy, mb: &Memblock) -> (Memmap<VecBacking>, InitOutcome, PageblockMaps) {
+    fn run<P: PageLayout>(
+        strategy: Strategy,
+        mb: &Memblock,
+    ) -> (Memmap<VecBacking<P>>, InitOutcome, PageblockMaps) {
         let layout = ZoneLayout::new(mb);
         let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
         let pb = PageblockMaps::new(&layout);
@@ -531,8 +541,13 @@ mod tests {
 
     #[test]
     fn regions_initialises_all_present_pages_holes_and_reserved() {
+        regions_initialises_all::<StructPage>();
+        regions_initialises_all::<StructPage32>();
+    }
+
+    fn regions_initialises_all<P: PageLayout>() {
         let mb = two_node_map();
-        let (mm, out, pb) = run(Strategy::Regions, &mb);
+        let (mm, out, pb) = run::<P>(Strategy::Regions, &mb);
         assert_eq!(out.stats.eager_pages, mb.memory().total_pages());
         assert_eq!(out.stats.deferred_pages, 0);
         assert_eq!(out.stats.reserved_pages, 256 + 512);
@@ -543,7 +558,7 @@ mod tests {
             1 + 0x61 + ((104 * MIB) >> 12) + ((8 * MIB) >> 12)
         );
         let p = mm.page(0).unwrap();
-        assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount == 1);
+        assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount() == 1);
         let p = mm.page((8 * MIB) >> 12).unwrap();
         assert!(p.is_reserved() && p.links_match((8 * MIB) >> 12, ZoneType::Dma, 0));
         let pfn = (16 * MIB) >> 12;
@@ -565,8 +580,13 @@ mod tests {
 
     #[test]
     fn deferred_keeps_low_zones_and_first_section_of_highest_zone() {
+        deferred_keeps_low_zones::<StructPage>();
+        deferred_keeps_low_zones::<StructPage32>();
+    }
+
+    fn deferred_keeps_low_zones<P: PageLayout>() {
         let mb = two_node_map();
-        let (mm, out, _) = run(Strategy::Deferred, &mb);
+        let (mm, out, _) = run::<P>(Strategy::Deferred, &mb);
         // Node 1: Normal from 4096 MiB: 32768 pages reach 4224 MiB, which is
         // section aligned, so deferral starts there.
         let d: Vec<_> = out
@@ -597,14 +617,19 @@ mod tests {
         );
         // Reserved [4200, 4202) MiB is eager: marked; the deferred part is untouched.
         assert_eq!(out.stats.reserved_pages, 256 + 512);
-        assert_eq!(*mm.page((4300 * MIB) >> 12).unwrap(), StructPage::ZERO);
+        assert_eq!(*mm.page((4300 * MIB) >> 12).unwrap(), P::ZERO);
     }
 
     #[test]
     fn deferred_plus_workers_equals_regions() {
+        deferred_plus_workers_equals::<StructPage>();
+        deferred_plus_workers_equals::<StructPage32>();
+    }
+
+    fn deferred_plus_workers_equals<P: PageLayout>() {
         let mb = two_node_map();
-        let (regions, _, pb_r) = run(Strategy::Regions, &mb);
-        let (mut deferred, out, pb_d) = run(Strategy::Deferred, &mb);
+        let (regions, _, pb_r) = run::<P>(Strategy::Regions, &mb);
+        let (mut deferred, out, pb_d) = run::<P>(Strategy::Deferred, &mb);
         for d in &out.deferred {
             init_pfn_range(&mut deferred, &pb_d, d.pfns, d.zone, d.nid).unwrap();
             mark_reserved_pages(&mut deferred, &mb, d.pfns).unwrap();
@@ -614,19 +639,11 @@ mod tests {
             let (a, b) = (regions.pages(r).unwrap(), deferred.pages(r).unwrap());
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 // lru self-links differ between stores: compare offsets.
-                assert_eq!(x.lru.next - x.lru_addr(), y.lru.next - y.lru_addr());
-                assert_eq!(
-                    StructPage {
-                        lru: Default::default(),
-                        ..*x
-                    },
-                    StructPage {
-                        lru: Default::default(),
-                        ..*y
-                    },
-                    "pfn {}",
-                    r.start + i as u64
-                );
+                assert_eq!(x.lru().next - x.lru_addr(), y.lru().next - y.lru_addr());
+                let (mut x, mut y) = (*x, *y);
+                *x.lru_mut() = Default::default();
+                *y.lru_mut() = Default::default();
+                assert_eq!(x, y, "pfn {}", r.start + i as u64);
             }
         }
         for ((_, _, a), (_, _, b)) in pb_r.iter().zip(pb_d.iter()) {
@@ -641,7 +658,7 @@ mod tests {
     fn unbacked_section_is_an_error() {
         let mb = two_node_map();
         let layout = ZoneLayout::new(&mb);
-        let mut mm = Memmap::new(VecBacking::new([0u64]));
+        let mut mm = Memmap::new(VecBacking::<StructPage>::new([0u64]));
         let pb = PageblockMaps::new(&layout);
         let err = init_memmap(Strategy::Regions, &mut mm, &mb, &layout, &pb).unwrap_err();
         assert!(matches!(
@@ -662,9 +679,14 @@ mod tests {
 
     #[test]
     fn touch_writes_every_present_page() {
+        touch_writes_every_present::<StructPage>();
+        touch_writes_every_present::<StructPage32>();
+    }
+
+    fn touch_writes_every_present<P: PageLayout>() {
         let mb = two_node_map();
         let layout = ZoneLayout::new(&mb);
-        let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+        let mut mm = Memmap::new(VecBacking::<P>::new(sections_to_back(&layout)));
         assert_eq!(
             touch_present_pages(&mut mm, &mb).unwrap(),
             mb.memory().total_pages()
@@ -673,15 +695,11 @@ mod tests {
         // (`StructPage::touched`); holes of backed sections stay zero.
         for (start, end) in TWO_NODE_PRESENT {
             for pfn in start..end {
-                assert_eq!(mm.page(pfn).unwrap().flags, pfn, "present pfn {pfn:#x}");
+                assert_eq!(mm.page(pfn).unwrap().flags(), pfn, "present pfn {pfn:#x}");
             }
         }
         for hole in [0x9f, 0xff, 4396 * 256, 4600 * 256] {
-            assert_eq!(
-                *mm.page(hole).unwrap(),
-                StructPage::ZERO,
-                "hole pfn {hole:#x}"
-            );
+            assert_eq!(*mm.page(hole).unwrap(), P::ZERO, "hole pfn {hole:#x}");
         }
     }
 
@@ -730,7 +748,7 @@ mod tests {
         let mb = two_node_map();
         let layout = ZoneLayout::new(&mb);
         for strategy in Strategy::ALL {
-            let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+            let mut mm = Memmap::new(VecBacking::<StructPage>::new(sections_to_back(&layout)));
             let out = init_memmap(strategy, &mut mm, &mb, &layout, &PageblockMaps::none());
             assert_eq!(
                 out.is_ok(),

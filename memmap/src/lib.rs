@@ -18,6 +18,7 @@ pub mod iter;
 pub mod memblock;
 pub mod memory_block;
 pub mod page;
+pub mod page32;
 pub mod pageblock;
 pub mod sections;
 pub mod store;

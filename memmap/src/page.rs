@@ -33,6 +33,8 @@
 //! `_mapcount = -1`, and `INIT_LIST_HEAD(&lru)` (both links point at the
 //! page's own `lru` field). [`StructPage::init_single_page`] does exactly that.
 
+use core::fmt;
+
 use crate::{pfn_to_section_nr, NodeId, Pfn, ZoneType};
 
 /// Bits of the flags word holding the section number.
@@ -124,35 +126,197 @@ impl StructPage {
         refcount: 0,
         memcg_data: 0,
     };
+}
 
-    /// The flags word `set_page_links(page, zone, nid, pfn)` produces.
-    #[inline]
-    pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
-        ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
-            | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
-            | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)
-    }
+/// The flags word `set_page_links(page, zone, nid, pfn)` produces (the same
+/// encoding in every layout).
+#[inline]
+pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
+    ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
+        | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
+        | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)
+}
 
-    /// Address of this page's `lru` field, what `INIT_LIST_HEAD` stores.
-    #[inline]
-    pub fn lru_addr(&self) -> u64 {
-        &self.lru as *const ListHead as u64
+/// Which struct page layout a boot uses (`struct_page=64|32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StructPageSize {
+    /// [`StructPage`]: Linux 6.1's 64 bytes.
+    #[default]
+    Bytes64,
+    /// [`StructPage32`](crate::page32::StructPage32): the memdesc plan's
+    /// 32-byte interim step.
+    Bytes32,
+}
+
+impl StructPageSize {
+    pub const fn bytes(self) -> u64 {
+        match self {
+            StructPageSize::Bytes64 => StructPage::BYTES,
+            StructPageSize::Bytes32 => crate::page32::StructPage32::BYTES,
+        }
     }
+    /// The layout of `bytes` bytes, if there is one.
+    pub const fn of_bytes(bytes: u64) -> Option<Self> {
+        match bytes {
+            64 => Some(StructPageSize::Bytes64),
+            32 => Some(StructPageSize::Bytes32),
+            _ => None,
+        }
+    }
+}
+
+/// A struct page layout: the per-page state boot-time init, the buddy
+/// allocator and verification read and write. Both layouts keep the same
+/// flags encoding (zone, node, section, page flags) and a `list_head`
+/// holding the buddy free-list links; they differ in what else the page
+/// carries and where the buddy order and page type live.
+///
+/// `size_of::<Self>()` is [`BYTES`](Self::BYTES), a power of two dividing
+/// 2 MiB (each implementor asserts it), so a section's struct pages fill a
+/// whole number of them and a 2 MiB huge page holds whole sections.
+pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+    /// Bytes per struct page.
+    const BYTES: u64;
+    /// The all-zero page (`mm_zero_struct_page`).
+    const ZERO: Self;
+    /// Zone, node, section and page-flag bits.
+    fn flags(&self) -> u64;
+    fn flags_mut(&mut self) -> &mut u64;
+    /// The list link: self-linked after init, free-list links (PFNs) while
+    /// the page heads a free block.
+    fn lru(&self) -> ListHead;
+    fn lru_mut(&mut self) -> &mut ListHead;
+    /// Address of the page's list link, what `INIT_LIST_HEAD` stores.
+    fn lru_addr(&self) -> u64;
+    /// `_refcount`: 1 after init, 0 while free in the buddy allocator.
+    fn refcount(&self) -> i32;
+    fn set_refcount(&mut self, refcount: i32);
+    /// The word holding `_mapcount` or the page type, as an `i32` (−1:
+    /// unmapped, no type).
+    fn mapcount(&self) -> i32;
+    /// The word holding the buddy order (Linux 6.1's `private`).
+    fn private(&self) -> u64;
+    /// `__init_single_page` with a precomputed flags word (links plus any
+    /// page-flag bits, e.g. `PG_reserved`) and `_refcount`, as one store of
+    /// the whole page. Hot loops over one section compute `flags` once per
+    /// range: the links are the same for every page of a section, zone and
+    /// node.
+    fn init_with_flags(&mut self, flags: u64, refcount: i32);
+    /// What the store floor (`memmap=touch`) writes for `pfn`: the PFN in
+    /// `flags`, everything else zero. No Linux state: it only measures the
+    /// cost of one store of a whole struct page.
+    fn touched(pfn: Pfn) -> Self;
+    /// `PageBuddy`.
+    fn is_buddy(&self) -> bool;
+    /// `__SetPageBuddy` + `set_buddy_order`.
+    fn set_buddy(&mut self, order: u32);
+    /// `__ClearPageBuddy` + `set_page_private(page, 0)`.
+    fn clear_buddy(&mut self);
+    /// `buddy_order`: only meaningful when [`is_buddy`](Self::is_buddy).
+    fn buddy_order(&self) -> u32;
+    /// Does the page carry state none of boot's writers (init,
+    /// reservation, the buddy allocator) sets?
+    fn has_stray_state(&self) -> bool;
 
     /// Linux `__init_single_page(page, pfn, zone, nid)`: the page ends up
     /// zeroed but for its links (zone, node, section), `_refcount = 1`,
-    /// `_mapcount = -1` and a self-linked `lru`.
+    /// `_mapcount = -1` (no page type) and a self-linked list link.
     #[inline]
-    pub fn init_single_page(&mut self, pfn: Pfn, zone: ZoneType, nid: NodeId) {
-        self.init_with_flags(Self::page_links(pfn, zone, nid), 1);
+    fn init_single_page(&mut self, pfn: Pfn, zone: ZoneType, nid: NodeId) {
+        self.init_with_flags(page_links(pfn, zone, nid), 1);
     }
-
-    /// `__init_single_page` with a precomputed flags word (links plus any
-    /// page-flag bits, e.g. `PG_reserved`) and `_refcount`, as one 64-byte
-    /// store. Hot loops over one section compute `flags` once per range:
-    /// the links are the same for every page of a section, zone and node.
+    /// Zone number from the flags (`page_zonenum`).
     #[inline]
-    pub fn init_with_flags(&mut self, flags: u64, refcount: i32) {
+    fn zone(&self) -> Option<ZoneType> {
+        ZoneType::from_index((self.flags() >> ZONES_PGSHIFT) & ZONES_MASK)
+    }
+    /// Node id from the flags (`page_to_nid`).
+    #[inline]
+    fn nid(&self) -> NodeId {
+        ((self.flags() >> NODES_PGSHIFT) & NODES_MASK) as NodeId
+    }
+    /// Section number from the flags (`page_to_section`).
+    #[inline]
+    fn section_nr(&self) -> u64 {
+        (self.flags() >> SECTIONS_PGSHIFT) & SECTIONS_MASK
+    }
+    #[inline]
+    fn test_flag(&self, bit: u32) -> bool {
+        self.flags() & (1 << bit) != 0
+    }
+    #[inline]
+    fn set_flag(&mut self, bit: u32) {
+        *self.flags_mut() |= 1 << bit;
+    }
+    #[inline]
+    fn clear_flag(&mut self, bit: u32) {
+        *self.flags_mut() &= !(1 << bit);
+    }
+    /// `PageReserved`.
+    #[inline]
+    fn is_reserved(&self) -> bool {
+        self.test_flag(pg::RESERVED)
+    }
+    /// `__SetPageReserved`.
+    #[inline]
+    fn set_reserved(&mut self) {
+        self.set_flag(pg::RESERVED)
+    }
+    /// `__ClearPageReserved`.
+    #[inline]
+    fn clear_reserved(&mut self) {
+        self.clear_flag(pg::RESERVED)
+    }
+    /// True when the page was initialised for `(pfn, zone, nid)` (its
+    /// link bits; page-flag bits may differ).
+    #[inline]
+    fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
+        const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
+        self.flags() & LINK_MASK == page_links(pfn, zone, nid)
+    }
+}
+
+impl PageLayout for StructPage {
+    const BYTES: u64 = 64;
+    const ZERO: Self = StructPage::ZERO;
+    #[inline]
+    fn flags(&self) -> u64 {
+        self.flags
+    }
+    #[inline]
+    fn flags_mut(&mut self) -> &mut u64 {
+        &mut self.flags
+    }
+    #[inline]
+    fn lru(&self) -> ListHead {
+        self.lru
+    }
+    #[inline]
+    fn lru_mut(&mut self) -> &mut ListHead {
+        &mut self.lru
+    }
+    #[inline]
+    fn lru_addr(&self) -> u64 {
+        &self.lru as *const ListHead as u64
+    }
+    #[inline]
+    fn refcount(&self) -> i32 {
+        self.refcount
+    }
+    #[inline]
+    fn set_refcount(&mut self, refcount: i32) {
+        self.refcount = refcount;
+    }
+    #[inline]
+    fn mapcount(&self) -> i32 {
+        self.mapcount
+    }
+    #[inline]
+    fn private(&self) -> u64 {
+        self.private
+    }
+    #[inline]
+    fn init_with_flags(&mut self, flags: u64, refcount: i32) {
         let lru = self.lru_addr();
         *self = StructPage {
             flags,
@@ -168,87 +332,36 @@ impl StructPage {
             memcg_data: 0,
         };
     }
-
-    /// What the store floor (`memmap=touch`) writes for `pfn`: the PFN in
-    /// `flags`, everything else zero. No Linux state: it only measures the
-    /// cost of one 64-byte store per page.
     #[inline]
-    pub const fn touched(pfn: Pfn) -> StructPage {
+    fn touched(pfn: Pfn) -> Self {
         StructPage {
             flags: pfn,
             ..StructPage::ZERO
         }
     }
-
-    /// Zone number from the flags (`page_zonenum`).
+    /// The page type bit is cleared in `_mapcount`.
     #[inline]
-    pub const fn zone(&self) -> Option<ZoneType> {
-        ZoneType::from_index((self.flags >> ZONES_PGSHIFT) & ZONES_MASK)
-    }
-    /// Node id from the flags (`page_to_nid`).
-    #[inline]
-    pub const fn nid(&self) -> NodeId {
-        ((self.flags >> NODES_PGSHIFT) & NODES_MASK) as NodeId
-    }
-    /// Section number from the flags (`page_to_section`).
-    #[inline]
-    pub const fn section_nr(&self) -> u64 {
-        (self.flags >> SECTIONS_PGSHIFT) & SECTIONS_MASK
-    }
-    #[inline]
-    pub const fn test_flag(&self, bit: u32) -> bool {
-        self.flags & (1 << bit) != 0
-    }
-    #[inline]
-    pub fn set_flag(&mut self, bit: u32) {
-        self.flags |= 1 << bit;
-    }
-    #[inline]
-    pub fn clear_flag(&mut self, bit: u32) {
-        self.flags &= !(1 << bit);
-    }
-    /// `PageReserved`.
-    #[inline]
-    pub const fn is_reserved(&self) -> bool {
-        self.test_flag(pg::RESERVED)
-    }
-    /// `__SetPageReserved`.
-    #[inline]
-    pub fn set_reserved(&mut self) {
-        self.set_flag(pg::RESERVED)
-    }
-    /// `__ClearPageReserved`.
-    #[inline]
-    pub fn clear_reserved(&mut self) {
-        self.clear_flag(pg::RESERVED)
-    }
-    /// `PageBuddy`: the page type bit is cleared in `_mapcount`.
-    #[inline]
-    pub const fn is_buddy(&self) -> bool {
+    fn is_buddy(&self) -> bool {
         (self.mapcount as u32 & (PAGE_TYPE_BASE | PG_BUDDY)) == PAGE_TYPE_BASE
     }
-    /// `__SetPageBuddy` + `set_buddy_order`.
     #[inline]
-    pub fn set_buddy(&mut self, order: u32) {
+    fn set_buddy(&mut self, order: u32) {
         self.mapcount = (self.mapcount as u32 & !PG_BUDDY) as i32;
         self.private = order as u64;
     }
-    /// `__ClearPageBuddy` + `set_page_private(page, 0)`.
     #[inline]
-    pub fn clear_buddy(&mut self) {
+    fn clear_buddy(&mut self) {
         self.mapcount = (self.mapcount as u32 | PG_BUDDY) as i32;
         self.private = 0;
     }
-    /// `buddy_order`: only meaningful when [`is_buddy`](Self::is_buddy).
     #[inline]
-    pub const fn buddy_order(&self) -> u32 {
+    fn buddy_order(&self) -> u32 {
         self.private as u32
     }
-    /// True when the page was initialised for `(pfn, zone, nid)` and carries
-    /// no state beyond what init, reservation or the buddy allocator write.
-    pub fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
-        const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
-        self.flags & LINK_MASK == Self::page_links(pfn, zone, nid)
+    /// The folio/file fields boot never sets.
+    #[inline]
+    fn has_stray_state(&self) -> bool {
+        self.mapping | self.index | self.memcg_data != 0
     }
 }
 
@@ -278,7 +391,7 @@ mod tests {
 
     #[test]
     fn flag_fields_do_not_overlap() {
-        let all = StructPage::page_links(u64::MAX >> 12, ZoneType::Normal, MAX_NUMNODES - 1);
+        let all = page_links(u64::MAX >> 12, ZoneType::Normal, MAX_NUMNODES - 1);
         assert_eq!(all >> ZONES_PGSHIFT << ZONES_PGSHIFT, all);
         const { assert!(ZONES_PGSHIFT > pg::PRIVATE) };
     }

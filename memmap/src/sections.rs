@@ -5,7 +5,8 @@
 //! `memblocks_present()` → `memory_present()` in mm/sparse.c); only present
 //! sections get struct pages. With `CONFIG_SPARSEMEM_VMEMMAP` the struct page
 //! of PFN `p` lives at `vmemmap + p * 64` (`__pfn_to_page()`), so one section
-//! needs exactly 2 MiB of memmap, one huge page, which
+//! needs exactly 2 MiB of memmap, one huge page (with 32-byte struct pages,
+//! half of one: two sections share it), which
 //! `vmemmap_populate_hugepages()` (arch/x86/mm/init_64.c) backs with memory
 //! from the section's own node (`sparse_init_nid()` allocates per node) so a
 //! node's struct pages are local to it. A section's node is that of the
@@ -20,15 +21,18 @@ use alloc::vec::Vec;
 use core::ops::Range;
 
 use crate::memblock::Memblock;
-use crate::page::StructPage;
 use crate::{pfn_to_section_nr, section_nr_to_pfn, NodeId, Pfn, PfnRange, PAGES_PER_SECTION};
 
 /// Linux x86_64 `VMEMMAP_START` with 4-level paging and no KASLR.
 pub const VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
-/// Bytes of struct page per page frame.
-pub const STRUCT_PAGE_BYTES: u64 = core::mem::size_of::<StructPage>() as u64;
-/// Bytes of memmap per section (2 MiB).
-pub const SECTION_MEMMAP_BYTES: u64 = PAGES_PER_SECTION * STRUCT_PAGE_BYTES;
+/// The vmemmap's mapping unit: one x86_64 huge page (2 MiB), one
+/// section's memmap at 64 bytes per struct page, two sections' at 32.
+pub const VMEMMAP_HUGE_PAGE_BYTES: u64 = 2 << 20;
+
+/// Bytes of memmap per section for struct pages of `page_bytes` each.
+pub const fn section_memmap_bytes(page_bytes: u64) -> u64 {
+    PAGES_PER_SECTION * page_bytes
+}
 
 /// A present section and the node its memmap belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,10 +91,10 @@ pub struct Vmemmap {
 }
 
 impl Vmemmap {
-    /// A window at `base` (must be 2 MiB aligned so each section's memmap is
-    /// one huge page; returns `None` otherwise).
+    /// A window at `base` (must be 2 MiB aligned so the memmap maps with
+    /// whole huge pages; returns `None` otherwise).
     pub const fn new(base: u64) -> Option<Self> {
-        if base.is_multiple_of(SECTION_MEMMAP_BYTES) {
+        if base.is_multiple_of(VMEMMAP_HUGE_PAGE_BYTES) {
             Some(Self { base })
         } else {
             None
@@ -105,20 +109,20 @@ impl Vmemmap {
     pub const fn base(&self) -> u64 {
         self.base
     }
-    /// Virtual address of `pfn`'s struct page (`pfn_to_page`); `None` if it
-    /// would wrap the address space.
-    pub const fn page_addr(&self, pfn: Pfn) -> Option<u64> {
-        match pfn.checked_mul(STRUCT_PAGE_BYTES) {
+    /// Virtual address of `pfn`'s struct page of `page_bytes`
+    /// (`pfn_to_page`); `None` if it would wrap the address space.
+    pub const fn page_addr(&self, pfn: Pfn, page_bytes: u64) -> Option<u64> {
+        match pfn.checked_mul(page_bytes) {
             Some(off) => self.base.checked_add(off),
             None => None,
         }
     }
     /// PFN whose struct page contains virtual address `addr` (`page_to_pfn`).
-    pub const fn pfn_of_addr(&self, addr: u64) -> Option<Pfn> {
+    pub const fn pfn_of_addr(&self, addr: u64, page_bytes: u64) -> Option<Pfn> {
         if addr < self.base {
             None
         } else {
-            Some((addr - self.base) / STRUCT_PAGE_BYTES)
+            Some((addr - self.base) / page_bytes)
         }
     }
 }
@@ -150,10 +154,14 @@ impl VmemmapRange {
 }
 
 /// Backing the kernel must map before memmap init: one entry per run of
-/// present sections on one node. Back each with memory of `nid` (e.g.
-/// `Memblock::alloc(SECTION_MEMMAP_BYTES, SECTION_MEMMAP_BYTES, Some(nid))`
-/// per section).
-pub fn vmemmap_backing_ranges(mb: &Memblock, vmemmap: &Vmemmap) -> Vec<VmemmapRange> {
+/// present sections on one node, for struct pages of `page_bytes`. Back
+/// each with memory of `nid`.
+pub fn vmemmap_backing_ranges(
+    mb: &Memblock,
+    vmemmap: &Vmemmap,
+    page_bytes: u64,
+) -> Vec<VmemmapRange> {
+    let section_bytes = section_memmap_bytes(page_bytes);
     // Per memory region, the sections it starts (a section belongs to the
     // node of the lowest region touching it, as in `present_sections`):
     // O(regions), not O(sections).
@@ -169,13 +177,13 @@ pub fn vmemmap_backing_ranges(mb: &Memblock, vmemmap: &Vmemmap) -> Vec<VmemmapRa
         match out.last_mut() {
             Some(last) if last.nid == nid && last.section_nrs.end == first => {
                 last.section_nrs.end = end;
-                last.virt_end = vmemmap.base + end * SECTION_MEMMAP_BYTES;
+                last.virt_end = vmemmap.base + end * section_bytes;
             }
             _ => out.push(VmemmapRange {
                 nid,
                 section_nrs: first..end,
-                virt_start: vmemmap.base + first * SECTION_MEMMAP_BYTES,
-                virt_end: vmemmap.base + end * SECTION_MEMMAP_BYTES,
+                virt_start: vmemmap.base + first * section_bytes,
+                virt_end: vmemmap.base + end * section_bytes,
             }),
         }
     }
@@ -211,7 +219,7 @@ mod tests {
         );
         assert!(section_present(&mb, 2) && !section_present(&mb, 3) && section_present(&mb, 8));
         let vm = Vmemmap::linux_default();
-        let back = vmemmap_backing_ranges(&mb, &vm);
+        let back = vmemmap_backing_ranges(&mb, &vm, 64);
         assert_eq!(back.len(), 3);
         assert_eq!(
             (back[0].nid, back[0].section_nrs.clone(), back[0].bytes()),
@@ -220,19 +228,28 @@ mod tests {
         assert_eq!((back[1].nid, back[1].section_nrs.clone()), (1, 2..3));
         assert_eq!(back[2].virt_start, VMEMMAP_START + 8 * 2 * MIB);
         let total: u64 = back.iter().map(|r| r.bytes()).sum();
-        assert_eq!(total, 4 * SECTION_MEMMAP_BYTES, "the hole costs no memmap");
+        assert_eq!(total, 4 * 2 * MIB, "the hole costs no memmap");
+        // 32-byte struct pages: the same runs, half the bytes each.
+        let half = vmemmap_backing_ranges(&mb, &vm, 32);
+        assert_eq!(half.len(), 3);
+        assert_eq!(half[0].bytes(), 2 * MIB);
+        assert_eq!(half[2].virt_start, VMEMMAP_START + 8 * MIB);
     }
 
     #[test]
     fn vmemmap_addresses() {
         let vm = Vmemmap::linux_default();
-        assert_eq!(vm.page_addr(0), Some(VMEMMAP_START));
+        assert_eq!(vm.page_addr(0, 64), Some(VMEMMAP_START));
         assert_eq!(
-            vm.page_addr(0x10_0000),
+            vm.page_addr(0x10_0000, 64),
             Some(VMEMMAP_START + 0x10_0000 * 64)
         );
-        assert_eq!(vm.pfn_of_addr(VMEMMAP_START + 64 * 77 + 63), Some(77));
-        assert_eq!(vm.page_addr(u64::MAX / 2), None);
+        assert_eq!(
+            vm.page_addr(0x10_0000, 32),
+            Some(VMEMMAP_START + 0x10_0000 * 32)
+        );
+        assert_eq!(vm.pfn_of_addr(VMEMMAP_START + 64 * 77 + 63, 64), Some(77));
+        assert_eq!(vm.page_addr(u64::MAX / 2, 64), None);
         assert!(Vmemmap::new(VMEMMAP_START + 4096).is_none());
     }
 }

@@ -2,7 +2,9 @@
 //! a host `Vec` in tests and on the kernel's vmemmap area.
 //!
 //! The unit of backing is one 128 MiB section: its 32768 struct pages are
-//! 2 MiB, exactly one x86_64 huge page in the kernel's vmemmap. A section that
+//! 2 MiB at 64 bytes each (one x86_64 huge page in the kernel's vmemmap),
+//! 1 MiB at 32 (half of one). The struct page layout is the backing's
+//! [`MemmapBacking::Page`]; everything above it is generic. A section that
 //! has no present memory has no backing, so holes cost nothing; asking for its
 //! pages returns `None` rather than touching unmapped memory.
 
@@ -11,7 +13,7 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::init::init_holes_in;
-use crate::page::StructPage;
+use crate::page::{PageLayout, StructPage};
 use crate::sections::Vmemmap;
 use crate::zones::UnavailableRange;
 use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
@@ -21,13 +23,15 @@ use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
 /// # Safety
 /// An implementor promises that every pointer returned by
 /// [`section_ptr`](Self::section_ptr) is valid for reads and writes of
-/// `PAGES_PER_SECTION` consecutive [`StructPage`]s for as long as `self`
+/// `PAGES_PER_SECTION` consecutive `Self::Page`s for as long as `self`
 /// lives, that the same section always yields the same pointer, and that the
 /// memory of distinct sections never overlaps.
 pub unsafe trait MemmapBacking: Sync {
+    /// The struct page layout stored.
+    type Page: PageLayout;
     /// The struct page of the first PFN of `section_nr`, or `None` when the
     /// section is not backed.
-    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>>;
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<Self::Page>>;
 
     /// The first section of `section_nrs` that is not backed, if any. A
     /// backing that keeps a set of sections answers in fewer steps than one
@@ -78,7 +82,7 @@ impl<B: MemmapBacking> Memmap<B> {
 
     /// Pointer to the first page of `range`, checking that the range lies in
     /// one backed section.
-    fn range_ptr(&self, range: PfnRange) -> Option<NonNull<StructPage>> {
+    fn range_ptr(&self, range: PfnRange) -> Option<NonNull<B::Page>> {
         if range.is_empty() {
             return None;
         }
@@ -93,7 +97,7 @@ impl<B: MemmapBacking> Memmap<B> {
     }
 
     /// The struct page of `pfn`, if its section is backed.
-    pub fn page(&self, pfn: u64) -> Option<&StructPage> {
+    pub fn page(&self, pfn: u64) -> Option<&B::Page> {
         let ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
         // SAFETY: valid per the backing contract; `&self` excludes `&mut` access
         // through the safe API, and the unsafe API's callers promise exclusivity.
@@ -101,21 +105,21 @@ impl<B: MemmapBacking> Memmap<B> {
     }
 
     /// Mutable struct page of `pfn`.
-    pub fn page_mut(&mut self, pfn: u64) -> Option<&mut StructPage> {
+    pub fn page_mut(&mut self, pfn: u64) -> Option<&mut B::Page> {
         let mut ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
         // SAFETY: valid per the backing contract; `&mut self` makes it unique.
         Some(unsafe { ptr.as_mut() })
     }
 
     /// The struct pages of `range`, which must lie within one backed section.
-    pub fn pages(&self, range: PfnRange) -> Option<&[StructPage]> {
+    pub fn pages(&self, range: PfnRange) -> Option<&[B::Page]> {
         let ptr = self.range_ptr(range)?;
         // SAFETY: as for `page`; the range lies in one section's backing.
         Some(unsafe { core::slice::from_raw_parts(ptr.as_ptr(), range.nr_pages() as usize) })
     }
 
     /// Mutable struct pages of `range`, which must lie within one backed section.
-    pub fn pages_mut(&mut self, range: PfnRange) -> Option<&mut [StructPage]> {
+    pub fn pages_mut(&mut self, range: PfnRange) -> Option<&mut [B::Page]> {
         let ptr = self.range_ptr(range)?;
         // SAFETY: as for `page_mut`.
         Some(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), range.nr_pages() as usize) })
@@ -128,7 +132,7 @@ impl<B: MemmapBacking> Memmap<B> {
     /// For the lifetime of the returned slice no other reference (shared or
     /// mutable) to any struct page of `range` may exist or be created.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn pages_mut_unchecked(&self, range: PfnRange) -> Option<&mut [StructPage]> {
+    pub unsafe fn pages_mut_unchecked(&self, range: PfnRange) -> Option<&mut [B::Page]> {
         let ptr = self.range_ptr(range)?;
         // SAFETY: the caller guarantees exclusivity; validity per the backing contract.
         Some(unsafe { core::slice::from_raw_parts_mut(ptr.as_ptr(), range.nr_pages() as usize) })
@@ -139,8 +143,9 @@ impl<B: MemmapBacking> Memmap<B> {
 /// vmemmap, see [`VmemmapBacking::new_lazy`]).
 ///
 /// # Safety
-/// Once `populate(nr, prepare)` has returned `true`, the 2 MiB of struct
-/// pages of section `nr` at its address in the backing's area must be valid
+/// Once `populate(nr, prepare)` has returned `true`, the
+/// `PAGES_PER_SECTION` struct pages (`P`) of section `nr` at its address in
+/// the backing's area must be valid
 /// for reads and writes and used for nothing else for as long as the
 /// backing lives. `populate` may be called from several CPUs at once, and
 /// for a section that is already mapped (it must then return `true` and
@@ -149,19 +154,19 @@ impl<B: MemmapBacking> Memmap<B> {
 /// `populate` call for that section returns `true` (the backing writes the
 /// section's holes there, which must be done once, before anyone uses the
 /// section).
-pub unsafe trait SectionPopulator: Sync {
-    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool;
+pub unsafe trait SectionPopulator<P: PageLayout>: Sync {
+    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [P])) -> bool;
 }
 
 /// The sections a lazy backing may map, what it has mapped, and who maps.
-struct LazySections {
+struct LazySections<P: PageLayout> {
     /// Sections that may be populated on first use.
     allowed: SectionSet,
     /// One bit per section of `allowed`: populated (set with `Release`
     /// after the populator returned).
     populated: Vec<AtomicU64>,
     nr_populated: AtomicU64,
-    populator: NonNull<dyn SectionPopulator>,
+    populator: NonNull<dyn SectionPopulator<P>>,
     /// The layout's holes (sorted), written as reserved pages with the
     /// section they lie in, when it is mapped.
     holes: Vec<UnavailableRange>,
@@ -169,20 +174,20 @@ struct LazySections {
 }
 
 /// Struct pages in a virtual area laid out like Linux's vmemmap (the page
-/// of PFN `p` at `area.base() + p * 64`), of which only the sections in a
+/// of PFN `p` at `area.base() + p * P::BYTES`), of which only the sections in a
 /// [`SectionSet`] are mapped, either all at once before the backing is
 /// made ([`new`](Self::new)) or each the first time one of its struct
 /// pages is asked for ([`new_lazy`](Self::new_lazy)).
-pub struct VmemmapBacking {
+pub struct VmemmapBacking<P: PageLayout = StructPage> {
     area: Vmemmap,
     mapped: SectionSet,
-    lazy: Option<LazySections>,
+    lazy: Option<LazySections<P>>,
 }
 
-impl VmemmapBacking {
+impl<P: PageLayout> VmemmapBacking<P> {
     /// # Safety
-    /// For every section number in `mapped`, the 2 MiB of struct pages at
-    /// `area.page_addr(section_nr_to_pfn(nr))` must be valid for reads and
+    /// For every section number in `mapped`, the section's struct pages at
+    /// `area.page_addr(section_nr_to_pfn(nr), P::BYTES)` must be valid for reads and
     /// writes and used for nothing else for as long as the backing lives.
     pub unsafe fn new(area: Vmemmap, mapped: SectionSet) -> Self {
         Self {
@@ -202,18 +207,18 @@ impl VmemmapBacking {
     ///
     /// # Safety
     /// `populator` must outlive the backing, and map each section of
-    /// `allowed` at `area.page_addr(section_nr_to_pfn(nr))` (its trait's
+    /// `allowed` at `area.page_addr(section_nr_to_pfn(nr), P::BYTES)` (its trait's
     /// contract).
     pub unsafe fn new_lazy(
         area: Vmemmap,
         allowed: SectionSet,
-        populator: &dyn SectionPopulator,
+        populator: &dyn SectionPopulator<P>,
         holes: Vec<UnavailableRange>,
     ) -> Self {
         let words = allowed.words.len();
         // SAFETY: only the lifetime is erased; the caller guarantees the
         // populator outlives the backing, which is the only user.
-        let populator: NonNull<dyn SectionPopulator> =
+        let populator: NonNull<dyn SectionPopulator<P>> =
             unsafe { core::mem::transmute(NonNull::from(populator)) };
         Self {
             area,
@@ -273,7 +278,7 @@ impl VmemmapBacking {
             section_nr_to_pfn(section_nr),
             section_nr_to_pfn(section_nr + 1),
         );
-        let mut write_holes = |pages: &mut [StructPage]| {
+        let mut write_holes = |pages: &mut [P]| {
             let n = init_holes_in(pages, section, &lazy.holes);
             lazy.nr_hole_pages.fetch_add(n, Ordering::AcqRel);
         };
@@ -288,16 +293,21 @@ impl VmemmapBacking {
 }
 
 // SAFETY: pointers are returned only for sections that are mapped: those
-// in `mapped`, which `new`'s caller promised are valid, exclusive 2 MiB
-// blocks, or those a lazy backing's populator returned `true` for, which
-// its contract makes the same; sections are 2 MiB apart in the area, so
-// they never overlap, and the address of a section never changes.
-unsafe impl MemmapBacking for VmemmapBacking {
-    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
+// in `mapped`, which `new`'s caller promised are valid, exclusive blocks
+// of one section's struct pages, or those a lazy backing's populator
+// returned `true` for, which its contract makes the same; sections are
+// `PAGES_PER_SECTION * P::BYTES` apart in the area, so they never overlap,
+// and the address of a section never changes.
+unsafe impl<P: PageLayout> MemmapBacking for VmemmapBacking<P> {
+    type Page = P;
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<P>> {
         if !self.ensure_mapped(section_nr) {
             return None;
         }
-        NonNull::new(self.area.page_addr(section_nr_to_pfn(section_nr))? as *mut StructPage)
+        NonNull::new(
+            self.area
+                .page_addr(section_nr_to_pfn(section_nr), P::BYTES)? as *mut P,
+        )
     }
 
     /// Without mapping anything: the sections a lazy backing may map count
@@ -313,9 +323,9 @@ unsafe impl MemmapBacking for VmemmapBacking {
 
 // SAFETY: the backing holds addresses only; access discipline is the
 // `Memmap` API's, and the area is not tied to a thread.
-unsafe impl Send for VmemmapBacking {}
+unsafe impl<P: PageLayout> Send for VmemmapBacking<P> {}
 // SAFETY: as above.
-unsafe impl Sync for VmemmapBacking {}
+unsafe impl<P: PageLayout> Sync for VmemmapBacking<P> {}
 
 /// A set of section numbers, one bit each (32 KiB for 32 TiB of RAM).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -391,18 +401,18 @@ impl SectionSet {
 }
 
 /// Host-side backing: one heap block per present section.
-pub struct VecBacking {
+pub struct VecBacking<P: PageLayout = StructPage> {
     /// `(section_nr, pages)`, sorted by section number.
-    sections: Vec<(u64, NonNull<StructPage>)>,
+    sections: Vec<(u64, NonNull<P>)>,
 }
 
 // SAFETY: the pointers are owned heap blocks; access discipline is the
 // `Memmap` API's (shared reads, or exclusive writes as its unsafe API demands).
-unsafe impl Sync for VecBacking {}
+unsafe impl<P: PageLayout> Sync for VecBacking<P> {}
 // SAFETY: as above; the blocks are plain heap memory with no thread affinity.
-unsafe impl Send for VecBacking {}
+unsafe impl<P: PageLayout> Send for VecBacking<P> {}
 
-impl VecBacking {
+impl<P: PageLayout> VecBacking<P> {
     /// Back the given sections (duplicates ignored) with zeroed struct pages.
     pub fn new(section_nrs: impl IntoIterator<Item = u64>) -> Self {
         let mut nrs: Vec<u64> = section_nrs.into_iter().collect();
@@ -411,9 +421,8 @@ impl VecBacking {
         let sections = nrs
             .into_iter()
             .map(|nr| {
-                let block: Vec<StructPage> =
-                    alloc::vec![StructPage::ZERO; PAGES_PER_SECTION as usize];
-                let ptr = alloc::boxed::Box::into_raw(block.into_boxed_slice()) as *mut StructPage;
+                let block: Vec<P> = alloc::vec![P::ZERO; PAGES_PER_SECTION as usize];
+                let ptr = alloc::boxed::Box::into_raw(block.into_boxed_slice()) as *mut P;
                 // SAFETY: Box::into_raw never returns null.
                 (nr, unsafe { NonNull::new_unchecked(ptr) })
             })
@@ -441,8 +450,9 @@ impl VecBacking {
 
 // SAFETY: each pointer is a live heap block of PAGES_PER_SECTION pages owned
 // by `self`, one per section, never moved or freed before drop.
-unsafe impl MemmapBacking for VecBacking {
-    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<StructPage>> {
+unsafe impl<P: PageLayout> MemmapBacking for VecBacking<P> {
+    type Page = P;
+    fn section_ptr(&self, section_nr: u64) -> Option<NonNull<P>> {
         let i = self
             .sections
             .binary_search_by_key(&section_nr, |(nr, _)| *nr)
@@ -451,7 +461,7 @@ unsafe impl MemmapBacking for VecBacking {
     }
 }
 
-impl Drop for VecBacking {
+impl<P: PageLayout> Drop for VecBacking<P> {
     fn drop(&mut self) {
         for (_, ptr) in self.sections.drain(..) {
             let slice =
@@ -492,7 +502,7 @@ mod tests {
 
     // SAFETY: the test's area backs every section it is asked for (an
     // 8-section heap block at the area's base), and nothing else uses it.
-    unsafe impl SectionPopulator for CountingPopulator {
+    unsafe impl SectionPopulator<StructPage> for CountingPopulator {
         fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool {
             let mut calls = self.calls.lock().unwrap();
             let first = !calls.contains(&section_nr);
@@ -644,7 +654,7 @@ mod tests {
         let mut mapped = SectionSet::new();
         mapped.insert(3);
         // SAFETY: the pointers are only compared, never dereferenced.
-        let b = unsafe { VmemmapBacking::new(area, mapped) };
+        let b = unsafe { VmemmapBacking::<StructPage>::new(area, mapped) };
         assert!(b.section_ptr(2).is_none());
         let p = b.section_ptr(3).unwrap().as_ptr() as u64;
         assert_eq!(p, 0x4000_0000 + 3 * PAGES_PER_SECTION * 64);
@@ -652,7 +662,7 @@ mod tests {
 
     #[test]
     fn vec_backing_maps_present_sections_only() {
-        let mut mm = Memmap::new(VecBacking::new([0, 2]));
+        let mut mm = Memmap::new(VecBacking::<StructPage>::new([0, 2]));
         assert!(mm.has_pfn(5));
         assert!(!mm.has_pfn(PAGES_PER_SECTION + 5));
         assert!(mm.page(PAGES_PER_SECTION).is_none());
@@ -660,7 +670,7 @@ mod tests {
         mm.page_mut(pfn)
             .unwrap()
             .init_single_page(pfn, ZoneType::Dma, 0);
-        assert_eq!(mm.page(pfn).unwrap().refcount, 1);
+        assert_eq!(mm.page(pfn).unwrap().refcount(), 1);
         // Ranges crossing a section boundary are refused.
         assert!(mm
             .pages(PfnRange::new(PAGES_PER_SECTION - 1, PAGES_PER_SECTION + 1))

@@ -18,7 +18,6 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::memblock::Memblock;
-use crate::page::StructPage;
 use crate::sections::present_section_ranges;
 use crate::{NodeId, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SHIFT, PAGE_SIZE};
 
@@ -46,16 +45,16 @@ impl ZoneInfo {
         self.present_pages > 0
     }
     /// Linux `calc_memmap_size()` with `CONFIG_SPARSEMEM`: pages of memmap
-    /// charged to the zone (spanned pages, or present pages when the span
-    /// is over 1/16 holes).
-    pub const fn memmap_pages(&self) -> u64 {
+    /// (struct pages of `page_bytes`) charged to the zone (spanned pages,
+    /// or present pages when the span is over 1/16 holes).
+    pub const fn memmap_pages(&self, page_bytes: u64) -> u64 {
         let present = self.present_pages;
         let pages = if self.spanned_pages() > present + (present >> 4) {
             present
         } else {
             self.spanned_pages()
         };
-        (pages * core::mem::size_of::<StructPage>() as u64).div_ceil(PAGE_SIZE)
+        (pages * page_bytes).div_ceil(PAGE_SIZE)
     }
 }
 
@@ -263,8 +262,14 @@ impl ZoneLayout {
             .sum()
     }
 
-    /// Write the dmesg lines Linux prints for this layout, one per line.
-    pub fn write_report<W: fmt::Write>(&self, mb: &Memblock, w: &mut W) -> fmt::Result {
+    /// Write the dmesg lines Linux prints for this layout, one per line,
+    /// with the memmap charged at `page_bytes` per struct page.
+    pub fn write_report<W: fmt::Write>(
+        &self,
+        mb: &Memblock,
+        page_bytes: u64,
+        w: &mut W,
+    ) -> fmt::Result {
         let mem = |s: u64, e: u64| MemRange(s, e);
         writeln!(w, "Zone ranges:")?;
         for zone in ZoneType::ALL {
@@ -290,7 +295,7 @@ impl ZoneLayout {
             )?;
             writeln!(w, "On node {} totalpages: {}", node.nid, node.present_pages)?;
             for z in self.node_zones(node.nid) {
-                let memmap = z.memmap_pages();
+                let memmap = z.memmap_pages(page_bytes);
                 if z.present_pages >= memmap {
                     if memmap > 0 {
                         writeln!(
@@ -418,7 +423,7 @@ mod tests {
         let mb = qemu_like();
         let l = ZoneLayout::new(&mb);
         let mut s = String::new();
-        l.write_report(&mb, &mut s).unwrap();
+        l.write_report(&mb, 64, &mut s).unwrap();
         assert!(
             s.contains("  DMA      [mem 0x0000000000000000-0x0000000000ffffff]\n"),
             "{s}"
@@ -468,11 +473,12 @@ mod tests {
             span: PfnRange::new(0, 1 << 20),
             present_pages: 1 << 10,
         };
-        assert_eq!(z.memmap_pages(), 16);
+        assert_eq!(z.memmap_pages(64), 16);
+        assert_eq!(z.memmap_pages(32), 8);
         let z = ZoneInfo {
             present_pages: (1 << 20) - 1,
             ..z
         };
-        assert_eq!(z.memmap_pages(), 1 << 14);
+        assert_eq!(z.memmap_pages(64), 1 << 14);
     }
 }

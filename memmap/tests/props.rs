@@ -10,7 +10,8 @@ use memmap::init::{
 };
 use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
 use memmap::memory_block::{probe_memory_block_size, MemoryBlockSize, MemoryBlocks};
-use memmap::page::StructPage;
+use memmap::page::{PageLayout, StructPage};
+use memmap::page32::StructPage32;
 use memmap::pageblock::PageblockMaps;
 use memmap::sections::{present_sections, vmemmap_backing_ranges, Vmemmap};
 use memmap::store::{Memmap, VecBacking};
@@ -231,13 +232,16 @@ proptest! {
                 _ => runs.push((s.nid, s.section_nr, s.section_nr + 1)),
             }
         }
-        let got: Vec<(u32, u64, u64)> = vmemmap_backing_ranges(&mb, &vm)
+        let got: Vec<(u32, u64, u64)> = vmemmap_backing_ranges(&mb, &vm, 64)
             .iter()
             .map(|r| (r.nid, r.section_nrs.start, r.section_nrs.end))
             .collect();
         prop_assert_eq!(got, runs);
-        for r in vmemmap_backing_ranges(&mb, &vm) {
+        for r in vmemmap_backing_ranges(&mb, &vm, 64) {
             prop_assert_eq!(r.bytes(), r.nr_sections() * (2 << 20));
+        }
+        for r in vmemmap_backing_ranges(&mb, &vm, 32) {
+            prop_assert_eq!(r.bytes(), r.nr_sections() * (1 << 20));
         }
     }
 }
@@ -461,7 +465,7 @@ proptest! {
 }
 
 /// Zero every backed struct page.
-fn clear(mm: &mut Memmap<VecBacking>) {
+fn clear<P: PageLayout>(mm: &mut Memmap<VecBacking<P>>) {
     let nrs: Vec<u64> = mm.backing().section_nrs().collect();
     for nr in nrs {
         mm.pages_mut(PfnRange::new(
@@ -469,12 +473,12 @@ fn clear(mm: &mut Memmap<VecBacking>) {
             section_nr_to_pfn(nr + 1),
         ))
         .unwrap()
-        .fill(StructPage::ZERO);
+        .fill(P::ZERO);
     }
 }
 
 /// A copy of every backed struct page.
-fn snapshot(mm: &Memmap<VecBacking>) -> Vec<StructPage> {
+fn snapshot<P: PageLayout>(mm: &Memmap<VecBacking<P>>) -> Vec<P> {
     mm.backing()
         .section_nrs()
         .flat_map(|nr| {
@@ -539,69 +543,14 @@ proptest! {
     /// leaves exactly its deferred ranges untouched, and with those ranges
     /// done as a worker would, matches fully.
     #[test]
-    fn strategies_are_byte_identical((entries, affinity, reservations) in arb_small_real_map()) {
-        let Some(mut mb) = build(46, &entries, &affinity) else { return Ok(()) };
-        for (base, size) in reservations { mb.reserve(base, size).unwrap(); }
-        let layout = ZoneLayout::new(&mb);
-        let mut mm = Memmap::new(VecBacking::new(sections_to_back(&layout)));
-        let mut results = Vec::new();
-        for strategy in InitStrategy::ALL {
-            clear(&mut mm);
-            let pb = PageblockMaps::new(&layout);
-            let out = init_memmap(strategy, &mut mm, &mb, &layout, &pb).unwrap();
-            prop_assert_eq!(out.stats.eager_pages + out.stats.deferred_pages, mb.memory().total_pages());
-            prop_assert_eq!(out.stats.hole_pages, layout.hole_pages());
-            results.push((snapshot(&mm), pageblock_bits(&pb, &layout), out.clone()));
-            if matches!(strategy, InitStrategy::Deferred | InitStrategy::OnDemand) {
-                // Untouched exactly on deferred pages.
-                for d in &out.deferred {
-                    for pfn in d.pfns.start..d.pfns.end {
-                        prop_assert_eq!(*mm.page(pfn).unwrap(), StructPage::ZERO);
-                    }
-                }
-                // Eager pages equal the Regions result.
-                let regions = &results[1].0;
-                let snap = &results[results.len() - 1].0;
-                let mut idx = 0usize;
-                for nr in mm.backing().section_nrs() {
-                    for off in 0..PAGES_PER_SECTION {
-                        let pfn = section_nr_to_pfn(nr) + off;
-                        if !out.deferred.iter().any(|d| d.pfns.contains(pfn)) {
-                            prop_assert_eq!(snap[idx], regions[idx], "eager pfn {:#x}", pfn);
-                        }
-                        idx += 1;
-                    }
-                }
-                let mut reserved_in_deferred = 0;
-                for d in &out.deferred {
-                    init_pfn_range(&mut mm, &pb, d.pfns, d.zone, d.nid).unwrap();
-                    reserved_in_deferred += mark_reserved_pages(&mut mm, &mb, d.pfns).unwrap();
-                }
-                prop_assert_eq!(out.stats.reserved_pages + reserved_in_deferred, results[1].2.stats.reserved_pages);
-                results.push((snapshot(&mm), pageblock_bits(&pb, &layout), out));
-            }
-        }
-        prop_assert!(results[0].0 == results[1].0, "PerPfn and Regions differ");
-        prop_assert_eq!(&results[0].1, &results[1].1);
-        prop_assert!(results[3].0 == results[1].0, "Deferred + workers and Regions differ");
-        prop_assert_eq!(&results[3].1, &results[1].1);
-        // OnDemand leaves every memory page; with them done, it is Regions.
-        prop_assert_eq!(results[4].2.stats.eager_pages, 0);
-        prop_assert!(results[5].0 == results[1].0, "OnDemand + workers and Regions differ");
-        prop_assert_eq!(&results[5].1, &results[1].1);
-        prop_assert_eq!(results[0].2.stats, results[1].2.stats);
-        // Every page of a present section was written (no zero page left).
-        prop_assert!(results[1].0.iter().all(|p| p.refcount == 1));
-        // PG_reserved exactly on holes and reserved memory.
-        for nr in mm.backing().section_nrs() {
-            for pfn in section_nr_to_pfn(nr)..section_nr_to_pfn(nr + 1) {
-                let p = mm.page(pfn).unwrap();
-                let expect = !mb.pfn_valid(pfn) || mb.reserved_mem_ranges(PfnRange::new(pfn, pfn + 1)).next().is_some();
-                prop_assert_eq!(p.is_reserved(), expect, "pfn {:#x}", pfn);
-                if mb.pfn_valid(pfn) {
-                    prop_assert!(p.links_match(pfn, ZoneType::of_pfn(pfn), mb.pfn_to_nid(pfn).unwrap()));
-                }
-            }
+    fn strategies_are_byte_identical(
+        (entries, affinity, reservations) in arb_small_real_map(),
+        small in any::<bool>(),
+    ) {
+        if small {
+            strategies_are_byte_identical_at::<StructPage32>(&entries, &affinity, reservations)?;
+        } else {
+            strategies_are_byte_identical_at::<StructPage>(&entries, &affinity, reservations)?;
         }
     }
 }
@@ -645,4 +594,100 @@ proptest! {
         }
         prop_assert!(mb.reserved().regions().iter().all(|r| r.nid == NUMA_NO_NODE));
     }
+}
+
+/// [`strategies_are_byte_identical`] with struct pages of layout `P`.
+fn strategies_are_byte_identical_at<P: PageLayout>(
+    entries: &[FirmwareEntry],
+    affinity: &[NodeAffinity],
+    reservations: Vec<(u64, u64)>,
+) -> Result<(), TestCaseError> {
+    let Some(mut mb) = build(46, entries, affinity) else {
+        return Ok(());
+    };
+    for (base, size) in reservations {
+        mb.reserve(base, size).unwrap();
+    }
+    let layout = ZoneLayout::new(&mb);
+    let mut mm = Memmap::new(VecBacking::<P>::new(sections_to_back(&layout)));
+    let mut results = Vec::new();
+    for strategy in InitStrategy::ALL {
+        clear(&mut mm);
+        let pb = PageblockMaps::new(&layout);
+        let out = init_memmap(strategy, &mut mm, &mb, &layout, &pb).unwrap();
+        prop_assert_eq!(
+            out.stats.eager_pages + out.stats.deferred_pages,
+            mb.memory().total_pages()
+        );
+        prop_assert_eq!(out.stats.hole_pages, layout.hole_pages());
+        results.push((snapshot(&mm), pageblock_bits(&pb, &layout), out.clone()));
+        if matches!(strategy, InitStrategy::Deferred | InitStrategy::OnDemand) {
+            // Untouched exactly on deferred pages.
+            for d in &out.deferred {
+                for pfn in d.pfns.start..d.pfns.end {
+                    prop_assert_eq!(*mm.page(pfn).unwrap(), P::ZERO);
+                }
+            }
+            // Eager pages equal the Regions result.
+            let regions = &results[1].0;
+            let snap = &results[results.len() - 1].0;
+            let mut idx = 0usize;
+            for nr in mm.backing().section_nrs() {
+                for off in 0..PAGES_PER_SECTION {
+                    let pfn = section_nr_to_pfn(nr) + off;
+                    if !out.deferred.iter().any(|d| d.pfns.contains(pfn)) {
+                        prop_assert_eq!(snap[idx], regions[idx], "eager pfn {:#x}", pfn);
+                    }
+                    idx += 1;
+                }
+            }
+            let mut reserved_in_deferred = 0;
+            for d in &out.deferred {
+                init_pfn_range(&mut mm, &pb, d.pfns, d.zone, d.nid).unwrap();
+                reserved_in_deferred += mark_reserved_pages(&mut mm, &mb, d.pfns).unwrap();
+            }
+            prop_assert_eq!(
+                out.stats.reserved_pages + reserved_in_deferred,
+                results[1].2.stats.reserved_pages
+            );
+            results.push((snapshot(&mm), pageblock_bits(&pb, &layout), out));
+        }
+    }
+    prop_assert!(results[0].0 == results[1].0, "PerPfn and Regions differ");
+    prop_assert_eq!(&results[0].1, &results[1].1);
+    prop_assert!(
+        results[3].0 == results[1].0,
+        "Deferred + workers and Regions differ"
+    );
+    prop_assert_eq!(&results[3].1, &results[1].1);
+    // OnDemand leaves every memory page; with them done, it is Regions.
+    prop_assert_eq!(results[4].2.stats.eager_pages, 0);
+    prop_assert!(
+        results[5].0 == results[1].0,
+        "OnDemand + workers and Regions differ"
+    );
+    prop_assert_eq!(&results[5].1, &results[1].1);
+    prop_assert_eq!(results[0].2.stats, results[1].2.stats);
+    // Every page of a present section was written (no zero page left).
+    prop_assert!(results[1].0.iter().all(|p| p.refcount() == 1));
+    // PG_reserved exactly on holes and reserved memory.
+    for nr in mm.backing().section_nrs() {
+        for pfn in section_nr_to_pfn(nr)..section_nr_to_pfn(nr + 1) {
+            let p = mm.page(pfn).unwrap();
+            let expect = !mb.pfn_valid(pfn)
+                || mb
+                    .reserved_mem_ranges(PfnRange::new(pfn, pfn + 1))
+                    .next()
+                    .is_some();
+            prop_assert_eq!(p.is_reserved(), expect, "pfn {:#x}", pfn);
+            if mb.pfn_valid(pfn) {
+                prop_assert!(p.links_match(
+                    pfn,
+                    ZoneType::of_pfn(pfn),
+                    mb.pfn_to_nid(pfn).unwrap()
+                ));
+            }
+        }
+    }
+    Ok(())
 }

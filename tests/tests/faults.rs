@@ -186,3 +186,42 @@ fn pool_overlap_deferred_is_refused() {
         b.describe()
     );
 }
+
+// The same damage over 32-byte struct pages (`struct_page=32`), one mode
+// each (the host suite runs every fault in both modes at both sizes):
+// where the buddy order and page type live differs, what verification
+// catches must not.
+
+#[test]
+fn corrupt_page_32_byte_struct_pages() {
+    corrupt_page("memmap=deferred struct_page=32");
+}
+
+#[test]
+fn double_init_32_byte_struct_pages() {
+    double_init("memmap=ondemand struct_page=32");
+}
+
+#[test]
+fn list_corrupt_32_byte_struct_pages() {
+    list_corrupt("memmap=deferred struct_page=32");
+}
+
+#[test]
+fn pool_overlap_32_byte_struct_pages() {
+    let b = failing_verification(&[
+        "memmap=ondemand",
+        "struct_page=32",
+        "test_fault=pool_overlap",
+    ]);
+    let pfn = hex_after(&b, "test_fault: freed pfn ");
+    assert!(
+        b.messages_with(&format!(
+            "free order-0 block {pfn:#x} lies in untouched pool memory"
+        ))
+        .next()
+        .is_some(),
+        "verification names pfn {pfn:#x}\n{}",
+        b.describe()
+    );
+}

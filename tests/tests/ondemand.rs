@@ -246,3 +246,26 @@ fn ondemand_32t_sixteen_nodes() {
         "just under 32 TiB usable"
     );
 }
+
+/// `memmap=ondemand` over 32-byte struct pages, with the drain (every
+/// page initialised by workers after memory is ready) and without.
+#[test]
+fn ondemand_with_32_byte_struct_pages() {
+    for drain in ["off", "on"] {
+        let b = boot(
+            &["-m", "4G", "--smp", "2", "--nodes", "2"],
+            &[
+                "memmap=ondemand",
+                "struct_page=32",
+                &format!("ondemand_drain={drain}"),
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(b.summary_u64("struct_page_bytes"), 32, "{}", b.describe());
+        assert_ondemand(&b, 2);
+        assert_alloc_test(&b);
+        if drain == "on" {
+            assert_eq!(b.summary_u64("pool_pages"), 0, "{}", b.describe());
+        }
+    }
+}

@@ -249,3 +249,51 @@ fn deferred_64g_one_thread_per_node_and_2g_blocks() {
         "64G below and above the 4G hole: 33 blocks of 2G"
     );
 }
+
+/// `struct_page=32` in every faithful mode, checked against the model of
+/// the same map at 32 bytes per struct page (half the vmemmap, its page
+/// tables and placement), and the vmemmap line names the layout.
+fn boot_32_byte(size: &str, extra: &[&str], opts: &[&str]) -> Boot {
+    let mut args = vec!["-m", size, "--smp", "2"];
+    args.extend_from_slice(extra);
+    let mut kernel = vec!["struct_page=32"];
+    kernel.extend_from_slice(opts);
+    let b = boot(&args, &kernel, Duration::from_secs(600));
+    assert_eq!(b.summary_u64("struct_page_bytes"), 32, "{}", describe(&b));
+    assert!(
+        b.messages_with("vmemmap: ")
+            .any(|m| m.contains("MiB of 32-byte struct pages")),
+        "{}",
+        describe(&b)
+    );
+    b
+}
+
+#[test]
+fn deferred_64g_two_nodes_with_32_byte_struct_pages() {
+    let b = boot_32_byte("64G", &["--nodes", "2"], &[]);
+    assert_verified(&b, "deferred", 2);
+    assert_deferred_lines(&b, 2);
+}
+
+/// Three nodes of 328, 328 and 344 MiB: node 1's first whole section is
+/// section 3, whose 32-byte struct pages share a huge page with node 0's
+/// section 2. The model maps that huge page once, from node 0, and so
+/// must the boot (memblock's reservations, vmemmap bytes, free pages).
+#[test]
+fn deferred_uneven_nodes_share_huge_pages_with_32_byte_struct_pages() {
+    let b = boot_32_byte("1000M", &["--nodes", "3"], &[]);
+    assert_verified(&b, "deferred", 3);
+}
+
+#[test]
+fn regions_perpfn_and_touch_with_32_byte_struct_pages() {
+    for mode in ["regions", "perpfn"] {
+        let b = boot_32_byte("4G", &[], &[&format!("memmap={mode}")]);
+        assert_verified(&b, mode, 1);
+        assert_eq!(b.summary_u64("deferred_pages"), 0);
+    }
+    let b = boot_32_byte("4G", &[], &["memmap=touch"]);
+    assert_eq!(b.summary_str("strategy"), "touch");
+    b.assert_summary_matches(&b.model());
+}

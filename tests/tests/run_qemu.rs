@@ -188,6 +188,42 @@ fn faithful_modes_are_refused_when_struct_pages_exceed_the_host() {
     );
 }
 
+/// `struct_page=32` halves every struct page: RAM/128 (2T: 16 GiB), so a
+/// faithful 2T boot fits 17 GiB of host memory at 32 bytes and is refused
+/// at 64 (32 GiB of struct pages); Linux's stay 64 bytes whatever the
+/// memboot option says.
+#[test]
+fn struct_page_32_halves_the_struct_pages_charged() {
+    let mem_mib = 2 << 20;
+    let half = all_struct_pages_mib(mem_mib) / 2;
+    assert_eq!(half, 16384);
+    let need = half + qemu_own_mib(mem_mib);
+    let args = [
+        "--dry-run",
+        "-m",
+        "2T",
+        "--",
+        "memmap=deferred",
+        "struct_page=32",
+    ];
+    assert_eq!(script(&args, need).code, 0);
+    let out = script(&args, need - 1);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("needs {need} MiB"))
+            && out.stderr.contains("16384 MiB of struct pages, RAM/128"),
+        "{}",
+        out.stderr
+    );
+    let wide = script(&["--dry-run", "-m", "2T", "--", "memmap=deferred"], need);
+    assert_eq!(
+        wide.code, 64,
+        "64-byte struct pages do not fit: {}",
+        wide.stderr
+    );
+    assert!(wide.stderr.contains("RAM/64"), "{}", wide.stderr);
+}
+
 /// The bypass of issue 17: the kernel joins its options into one line and
 /// splits it on ASCII whitespace, so `"verify=off ondemand_drain=on"` as one
 /// word is ondemand_drain=on, which writes every struct page.

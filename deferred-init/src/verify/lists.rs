@@ -8,7 +8,7 @@ use core::fmt;
 
 use memmap::iter::intersect_sorted;
 use memmap::memblock::Memblock;
-use memmap::page::StructPage;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
@@ -598,8 +598,8 @@ fn listed_head_problem<B: MemmapBacking>(
 }
 
 /// What is wrong with the struct page of a listed block head, if anything.
-fn head_problem(
-    p: &StructPage,
+fn head_problem<P: PageLayout>(
+    p: &P,
     pfn: Pfn,
     nid: NodeId,
     zone: ZoneType,
@@ -608,15 +608,15 @@ fn head_problem(
 ) -> Option<HeadProblem> {
     if !p.is_buddy() {
         Some(HeadProblem::NotBuddy)
-    } else if p.private != order as u64 {
+    } else if p.private() != order as u64 {
         Some(HeadProblem::WrongOrder)
     } else if pfn & ((1 << order) - 1) != 0 {
         Some(HeadProblem::Misaligned)
     } else if !p.links_match(pfn, zone, nid) {
         Some(HeadProblem::WrongLinks)
-    } else if p.refcount != 0 {
+    } else if p.refcount() != 0 {
         Some(HeadProblem::Refcount)
-    } else if p.lru.prev != expected_prev {
+    } else if p.lru().prev != expected_prev {
         Some(HeadProblem::BrokenList { expected_prev })
     } else {
         None

@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use memmap::memblock::{Memblock, MemblockRegion};
-use memmap::page::StructPage;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
@@ -30,14 +30,14 @@ pub struct PageWords {
 }
 
 impl PageWords {
-    pub fn of(p: &StructPage) -> Self {
+    pub fn of<P: PageLayout>(p: &P) -> Self {
         Self {
-            flags: p.flags,
-            refcount: p.refcount,
-            mapcount: p.mapcount,
-            private: p.private,
-            lru_next: p.lru.next,
-            lru_prev: p.lru.prev,
+            flags: p.flags(),
+            refcount: p.refcount(),
+            mapcount: p.mapcount(),
+            private: p.private(),
+            lru_next: p.lru().next,
+            lru_prev: p.lru().prev,
         }
     }
 }
@@ -450,21 +450,16 @@ struct Verdict {
     outcome: Result<Good, (Expected, Problem)>,
 }
 
-#[inline]
-fn stray(p: &StructPage) -> bool {
-    p.mapping | p.index | p.memcg_data != 0
-}
-
 /// First failing check of a page that must be "reserved" (memory or hole).
 #[inline]
-fn check_reserved(p: &StructPage, links_ok: bool) -> Result<(), Problem> {
+fn check_reserved<P: PageLayout>(p: &P, links_ok: bool) -> Result<(), Problem> {
     if !links_ok {
         Err(Problem::WrongLinks)
-    } else if stray(p) {
+    } else if p.has_stray_state() {
         Err(Problem::StrayState)
     } else if !p.is_reserved() {
         Err(Problem::ReservedClear)
-    } else if p.refcount != 1 {
+    } else if p.refcount() != 1 {
         Err(Problem::Refcount)
     } else if p.is_buddy() {
         Err(Problem::UnexpectedBuddy)
@@ -475,14 +470,14 @@ fn check_reserved(p: &StructPage, links_ok: bool) -> Result<(), Problem> {
 
 /// Checks common to free heads and tails (not the PageBuddy state).
 #[inline]
-fn check_free(p: &StructPage, links_ok: bool) -> Result<(), Problem> {
+fn check_free<P: PageLayout>(p: &P, links_ok: bool) -> Result<(), Problem> {
     if !links_ok {
         Err(Problem::WrongLinks)
-    } else if stray(p) {
+    } else if p.has_stray_state() {
         Err(Problem::StrayState)
     } else if p.is_reserved() {
         Err(Problem::ReservedSet)
-    } else if p.refcount != 0 {
+    } else if p.refcount() != 0 {
         Err(Problem::Refcount)
     } else {
         Ok(())
@@ -491,11 +486,11 @@ fn check_free(p: &StructPage, links_ok: bool) -> Result<(), Problem> {
 
 /// Judge a free memory page outside any open block: it must head a valid
 /// free block, which then becomes the open block.
-fn judge_head(
+fn judge_head<P: PageLayout>(
     cls: &mut Classifier<'_>,
     open: &mut Option<OpenBlock>,
     pfn: Pfn,
-    p: &StructPage,
+    p: &P,
     nid: NodeId,
     links_ok: bool,
 ) -> Result<Good, (Expected, Problem)> {
@@ -506,10 +501,10 @@ fn judge_head(
     if !p.is_buddy() {
         return Err((exp, Problem::NotInBlock));
     }
-    if p.private > MAX_ORDER as u64 {
+    if p.private() > MAX_ORDER as u64 {
         return Err((exp, Problem::BadOrder));
     }
-    let order = p.private as u32;
+    let order = p.private() as u32;
     let block = PfnRange::new(pfn, pfn + (1 << order));
     if pfn & ((1 << order) - 1) != 0 {
         return Err((exp, Problem::Misaligned));
@@ -530,11 +525,11 @@ fn judge_head(
 /// Judge one page and update the open block (whether or not the PFN is
 /// counted, so that a scan's state does not depend on where it started).
 #[inline]
-fn judge(
+fn judge<P: PageLayout>(
     cls: &mut Classifier<'_>,
     open: &mut Option<OpenBlock>,
     pfn: Pfn,
-    p: &StructPage,
+    p: &P,
 ) -> Verdict {
     let in_block = open.filter(|b| pfn < b.end);
     if in_block.is_none() {

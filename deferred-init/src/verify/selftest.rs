@@ -4,6 +4,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
@@ -180,9 +181,9 @@ fn check_allocated<B: MemmapBacking>(
         } else if p.is_reserved() {
             ("an allocated page (not PG_reserved)", false)
         } else if q == pfn {
-            ("head refcount 1", p.refcount == 1)
+            ("head refcount 1", p.refcount() == 1)
         } else {
-            ("tail refcount 0", p.refcount == 0)
+            ("tail refcount 0", p.refcount() == 0)
         };
         if !ok {
             return Err(SelftestError::BadPage {
@@ -306,13 +307,12 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
 
 #[cfg(test)]
 mod tests {
-    use memmap::store::VecBacking;
 
     use super::*;
     use crate::host::{StdClock, ThreadExecutor};
     use crate::plan::{DeferredPlan, PlanOptions};
     use crate::run::InitMode;
-    use crate::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
+    use crate::suite_64::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
 
     /// A block overlapping an earlier one from either side, or containing
     /// it, is refused before any page is read; a block next to it is not
@@ -320,7 +320,7 @@ mod tests {
     /// backs nothing).
     #[test]
     fn an_allocated_block_overlapping_an_earlier_one_is_refused() {
-        let mm: Memmap<VecBacking> = memmap_for(&[]);
+        let mm: Memmap<crate::suite_64::tests::TestBacking> = memmap_for(&[]);
         let check = |pfn, order, earlier: &[(Pfn, u32)]| {
             check_allocated(&mm, 0, ZoneType::Normal, pfn, order, earlier)
         };

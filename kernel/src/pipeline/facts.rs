@@ -109,6 +109,8 @@ pub struct MmFacts {
     pub memblock_ns: u64,
     pub vmemmap_ns: u64,
     pub vmemmap_bytes: u64,
+    /// Bytes per struct page (`struct_page=`).
+    pub struct_page_bytes: u64,
     /// Sections whose struct pages are mapped at the end of the boot: all
     /// present ones when mapped at boot, those first use needed otherwise.
     pub vmemmap_sections_mapped: u64,
@@ -183,6 +185,7 @@ impl MmFacts {
         memblock_ns: 0,
         vmemmap_ns: 0,
         vmemmap_bytes: 0,
+        struct_page_bytes: 0,
         vmemmap_sections_mapped: 0,
         memory_block_ns: 0,
         memory_block_size: 0,

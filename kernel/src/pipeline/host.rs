@@ -10,7 +10,7 @@ use std::string::{String, ToString};
 use std::sync::Mutex;
 use std::vec::Vec;
 
-use memmap::sections::{Vmemmap, SECTION_MEMMAP_BYTES};
+use memmap::sections::{Vmemmap, VMEMMAP_HUGE_PAGE_BYTES};
 
 use super::s3_vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
 use super::seams::{CpuBringup, Log, MapError, VmemmapMapper};
@@ -102,7 +102,7 @@ impl Drop for HostMapper {
 unsafe impl VmemmapMapper for HostMapper {
     fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
         assert!(self.base.is_null(), "one area per mapper");
-        let len = (bytes + SECTION_MEMMAP_BYTES) as usize;
+        let len = (bytes + VMEMMAP_HUGE_PAGE_BYTES) as usize;
         // SAFETY: a fresh anonymous mapping; no existing memory is affected.
         let base = unsafe {
             libc::mmap(
@@ -119,7 +119,7 @@ unsafe impl VmemmapMapper for HostMapper {
         }
         self.base = base;
         self.len = len;
-        let aligned = (base as u64).next_multiple_of(SECTION_MEMMAP_BYTES);
+        let aligned = (base as u64).next_multiple_of(VMEMMAP_HUGE_PAGE_BYTES);
         let area = Vmemmap::new(aligned).expect("2 MiB aligned");
         self.area = Some(area);
         Ok(area)
@@ -129,8 +129,8 @@ unsafe impl VmemmapMapper for HostMapper {
         let area = self.area.expect("choose_area first");
         let offset = virt - area.base();
         assert!(
-            virt.is_multiple_of(SECTION_MEMMAP_BYTES)
-                && virt + SECTION_MEMMAP_BYTES <= self.base as u64 + self.len as u64,
+            virt.is_multiple_of(VMEMMAP_HUGE_PAGE_BYTES)
+                && virt + VMEMMAP_HUGE_PAGE_BYTES <= self.base as u64 + self.len as u64,
             "{virt:#x} outside the area"
         );
         // Regions relative to a slot-aligned origin, as the kernel's area

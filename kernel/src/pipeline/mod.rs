@@ -52,6 +52,8 @@ pub mod seams;
 use deferred_init::PageAllocator;
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
+use memmap::page::{PageLayout, StructPage, StructPageSize};
+use memmap::page32::StructPage32;
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
@@ -103,7 +105,7 @@ fn start_cpus<M: VmemmapMapper>(
     mb: &Memblock,
 ) {
     sections.lend_mapper(|mapper| bringup.start(mapper));
-    s2_zones::log(cx.log, layout, mb);
+    s2_zones::log(cx.log, layout, mb, cx.opts.struct_page.bytes());
 }
 
 pub fn run<M: VmemmapMapper>(
@@ -122,32 +124,48 @@ pub fn run<M: VmemmapMapper>(
         under_hypervisor: input.under_hypervisor,
         image: input.image,
     };
-    facts.record(|f| f.strategy = input.opts.memmap.name());
-    let mut mb = s1_memblock::run(&cx, input)?;
+    facts.record(|f| {
+        f.strategy = input.opts.memmap.name();
+        f.struct_page_bytes = input.opts.struct_page.bytes();
+    });
+    let mb = s1_memblock::run(&cx, input)?;
     let layout = s2_zones::run(&cx, &mb);
+    match input.opts.struct_page {
+        StructPageSize::Bytes64 => run_memmap::<M, StructPage>(&cx, machine, mb, &layout),
+        StructPageSize::Bytes32 => run_memmap::<M, StructPage32>(&cx, machine, mb, &layout),
+    }
+}
+
+/// Stages 3 to 10, over struct pages of layout `P` (`struct_page=`).
+fn run_memmap<M: VmemmapMapper, P: PageLayout>(
+    cx: &Ctx<'_>,
+    machine: Machine<'_, M>,
+    mut mb: Memblock,
+    layout: &ZoneLayout,
+) -> Result<(), PipelineError> {
+    let facts = cx.facts;
     // Declared before the memmap, so it outlives the backing that maps
     // sections through it on first use.
     let sections = s3_vmemmap::SectionMapper::new(machine.mapper);
-    let mut memmap = s3_vmemmap::run(&cx, &mut mb, &layout, &sections)?;
+    let mut memmap = s3_vmemmap::run::<M, P>(cx, &mut mb, layout, &sections)?;
     if cx.mode.cpus == StartCpus::BeforeEager {
-        start_cpus(&cx, machine.bringup, &sections, &layout, &mb);
+        start_cpus(cx, machine.bringup, &sections, layout, &mb);
     }
-    let outcome = s4_eager::run(&cx, &mut memmap, &mb, &layout)?;
-    let s5_handoff::Handoff { plan, buddy } =
-        s5_handoff::run(&cx, &memmap, &mb, &outcome, &layout)?;
-    let di = s5_handoff::deferred_init(&cx, &memmap, &buddy, plan)?;
+    let outcome = s4_eager::run(cx, &mut memmap, &mb, layout)?;
+    let s5_handoff::Handoff { plan, buddy } = s5_handoff::run(cx, &memmap, &mb, &outcome, layout)?;
+    let di = s5_handoff::deferred_init(cx, &memmap, &buddy, plan)?;
     let pages = PageAllocator::new(&buddy, di.growth());
     let blocks = match cx.mode.deferral {
-        Deferral::Workers => s6_deferred::run(&cx, &di, &mb, &layout)?,
-        Deferral::Pool => s6_pool::run(&cx, &di, &memmap, &mb)?,
+        Deferral::Workers => s6_deferred::run(cx, &di, &mb, layout)?,
+        Deferral::Pool => s6_pool::run(cx, &di, &memmap, &mb)?,
     };
     if cx.mode.cpus == StartCpus::WhenMemoryReady {
-        start_cpus(&cx, machine.bringup, &sections, &layout, &mb);
+        start_cpus(cx, machine.bringup, &sections, layout, &mb);
     }
-    s7_memory_blocks::run(&cx, blocks, pages, &di, &layout);
-    s8_alloc_test::run(&cx, pages, &di, &layout)?;
-    s9_pool::run(&cx, &di, &layout, &memmap, &sections)?;
-    let verified = s10_verify::run(&cx, pages, &memmap, &mb, &layout, &di, &outcome);
+    s7_memory_blocks::run(cx, blocks, pages, &di, layout);
+    s8_alloc_test::run(cx, pages, &di, layout)?;
+    s9_pool::run(cx, &di, layout, &memmap, &sections)?;
+    let verified = s10_verify::run(cx, pages, &memmap, &mb, layout, &di, &outcome);
     // What was written and mapped by the end, recorded once everything
     // that writes struct pages has run: on a lazy vmemmap, verification's
     // page scan maps the sections of the holes it reads, and so writes

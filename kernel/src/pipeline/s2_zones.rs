@@ -22,23 +22,24 @@ pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
     layout
 }
 
-/// Lay out the zones of `mb` and print them.
-pub fn layout(mb: &Memblock, log: &dyn Log) -> ZoneLayout {
+/// Lay out the zones of `mb` and print them (memmap charged at
+/// `page_bytes` per struct page).
+pub fn layout(mb: &Memblock, log: &dyn Log, page_bytes: u64) -> ZoneLayout {
     let layout = ZoneLayout::new(mb);
-    self::log(log, &layout, mb);
+    self::log(log, &layout, mb, page_bytes);
     layout
 }
 
 /// Print the zones as Linux does (`Zone ranges:` to the unavailable
-/// ranges).
-pub fn log(log: &dyn Log, layout: &ZoneLayout, mb: &Memblock) {
-    log_lines(log, &ReportOf(layout, mb));
+/// ranges), the memmap charged at `page_bytes` per struct page.
+pub fn log(log: &dyn Log, layout: &ZoneLayout, mb: &Memblock, page_bytes: u64) {
+    log_lines(log, &ReportOf(layout, mb, page_bytes));
 }
 
-struct ReportOf<'a>(&'a ZoneLayout, &'a Memblock);
+struct ReportOf<'a>(&'a ZoneLayout, &'a Memblock, u64);
 
 impl core::fmt::Display for ReportOf<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        self.0.write_report(self.1, f)
+        self.0.write_report(self.1, self.2, f)
     }
 }

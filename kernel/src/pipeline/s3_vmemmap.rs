@@ -1,11 +1,20 @@
 //! Stage 3, vmemmap: struct-page storage for every present section.
 //!
-//! Each present 128 MiB section's 32768 struct pages (2 MiB) come from its
-//! own node's memory (Linux `sparse_init_nid()` allocates per node), one
-//! contiguous memblock block per run of sections when the node has it, else
-//! one 2 MiB block per section, and are mapped at `area + section_nr *
-//! 2 MiB` with one 2 MiB page (`vmemmap_populate_hugepages()`). Sections
-//! without memory cost nothing.
+//! Each present 128 MiB section's 32768 struct pages (2 MiB at 64 bytes,
+//! 1 MiB at 32) come from its own node's memory (Linux `sparse_init_nid()`
+//! allocates per node), one contiguous memblock block per run of sections
+//! when the node has it, else one 2 MiB block per huge page, and are mapped
+//! at `area + section_nr * section bytes` with 2 MiB pages
+//! (`vmemmap_populate_hugepages()`). Sections without memory cost nothing.
+//!
+//! With 32-byte struct pages two sections share a huge page, as sub-PMD
+//! sections do in Linux: a run of one node's sections is widened to whole
+//! huge pages, and a huge page that the previous run already holds (a run
+//! starting at an odd section) is that run's: it is mapped once, from the
+//! node of its lower present section, as Linux's first
+//! `vmemmap_populate()` of it places it. A section that is not present
+//! but shares a huge page with one that is gets no struct pages of its
+//! own: nothing initialises or reads them.
 //!
 //! The page-table frames the mapping needs are planned here too, from the
 //! x86-64 4-level layout with 2 MiB leaves: the area starts in unused
@@ -31,8 +40,10 @@ use core::fmt;
 use core::ops::Range;
 
 use memmap::memblock::{Memblock, MemblockError};
-use memmap::page::StructPage;
-use memmap::sections::{vmemmap_backing_ranges, Vmemmap, VmemmapRange, SECTION_MEMMAP_BYTES};
+use memmap::page::PageLayout;
+use memmap::sections::{
+    section_memmap_bytes, vmemmap_backing_ranges, Vmemmap, VmemmapRange, VMEMMAP_HUGE_PAGE_BYTES,
+};
 use memmap::store::{Memmap, SectionPopulator, SectionSet, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{section_nr_to_pfn, NodeId, PAGES_PER_SECTION, PAGE_SIZE};
@@ -43,17 +54,17 @@ use super::facts::Phase;
 use super::mode::VmemmapMapping;
 use super::seams::{Log, MapError, VmemmapMapper};
 
-/// Stage 3: struct-page storage for every present section, mapped now or
-/// on first use as the mode says.
-pub fn run<M: VmemmapMapper>(
+/// Stage 3: struct-page storage (of layout `P`) for every present
+/// section, mapped now or on first use as the mode says.
+pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
     layout: &ZoneLayout,
     sections: &SectionMapper<'_, M>,
-) -> Result<Memmap<VmemmapBacking>, PipelineError> {
+) -> Result<Memmap<VmemmapBacking<P>>, PipelineError> {
     let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || match cx.mode.vmemmap {
-        VmemmapMapping::AtBoot => populate(mb, &mut *sections.state.lock().mapper),
-        VmemmapMapping::OnFirstUse => sections.reserve(mb, layout),
+        VmemmapMapping::AtBoot => populate::<M, P>(mb, &mut *sections.state.lock().mapper),
+        VmemmapMapping::OnFirstUse => sections.reserve::<P>(mb, layout),
     });
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
     log(cx.log, &stats, vmemmap_ns, cx.mode.vmemmap);
@@ -99,13 +110,15 @@ pub fn tables_needed(prev: Option<u64>, offset: u64) -> TablesNeeded {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmemmapStats {
     pub base: u64,
+    /// Bytes per struct page.
+    pub page_bytes: u64,
     pub sections: u64,
     pub bytes: u64,
     pub table_frames: u64,
     /// `(nid, bytes)` of struct pages placed for each node's sections.
     pub node_bytes: Vec<(NodeId, u64)>,
-    /// Sections whose struct pages had to come from another node.
-    pub off_node_sections: u64,
+    /// Huge pages of struct pages that had to come from another node.
+    pub off_node_huge_pages: u64,
 }
 
 /// Why the vmemmap could not be populated.
@@ -137,27 +150,45 @@ impl From<MapError> for VmemmapError {
     }
 }
 
-/// The vmemmap area for `mb`'s present sections (chosen by `mapper`), its
-/// backing runs, and stats with nothing placed yet.
+/// The vmemmap area for `mb`'s present sections' struct pages of
+/// `page_bytes` (chosen by `mapper`), its backing runs, and stats with
+/// nothing placed yet.
 fn plan_area<M: VmemmapMapper>(
     mb: &Memblock,
     mapper: &mut M,
+    page_bytes: u64,
 ) -> Result<(Vmemmap, Vec<VmemmapRange>, VmemmapStats), VmemmapError> {
     let probe = Vmemmap::linux_default();
-    let max_section_end = vmemmap_backing_ranges(mb, &probe)
+    let max_section_end = vmemmap_backing_ranges(mb, &probe, page_bytes)
         .last()
         .map_or(0, |r| r.section_nrs.end);
-    let area = mapper.choose_area(max_section_end * SECTION_MEMMAP_BYTES)?;
-    let ranges = vmemmap_backing_ranges(mb, &area);
+    let area_bytes = (max_section_end * section_memmap_bytes(page_bytes))
+        .next_multiple_of(VMEMMAP_HUGE_PAGE_BYTES);
+    let area = mapper.choose_area(area_bytes)?;
+    let ranges = vmemmap_backing_ranges(mb, &area, page_bytes);
     let stats = VmemmapStats {
         base: area.base(),
+        page_bytes,
         sections: 0,
         bytes: 0,
         table_frames: 0,
         node_bytes: Vec::new(),
-        off_node_sections: 0,
+        off_node_huge_pages: 0,
     };
     Ok((area, ranges, stats))
+}
+
+/// The huge pages (virtual, 2 MiB apart) holding `range`'s struct pages
+/// that are not already held by the run before it, whose last huge page
+/// starts at `prev_last`: the run widened to whole huge pages, less a
+/// first huge page it shares with that run.
+fn own_huge_pages(range: &VmemmapRange, prev_last: Option<u64>) -> Range<u64> {
+    let mut start = range.virt_start - range.virt_start % VMEMMAP_HUGE_PAGE_BYTES;
+    let end = range.virt_end.next_multiple_of(VMEMMAP_HUGE_PAGE_BYTES);
+    if prev_last == Some(start) {
+        start += VMEMMAP_HUGE_PAGE_BYTES;
+    }
+    start..end.max(start)
 }
 
 impl VmemmapStats {
@@ -169,37 +200,47 @@ impl VmemmapStats {
     }
 }
 
-/// Map struct pages for every present section of `mb`, node-local.
-pub fn populate<M: VmemmapMapper>(
+/// Map struct pages (of layout `P`) for every present section of `mb`,
+/// node-local.
+pub fn populate<M: VmemmapMapper, P: PageLayout>(
     mb: &mut Memblock,
     mapper: &mut M,
-) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
-    let (area, ranges, mut stats) = plan_area(mb, mapper)?;
+) -> Result<(VmemmapBacking<P>, VmemmapStats), VmemmapError> {
+    let (area, ranges, mut stats) = plan_area(mb, mapper, P::BYTES)?;
     let mut mapped = SectionSet::new();
     let mut prev_offset = None;
+    let mut last_huge_page = None;
     for range in &ranges {
+        let huge_pages = own_huge_pages(range, last_huge_page);
+        let (first, bytes) = (huge_pages.start, huge_pages.end - huge_pages.start);
         // One contiguous block per run when the node has it.
-        let block = mb
-            .alloc(range.bytes(), SECTION_MEMMAP_BYTES, Some(range.nid))
-            .ok();
-        for (i, section_nr) in range.section_nrs.clone().enumerate() {
-            let virt = range.virt_start + i as u64 * SECTION_MEMMAP_BYTES;
+        let block = (bytes > 0)
+            .then(|| {
+                mb.alloc(bytes, VMEMMAP_HUGE_PAGE_BYTES, Some(range.nid))
+                    .ok()
+            })
+            .flatten();
+        for virt in huge_pages.step_by(VMEMMAP_HUGE_PAGE_BYTES as usize) {
             let phys = match block {
-                Some(base) => base + i as u64 * SECTION_MEMMAP_BYTES,
-                None => alloc_on(mb, SECTION_MEMMAP_BYTES, range.nid, "struct pages")?,
+                Some(base) => base + (virt - first),
+                None => alloc_on(mb, VMEMMAP_HUGE_PAGE_BYTES, range.nid, "struct pages")?,
             };
             let offset = virt - area.base();
             let needed = tables_needed(prev_offset, offset);
-            map_section(mb, mapper, range, virt, phys, needed, &mut stats)?;
+            map_huge_page(mb, mapper, range, virt, phys, needed, &mut stats)?;
             prev_offset = Some(offset);
-            mapped.insert(section_nr);
+            last_huge_page = Some(virt);
         }
-        stats.add_node_bytes(range.nid, range.bytes());
+        mapped.insert_range(range.section_nrs.clone());
+        stats.sections += range.nr_sections();
+        stats.add_node_bytes(range.nid, bytes);
     }
-    // SAFETY: every section in `mapped` was mapped by `mapper.map_2mib` at
-    // `area.page_addr(first pfn of the section)` (= range.virt_start + i *
-    // 2 MiB), which the mapper's contract makes valid, exclusive memory for
-    // as long as the mapper lives; the caller keeps the backing no longer.
+    // SAFETY: every section in `mapped` has its struct pages at
+    // `area.page_addr(first pfn of the section, P::BYTES)`, inside a huge
+    // page mapped by `mapper.map_2mib` (its run's, or the previous run's
+    // for a shared first huge page), which the mapper's contract makes
+    // valid, exclusive memory for as long as the mapper lives; the caller
+    // keeps the backing no longer.
     let backing = unsafe { VmemmapBacking::new(area, mapped) };
     Ok((backing, stats))
 }
@@ -214,8 +255,9 @@ fn alloc_on(
         .map_err(|err| VmemmapError::OutOfMemory { what, err })
 }
 
-/// Allocate the page tables mapping `virt` needs and map it to `phys`.
-fn map_section<M: VmemmapMapper>(
+/// Allocate the page tables mapping `virt` needs and map its huge page
+/// to `phys`.
+fn map_huge_page<M: VmemmapMapper>(
     mb: &mut Memblock,
     mapper: &mut M,
     range: &VmemmapRange,
@@ -236,10 +278,9 @@ fn map_section<M: VmemmapMapper>(
         .iter()
         .any(|r| r.base <= phys && phys < r.end() && r.nid != range.nid)
     {
-        stats.off_node_sections += 1;
+        stats.off_node_huge_pages += 1;
     }
-    stats.sections += 1;
-    stats.bytes += SECTION_MEMMAP_BYTES;
+    stats.bytes += VMEMMAP_HUGE_PAGE_BYTES;
     Ok(())
 }
 
@@ -247,17 +288,19 @@ fn map_section<M: VmemmapMapper>(
 pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: VmemmapMapping) {
     match mapping {
         VmemmapMapping::AtBoot => log.line(format_args!(
-            "vmemmap: {} sections, {} MiB of struct pages at {:#x}, {} page-table pages, mapped in {} us",
+            "vmemmap: {} sections, {} MiB of {}-byte struct pages at {:#x}, {} page-table pages, mapped in {} us",
             stats.sections,
             stats.bytes >> 20,
+            stats.page_bytes,
             stats.base,
             stats.table_frames,
             vmemmap_ns / 1000
         )),
         VmemmapMapping::OnFirstUse => log.line(format_args!(
-            "vmemmap: {} sections, {} MiB of struct pages at {:#x} and up to {} page-table pages reserved in {} us, each section mapped on first use",
+            "vmemmap: {} sections, {} MiB of {}-byte struct pages at {:#x} and up to {} page-table pages reserved in {} us, each section mapped on first use",
             stats.sections,
             stats.bytes >> 20,
+            stats.page_bytes,
             stats.base,
             stats.table_frames,
             vmemmap_ns / 1000
@@ -269,10 +312,10 @@ pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: Vmemma
             bytes >> 20
         ));
     }
-    if stats.off_node_sections > 0 {
+    if stats.off_node_huge_pages > 0 {
         log.line(format_args!(
-            "vmemmap: {} sections' struct pages could not be placed on their own node",
-            stats.off_node_sections
+            "vmemmap: {} huge pages of struct pages could not be placed on their own node",
+            stats.off_node_huge_pages
         ));
     }
 }
@@ -303,7 +346,10 @@ struct LazyState<'m, M> {
 struct LazyRun {
     section_nrs: Range<u64>,
     nid: NodeId,
-    /// Physical address of the first section's struct pages.
+    /// The huge pages (virtual) this run reserved memory for
+    /// ([`own_huge_pages`]); may be empty.
+    huge_pages: Range<u64>,
+    /// Physical address of the first of them.
     phys: u64,
 }
 
@@ -349,41 +395,51 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// backing that maps each section the first time it is asked for, and
     /// then writes the section's holes of `layout`: boot writes no struct
     /// page.
-    pub fn reserve(
+    pub fn reserve<P: PageLayout>(
         &self,
         mb: &mut Memblock,
         layout: &ZoneLayout,
-    ) -> Result<(VmemmapBacking, VmemmapStats), VmemmapError> {
+    ) -> Result<(VmemmapBacking<P>, VmemmapStats), VmemmapError> {
         let mut st = self.state.lock();
-        let (area, ranges, mut stats) = plan_area(mb, &mut *st.mapper)?;
+        let (area, ranges, mut stats) = plan_area(mb, &mut *st.mapper, P::BYTES)?;
         let mut allowed = SectionSet::new();
         let mut node_frames: Vec<(NodeId, u64)> = Vec::new();
+        let mut last_huge_page = None;
         for range in &ranges {
-            let phys = mb
-                .alloc(range.bytes(), SECTION_MEMMAP_BYTES, Some(range.nid))
-                .map_err(|err| VmemmapError::OutOfMemory {
-                    what: "struct pages",
-                    err,
-                })?;
+            let huge_pages = own_huge_pages(range, last_huge_page);
+            let bytes = huge_pages.end - huge_pages.start;
+            let phys = if bytes == 0 {
+                0
+            } else {
+                last_huge_page = Some(huge_pages.end - VMEMMAP_HUGE_PAGE_BYTES);
+                mb.alloc(bytes, VMEMMAP_HUGE_PAGE_BYTES, Some(range.nid))
+                    .map_err(|err| VmemmapError::OutOfMemory {
+                        what: "struct pages",
+                        err,
+                    })?
+            };
+            allowed.insert_range(range.section_nrs.clone());
+            stats.sections += range.nr_sections();
+            stats.bytes += bytes;
+            stats.add_node_bytes(range.nid, bytes);
+            if bytes > 0 {
+                let (first, last) = (
+                    huge_pages.start - area.base(),
+                    huge_pages.end - 1 - area.base(),
+                );
+                let tables = (last / PD_SPAN_BYTES - first / PD_SPAN_BYTES + 1)
+                    + (last / PDPT_SPAN_BYTES - first / PDPT_SPAN_BYTES + 1);
+                match node_frames.iter_mut().find(|(n, _)| *n == range.nid) {
+                    Some((_, f)) => *f += tables,
+                    None => node_frames.push((range.nid, tables)),
+                }
+            }
             st.runs.push(LazyRun {
                 section_nrs: range.section_nrs.clone(),
                 nid: range.nid,
+                huge_pages,
                 phys,
             });
-            allowed.insert_range(range.section_nrs.clone());
-            stats.sections += range.nr_sections();
-            stats.bytes += range.bytes();
-            stats.add_node_bytes(range.nid, range.bytes());
-            let (first, last) = (
-                range.virt_start - area.base(),
-                range.virt_end - 1 - area.base(),
-            );
-            let tables = (last / PD_SPAN_BYTES - first / PD_SPAN_BYTES + 1)
-                + (last / PDPT_SPAN_BYTES - first / PDPT_SPAN_BYTES + 1);
-            match node_frames.iter_mut().find(|(n, _)| *n == range.nid) {
-                Some((_, f)) => *f += tables,
-                None => node_frames.push((range.nid, tables)),
-            }
         }
         for (nid, n) in node_frames {
             let base = mb
@@ -412,13 +468,14 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
 }
 
 impl<M: VmemmapMapper> LazyState<'_, M> {
-    /// Map `section_nr` now (it must be in a run): its 2 MiB page, and the
-    /// page directory / PDPT it needs from its node's frames; then
-    /// `prepare` its struct pages.
-    fn map(
+    /// Map `section_nr` now (it must be in a run): its huge page unless a
+    /// section sharing it mapped it already, and the page directory / PDPT
+    /// that needs from its node's frames; then `prepare` its struct pages
+    /// (of layout `P`).
+    fn map<P: PageLayout>(
         &mut self,
         section_nr: u64,
-        prepare: &mut dyn FnMut(&mut [StructPage]),
+        prepare: &mut dyn FnMut(&mut [P]),
     ) -> Result<(), MapError> {
         if self.mapped.contains(section_nr) {
             return Ok(());
@@ -426,17 +483,59 @@ impl<M: VmemmapMapper> LazyState<'_, M> {
         let not_reserved = MapError::NotReserved { section_nr };
         let area = self.area.ok_or(not_reserved)?;
         let virt = area
-            .page_addr(section_nr_to_pfn(section_nr))
+            .page_addr(section_nr_to_pfn(section_nr), P::BYTES)
             .ok_or(not_reserved)?;
         let i = self
             .runs
             .partition_point(|r| r.section_nrs.start <= section_nr);
-        let run = i
-            .checked_sub(1)
+        i.checked_sub(1)
             .map(|i| &self.runs[i])
             .filter(|r| r.section_nrs.contains(&section_nr))
             .ok_or(not_reserved)?;
-        let phys = run.phys + (section_nr - run.section_nrs.start) * SECTION_MEMMAP_BYTES;
+        let huge_page = virt - virt % VMEMMAP_HUGE_PAGE_BYTES;
+        if !self.huge_page_mapped(area, huge_page, P::BYTES) {
+            self.map_huge_page(area, huge_page, section_nr)?;
+        }
+        self.mapped.insert(section_nr);
+        // SAFETY: the huge page holding the section's struct pages is
+        // mapped (`map_2mib` returned Ok for it, now or for the section
+        // sharing it), so the mapper's contract makes it valid, exclusive
+        // memory; the section's `PAGES_PER_SECTION * P::BYTES` bytes from
+        // `virt` lie in it (sections never straddle a huge page: their
+        // memmap size divides 2 MiB) and no other reference to them exists
+        // yet: callers get the section only after `populate`, which holds
+        // our lock, returns.
+        let pages =
+            unsafe { core::slice::from_raw_parts_mut(virt as *mut P, PAGES_PER_SECTION as usize) };
+        prepare(pages);
+        Ok(())
+    }
+
+    /// Is the huge page at `huge_page` mapped: has a section whose struct
+    /// pages (of `page_bytes`) lie in it been mapped?
+    fn huge_page_mapped(&self, area: Vmemmap, huge_page: u64, page_bytes: u64) -> bool {
+        let section_bytes = section_memmap_bytes(page_bytes);
+        let first = (huge_page - area.base()) / section_bytes;
+        (first..first + VMEMMAP_HUGE_PAGE_BYTES / section_bytes).any(|nr| self.mapped.contains(nr))
+    }
+
+    /// Map the huge page at `huge_page` from the reservation of the run
+    /// holding it, with the tables it needs from that run's node.
+    fn map_huge_page(
+        &mut self,
+        area: Vmemmap,
+        huge_page: u64,
+        section_nr: u64,
+    ) -> Result<(), MapError> {
+        let j = self
+            .runs
+            .partition_point(|r| r.huge_pages.start <= huge_page);
+        let run = j
+            .checked_sub(1)
+            .map(|j| &self.runs[j])
+            .filter(|r| r.huge_pages.contains(&huge_page))
+            .ok_or(MapError::NotReserved { section_nr })?;
+        let (virt, phys) = (huge_page, run.phys + (huge_page - run.huge_pages.start));
         let offset = virt - area.base();
         let needed = TablesNeeded {
             pdpt: !self.pdpt_regions.contains(&(offset / PDPT_SPAN_BYTES)),
@@ -458,28 +557,20 @@ impl<M: VmemmapMapper> LazyState<'_, M> {
         self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES);
         self.pd_regions.insert(offset / PD_SPAN_BYTES);
         self.table_frames_used += needed.count() as u64;
-        self.mapped.insert(section_nr);
-        // SAFETY: `map_2mib` returned Ok, so the mapper's contract makes the
-        // 2 MiB at `virt` (one section's struct pages) valid, exclusive
-        // memory; no other reference to it exists yet: callers get the
-        // section only after `populate`, which holds our lock, returns.
-        let pages = unsafe {
-            core::slice::from_raw_parts_mut(virt as *mut StructPage, PAGES_PER_SECTION as usize)
-        };
-        prepare(pages);
         Ok(())
     }
 }
 
-// SAFETY: `populate` maps section `nr` at `area.page_addr(first pfn of
-// nr)` to 2 MiB of memblock-reserved memory of its run (reserved for that
-// section alone in `reserve`), through the mapper whose contract makes it
-// valid, exclusive memory for as long as the mapper lives; the lock makes
-// concurrent calls one at a time, and a mapped section is found in
-// `mapped` and left alone; `prepare` runs once per section, in the call
+// SAFETY: `populate` maps section `nr`'s struct pages at
+// `area.page_addr(first pfn of nr, P::BYTES)`, inside a huge page mapped
+// once, to memblock-reserved memory of the run holding that huge page
+// (reserved for it alone in `reserve`), through the mapper whose contract
+// makes it valid, exclusive memory for as long as the mapper lives; the
+// lock makes concurrent calls one at a time, and a mapped section is found
+// in `mapped` and left alone; `prepare` runs once per section, in the call
 // that maps it, under the lock, before that call returns.
-unsafe impl<M: VmemmapMapper> SectionPopulator for SectionMapper<'_, M> {
-    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [StructPage])) -> bool {
+unsafe impl<M: VmemmapMapper, P: PageLayout> SectionPopulator<P> for SectionMapper<'_, M> {
+    fn populate(&self, section_nr: u64, prepare: &mut dyn FnMut(&mut [P])) -> bool {
         let mut st = self.state.lock();
         match st.map(section_nr, prepare) {
             Ok(()) => true,

@@ -5,6 +5,7 @@
 
 use deferred_init::DeferredInit;
 use memmap::memblock::Memblock;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, VmemmapBacking};
 
 use super::context::Ctx;
@@ -12,10 +13,10 @@ use super::error::PipelineError;
 use super::s7_memory_blocks::{self, Created};
 
 /// Stage 6: hand the pool over; returns the memory blocks.
-pub fn run(
+pub fn run<P: PageLayout>(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, VmemmapBacking>,
-    memmap: &Memmap<VmemmapBacking>,
+    di: &DeferredInit<'_, VmemmapBacking<P>>,
+    memmap: &Memmap<VmemmapBacking<P>>,
     mb: &Memblock,
 ) -> Result<Created, PipelineError> {
     let now = cx.clock.now_ns();

@@ -4,6 +4,7 @@
 //! and how much of the vmemmap first use mapped.
 
 use deferred_init::DeferredInit;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 
@@ -16,11 +17,11 @@ use super::s6_deferred;
 use super::seams::VmemmapMapper;
 
 /// Stage 9: drain if asked, then record and log the pool's end state.
-pub fn run<M: VmemmapMapper>(
+pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, VmemmapBacking>,
+    di: &DeferredInit<'_, VmemmapBacking<P>>,
     layout: &ZoneLayout,
-    memmap: &Memmap<VmemmapBacking>,
+    memmap: &Memmap<VmemmapBacking<P>>,
     sections: &SectionMapper<'_, M>,
 ) -> Result<(), PipelineError> {
     if cx.drains() {
@@ -62,9 +63,9 @@ pub fn run<M: VmemmapMapper>(
 
 /// The drain: the deferred-init workers over what is left of the pool.
 /// Its own keys (`drain_ns`, …) and `drain` spans, never deferred init's.
-fn drain(
+fn drain<P: PageLayout>(
     cx: &Ctx<'_>,
-    di: &DeferredInit<'_, VmemmapBacking>,
+    di: &DeferredInit<'_, VmemmapBacking<P>>,
     layout: &ZoneLayout,
 ) -> Result<(), PipelineError> {
     let report = s6_deferred::run_workers(di, cx.executor, cx.clock, &|| {})?;

@@ -89,17 +89,19 @@ use std::collections::BTreeMap;
 pub const PAGE_SIZE: u64 = 4096;
 /// Pages per 128 MiB section.
 pub const SECTION_PAGES: u64 = 32768;
-/// Struct-page bytes per section: 32768 pages × 64 B.
-pub const SECTION_MEMMAP_BYTES: u64 = 2 << 20;
+/// The vmemmap's 2 MiB huge page: one section's struct pages at 64 bytes
+/// each (32768 × 64 B), two sections' at 32.
+pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
+const HUGE_PAGE_PAGES: u64 = HUGE_PAGE_BYTES / PAGE_SIZE;
 /// First PFN of DMA32 (16 MiB) and of Normal (4 GiB).
 const DMA32_START: u64 = (16 << 20) / PAGE_SIZE;
 const NORMAL_START: u64 = (4 << 30) / PAGE_SIZE;
 /// Linux x86 reserves the first 1 MiB.
 const LOW_RESERVED_BYTES: u64 = 1 << 20;
-/// Sections per page directory (1 GiB of window at 2 MiB each) and per
+/// Huge pages per page directory (1 GiB of window) and per
 /// page-directory-pointer table (512 GiB of window).
-const PD_SECTIONS: u64 = (1 << 30) / SECTION_MEMMAP_BYTES;
-const PDPT_SECTIONS: u64 = (512 << 30) / SECTION_MEMMAP_BYTES;
+const PD_HUGE_PAGES: u64 = (1 << 30) / HUGE_PAGE_BYTES;
+const PDPT_HUGE_PAGES: u64 = (512 << 30) / HUGE_PAGE_BYTES;
 /// Memory-block sizes and the RAM from which x86 uses larger blocks.
 const MIN_BLOCK: u64 = 128 << 20;
 const MAX_BLOCK: u64 = 2 << 30;
@@ -192,6 +194,8 @@ pub struct Map {
     pub mode: Mode,
     /// `memory_block_size=` in bytes; `None` for `auto`.
     pub memory_block_size: Option<u64>,
+    /// `struct_page=`: bytes per struct page (64 or 32).
+    pub struct_page_bytes: u64,
 }
 
 /// Which PFNs the model classifies one by one (see the module docs).
@@ -233,6 +237,9 @@ pub struct NodeModel {
     pub present: u64,
     /// Present sections whose struct pages belong to the node.
     pub sections: u64,
+    /// Bytes of struct pages placed on the node: the huge pages its runs
+    /// map themselves.
+    pub memmap_bytes: u64,
     /// Its highest populated zone: the only one deferral touches.
     pub highest_zone: Zone,
 }
@@ -256,6 +263,8 @@ pub struct Model {
     pub zones: Vec<ZoneModel>,
     pub nodes: Vec<NodeModel>,
     pub present_sections: u64,
+    /// Huge pages of struct pages mapped (or reserved) in all.
+    pub memmap_huge_pages: u64,
     /// Page-table pages the vmemmap mapping needs.
     pub table_frames: u64,
     pub allocations: Vec<Allocation>,
@@ -329,10 +338,11 @@ impl Model {
         assert!(!regions.is_empty(), "the map has no whole page of RAM");
         let sections = present_sections(&regions);
         // 2. What memblock allocates for the struct pages.
+        let runs = huge_page_runs(&sections, map.struct_page_bytes);
         let (allocations, table_frames) = if map.mode == Mode::OnDemand {
-            pages.reserve_vmemmap_for_first_use(&regions, &sections)
+            pages.reserve_vmemmap_for_first_use(&regions, &runs)
         } else {
-            pages.allocate_vmemmap(&regions, &sections)
+            pages.allocate_vmemmap(&regions, &runs)
         };
         // 3. Every page again, now with the reservations.
         let mut nodes: BTreeMap<u32, NodeModel> = BTreeMap::new();
@@ -342,6 +352,7 @@ impl Model {
                 span: (start, end),
                 present: 0,
                 sections: 0,
+                memmap_bytes: 0,
                 highest_zone: Zone::Dma,
             });
             n.span = (n.span.0.min(start), n.span.1.max(end));
@@ -349,6 +360,12 @@ impl Model {
         for n in nodes.values_mut() {
             n.highest_zone = Zone::of(n.span.1 - 1);
             n.sections = sections.iter().filter(|s| s.1 == n.nid).count() as u64;
+            n.memmap_bytes = runs
+                .iter()
+                .filter(|r| r.nid == n.nid)
+                .map(|r| r.huge_pages.end - r.huge_pages.start)
+                .sum::<u64>()
+                * HUGE_PAGE_BYTES;
         }
         let mut zones: BTreeMap<(u32, Zone), ZoneModel> = BTreeMap::new();
         // Per node: present pages of its highest zone counted so far, and
@@ -445,6 +462,10 @@ impl Model {
             zones: out,
             nodes: nodes.into_values().collect(),
             present_sections: sections.len() as u64,
+            memmap_huge_pages: runs
+                .iter()
+                .map(|r| r.huge_pages.end - r.huge_pages.start)
+                .sum(),
             table_frames,
             allocations,
             reserved: pages.reserved_merged(),
@@ -507,7 +528,7 @@ impl Model {
                 Mode::Touch | Mode::OnDemand => 0,
                 Mode::Deferred | Mode::Regions | Mode::PerPfn => self.sum(|z| z.holes),
             },
-            vmemmap_bytes: self.present_sections * SECTION_MEMMAP_BYTES,
+            vmemmap_bytes: self.memmap_huge_pages * HUGE_PAGE_BYTES,
             memory_block_size: self.memory_block_size,
             nr_memory_blocks: self.nr_memory_blocks,
             free_pages: match self.mode {
@@ -742,45 +763,53 @@ impl<'a> Pages<'a> {
         best
     }
 
-    /// Struct pages and page tables for every present section, in the
-    /// kernel's order; returns the allocations and the table count.
+    /// Struct pages and page tables for every run's huge pages, in the
+    /// kernel's order: per run one block when it fits, else one huge page
+    /// at a time, each followed by the tables it needs; returns the
+    /// allocations and the table count.
     fn allocate_vmemmap(
         &mut self,
         regions: &[(u64, u64, u32)],
-        sections: &[(u64, u32)],
+        runs: &[HugePageRun],
     ) -> (Vec<Allocation>, u64) {
-        let section_pages = SECTION_MEMMAP_BYTES / PAGE_SIZE;
         let mut out = Vec::new();
         let mut tables = 0;
         let mut prev: Option<u64> = None;
-        for (i, j) in section_runs(sections) {
-            let nid = sections[i].1;
-            let run = (j - i) as u64;
+        for run in runs {
+            let (nid, count) = (run.nid, run.huge_pages.end - run.huge_pages.start);
+            if count == 0 {
+                continue;
+            }
             let block = self.alloc(
                 regions,
                 "struct pages",
-                run * section_pages,
-                section_pages,
+                count * HUGE_PAGE_PAGES,
+                HUGE_PAGE_PAGES,
                 nid,
             );
             let whole = block.is_some();
             out.extend(block);
-            for &(s, _) in &sections[i..j] {
+            for h in run.huge_pages.clone() {
                 if !whole {
-                    let one =
-                        self.alloc(regions, "struct pages", section_pages, section_pages, nid);
+                    let one = self.alloc(
+                        regions,
+                        "struct pages",
+                        HUGE_PAGE_PAGES,
+                        HUGE_PAGE_PAGES,
+                        nid,
+                    );
                     out.push(one.unwrap_or_else(|| {
-                        panic!("no 2 MiB for section {s}'s struct pages: the boot would fail")
+                        panic!("no 2 MiB for huge page {h}'s struct pages: the boot would fail")
                     }));
                 }
-                let pdpt = prev.is_none_or(|p| p / PDPT_SECTIONS != s / PDPT_SECTIONS);
-                let pd = prev.is_none_or(|p| p / PD_SECTIONS != s / PD_SECTIONS);
+                let pdpt = prev.is_none_or(|p| p / PDPT_HUGE_PAGES != h / PDPT_HUGE_PAGES);
+                let pd = prev.is_none_or(|p| p / PD_HUGE_PAGES != h / PD_HUGE_PAGES);
                 for _ in 0..(pdpt as u64 + pd as u64) {
                     let t = self.alloc(regions, "page table", 1, 1, nid);
                     out.push(t.expect("a page for a page table: else the boot would fail"));
                     tables += 1;
                 }
-                prev = Some(s);
+                prev = Some(h);
             }
         }
         assert_above_floor(&out);
@@ -794,24 +823,26 @@ impl<'a> Pages<'a> {
     fn reserve_vmemmap_for_first_use(
         &mut self,
         regions: &[(u64, u64, u32)],
-        sections: &[(u64, u32)],
+        runs: &[HugePageRun],
     ) -> (Vec<Allocation>, u64) {
-        let section_pages = SECTION_MEMMAP_BYTES / PAGE_SIZE;
         let mut out = Vec::new();
         let mut node_frames: Vec<(u32, u64)> = Vec::new();
-        for (i, j) in section_runs(sections) {
-            let nid = sections[i].1;
-            let (first, last) = (sections[i].0, sections[j - 1].0);
+        for run in runs {
+            let (nid, first, end) = (run.nid, run.huge_pages.start, run.huge_pages.end);
+            if first == end {
+                continue;
+            }
             let block = self.alloc(
                 regions,
                 "struct pages",
-                (j - i) as u64 * section_pages,
-                section_pages,
+                (end - first) * HUGE_PAGE_PAGES,
+                HUGE_PAGE_PAGES,
                 nid,
             );
             out.push(block.expect("one block per run: else the boot would fail"));
-            let frames = (last / PD_SECTIONS - first / PD_SECTIONS + 1)
-                + (last / PDPT_SECTIONS - first / PDPT_SECTIONS + 1);
+            let last = end - 1;
+            let frames = (last / PD_HUGE_PAGES - first / PD_HUGE_PAGES + 1)
+                + (last / PDPT_HUGE_PAGES - first / PDPT_HUGE_PAGES + 1);
             match node_frames.iter_mut().find(|(n, _)| *n == nid) {
                 Some((_, f)) => *f += frames,
                 None => node_frames.push((nid, frames)),
@@ -826,6 +857,40 @@ impl<'a> Pages<'a> {
         assert_above_floor(&out);
         (out, tables)
     }
+}
+
+/// A run of consecutive present sections of one node and the huge pages
+/// (indices from the vmemmap base) it maps itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HugePageRun {
+    pub nid: u32,
+    pub huge_pages: std::ops::Range<u64>,
+}
+
+/// The runs of `sections` (ascending `(section, nid)`) with their huge
+/// pages at `struct_page_bytes` per struct page: every huge page one of the
+/// run's sections' struct pages lie in, less the first when the run before
+/// already maps it (two 32-byte sections share a huge page; Linux maps a
+/// PMD once, from the node that populated it first).
+fn huge_page_runs(sections: &[(u64, u32)], struct_page_bytes: u64) -> Vec<HugePageRun> {
+    let huge_page = |s: u64| s * SECTION_PAGES * struct_page_bytes / HUGE_PAGE_BYTES;
+    let mut out: Vec<HugePageRun> = Vec::new();
+    let mut last_mapped: Option<u64> = None;
+    for (i, j) in section_runs(sections) {
+        let mut first = huge_page(sections[i].0);
+        let end = huge_page(sections[j - 1].0) + 1;
+        if last_mapped == Some(first) {
+            first += 1;
+        }
+        if first < end {
+            last_mapped = Some(end - 1);
+        }
+        out.push(HugePageRun {
+            nid: sections[i].1,
+            huge_pages: first..end.max(first),
+        });
+    }
+    out
 }
 
 /// Runs of `sections` (ascending `(section, nid)`): index ranges `i..j` of
@@ -979,6 +1044,7 @@ mod tests {
             phys_addr_bits: 44,
             mode,
             memory_block_size: None,
+            struct_page_bytes: 64,
         }
     }
 

@@ -50,5 +50,6 @@ pub fn model_map(input: &BootInput, opts: &Options) -> model::Map {
             BlockSizeOption::Auto => None,
             BlockSizeOption::Bytes(b) => Some(b),
         },
+        struct_page_bytes: opts.struct_page.bytes(),
     }
 }

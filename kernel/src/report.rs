@@ -229,6 +229,7 @@ pub fn write_summary<W: Write>(
     o.u64("grow_step_max_ns", a.growth.max_ns)?;
     o.u64("vmemmap_sections_mapped", mm.vmemmap_sections_mapped)?;
     o.u64("hole_pages_on_first_use", mm.hole_pages_on_first_use)?;
+    o.str("memory_block_lookup", mm.memory_block_lookup)?;
     o.end()
 }
 
@@ -355,7 +356,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 56] = [
+    const CONTRACT_KEYS: [&str; 57] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -412,6 +413,7 @@ mod tests {
         "grow_step_max_ns",
         "vmemmap_sections_mapped",
         "hole_pages_on_first_use",
+        "memory_block_lookup",
     ];
 
     #[test]

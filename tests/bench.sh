@@ -34,6 +34,8 @@
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# --seeds: issue 21's seeds table instead (tests/seeds.sh --help).
+if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep=""

@@ -9,6 +9,10 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+/// How memory-block devices find each section's block
+/// (`memory_block_lookup=`): `indexed` (the default, Linux since
+/// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
+pub use memmap::memory_block::BlockLookup;
 pub use memmap::page::StructPageSize;
 
 /// A fault the kernel raises on purpose, so tests can check that the
@@ -180,6 +184,7 @@ pub struct Options {
     /// Cap on deferred-init workers per node (`None`: the node's CPU count).
     pub threads_per_node: Option<u32>,
     pub memory_block_size: BlockSizeOption,
+    pub memory_block_lookup: BlockLookup,
     pub verify: Verify,
     pub ondemand_drain: Drain,
     /// Bytes per node for the allocation test (`alloc_test=`; 0: skip).
@@ -198,6 +203,7 @@ impl Default for Options {
             memmap: MemmapMode::default(),
             threads_per_node: None,
             memory_block_size: BlockSizeOption::default(),
+            memory_block_lookup: BlockLookup::default(),
             verify: Verify::default(),
             ondemand_drain: Drain::default(),
             alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
@@ -300,7 +306,7 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page";
+    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page";
 
 /// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
 pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
@@ -489,6 +495,12 @@ fn set_option<'a>(
                     BlockSizeOption::Bytes(bytes)
                 }
             };
+        }
+        "memory_block_lookup" => {
+            options.memory_block_lookup = BlockLookup::ALL
+                .into_iter()
+                .find(|l| l.name() == value)
+                .ok_or(bad("indexed|linear"))?;
         }
         "ondemand_drain" => {
             options.ondemand_drain = match value {
@@ -709,6 +721,53 @@ mod tests {
                 m
             );
         }
+    }
+
+    #[test]
+    fn parses_memory_block_lookup() {
+        assert_eq!(parse("").unwrap().memory_block_lookup, BlockLookup::Indexed);
+        assert_eq!(
+            parse("memory_block_lookup=linear memory_block_size=128M")
+                .unwrap()
+                .memory_block_lookup,
+            BlockLookup::Linear
+        );
+        assert_eq!(
+            parse("memmap=ondemand memory_block_lookup=indexed")
+                .unwrap()
+                .memory_block_lookup,
+            BlockLookup::Indexed
+        );
+        for bad in [
+            "memory_block_lookup=",
+            "memory_block_lookup=Linear",
+            "memory_block_lookup=xarray",
+            "memory_block_lookup=linear,indexed",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    OptionError::BadValue {
+                        key: "memory_block_lookup",
+                        ..
+                    }
+                ),
+                "{bad}: {e:?}"
+            );
+            assert!(
+                alloc::format!("{e}").ends_with("expected indexed|linear"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            parse("memory_block_lookup=linear memory_block_lookup=linear"),
+            Err(OptionError::Repeated {
+                key: "memory_block_lookup"
+            })
+        );
+        let msg = alloc::format!("{}", parse("memory_block=linear").unwrap_err());
+        assert!(msg.contains("memory_block_lookup"), "{msg}");
     }
 
     #[test]

@@ -230,6 +230,7 @@ pub fn write_summary<W: Write>(
     o.u64("vmemmap_sections_mapped", mm.vmemmap_sections_mapped)?;
     o.u64("hole_pages_on_first_use", mm.hole_pages_on_first_use)?;
     o.u64("struct_page_bytes", mm.struct_page_bytes)?;
+    o.str("memory_block_lookup", mm.memory_block_lookup)?;
     o.end()
 }
 
@@ -356,7 +357,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 57] = [
+    const CONTRACT_KEYS: [&str; 58] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -414,6 +415,7 @@ mod tests {
         "vmemmap_sections_mapped",
         "hole_pages_on_first_use",
         "struct_page_bytes",
+        "memory_block_lookup",
     ];
 
     #[test]

@@ -29,6 +29,7 @@ use memboot_kernel::options::StructPageSize;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
+use memmap::memory_block::BlockLookup;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::pageblock::PageblockMaps;
@@ -271,6 +272,13 @@ fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
         assert_eq!(value, fx.kernel(key), "{}: {key}: host vs kernel", fx.name);
     }
     assert_eq!(mm.strategy, fx.summary["strategy"], "{}", fx.name);
+    // The fixtures' logs predate the key: the option they booted with.
+    assert_eq!(
+        mm.memory_block_lookup,
+        fx.opts.memory_block_lookup.name(),
+        "{}",
+        fx.name
+    );
     assert_eq!(mm.verify.name(), fx.summary["verify"], "{}", fx.name);
     let nodes = fx.summary["node_deferred_ns"].as_array().unwrap().len();
     assert_eq!(mm.nr_nodes, nodes, "{}: nodes", fx.name);
@@ -364,7 +372,18 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let pageblocks = PageblockMaps::new(&layout);
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
     let outcome = s4_eager::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
-    let blocks = s7_memory_blocks::create(&mb, fx.opts.memory_block_size, true).unwrap();
+    let blocks = s7_memory_blocks::create(
+        &mb,
+        fx.opts.memory_block_size,
+        fx.opts.memory_block_lookup,
+        true,
+    )
+    .unwrap();
+    // memory_block_lookup=linear: the same blocks, found the slow way.
+    for lookup in BlockLookup::ALL {
+        let other = s7_memory_blocks::create(&mb, fx.opts.memory_block_size, lookup, true).unwrap();
+        assert_eq!(other.blocks(), blocks.blocks(), "{}", lookup.name());
+    }
     let model = checked_model(&fx).facts();
     for (key, value, want) in [
         ("present_pages", layout.present_pages(), model.present_pages),

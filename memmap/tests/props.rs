@@ -9,7 +9,7 @@ use memmap::init::{
     Strategy as InitStrategy,
 };
 use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
-use memmap::memory_block::{probe_memory_block_size, MemoryBlockSize, MemoryBlocks};
+use memmap::memory_block::{probe_memory_block_size, BlockLookup, MemoryBlockSize, MemoryBlocks};
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::pageblock::PageblockMaps;
@@ -690,4 +690,48 @@ fn strategies_are_byte_identical_at<P: PageLayout>(
         }
     }
     Ok(())
+}
+
+proptest! {
+    #![proptest_config(cases(1000))]
+
+    /// `memory_block_lookup=linear` (Linux before 4fb6eabf1037) builds the
+    /// same registry as the indexed walk, and both are what a brute-force
+    /// model of the memory regions says: a block for every block-sized
+    /// range with memory, its present sections counted one by one, linked
+    /// to every node with memory in it, nothing else.
+    #[test]
+    fn linear_lookup_builds_the_model_s_blocks((phys_bits, entries, affinity) in arb_map(30, 37, 24), order in 0u32..5) {
+        let entries: Vec<FirmwareEntry> = entries.into_iter().map(|e| FirmwareEntry { len_bytes: e.len_bytes.min(1 << 36), ..e }).collect();
+        let Some(mb) = build(phys_bits, &entries, &affinity) else { return Ok(()) };
+        let bytes = (128u64 << 20) << order;
+        let size = MemoryBlockSize::new(bytes).unwrap();
+        // The model: per 128 MiB section, the nodes of the regions that
+        // touch it; per block, its sections with any memory.
+        const SECTION: u64 = 128 << 20;
+        let mut model: std::collections::BTreeMap<u64, (u32, u64)> = Default::default();
+        let regions = mb.memory().regions();
+        let last = regions.iter().map(|r| r.base + r.size).max().unwrap_or(0);
+        for sec in 0..last.div_ceil(SECTION) {
+            let (lo, hi) = (sec * SECTION, (sec + 1) * SECTION);
+            let nids = regions.iter().filter(|r| r.size > 0 && r.base < hi && r.base + r.size > lo)
+                .fold(0u64, |m, r| m | 1 << r.nid);
+            if nids != 0 {
+                let e = model.entry(sec * SECTION / bytes).or_default();
+                e.0 += 1;
+                e.1 |= nids;
+            }
+        }
+        let got: std::collections::BTreeMap<u64, (u32, u64)> = MemoryBlocks::new_linear(&mb, size).unwrap()
+            .blocks().iter().map(|b| (b.id, (b.nr_present_sections, b.nids.0))).collect();
+        prop_assert_eq!(&got, &model);
+        let linear = MemoryBlocks::with_lookup(&mb, size, BlockLookup::Linear).unwrap();
+        let indexed = MemoryBlocks::with_lookup(&mb, size, BlockLookup::Indexed).unwrap();
+        prop_assert_eq!(linear.blocks(), indexed.blocks());
+        for b in linear.blocks() {
+            prop_assert_eq!(b.pfns.start, b.id * (bytes >> 12));
+            prop_assert_eq!(b.pfns.end, (b.id + 1) * (bytes >> 12));
+            prop_assert_eq!(linear.find_block(b.id), Some(b));
+        }
+    }
 }

@@ -33,6 +33,7 @@ pub mod model;
 pub mod model_input;
 pub mod plot;
 pub mod readme_figures;
+pub mod seeds;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -248,6 +248,28 @@ fn deferred_64g_one_thread_per_node_and_2g_blocks() {
         64 / 2 + 1,
         "64G below and above the 4G hole: 33 blocks of 2G"
     );
+    assert_eq!(b.summary_str("memory_block_lookup"), "indexed");
+}
+
+/// `memory_block_lookup=linear` (Linux's search before 4fb6eabf1037)
+/// creates the blocks the model says, and says how it found them.
+#[test]
+fn linear_memory_block_lookup_creates_the_model_s_blocks() {
+    let b = boot(
+        &["-m", "2G", "--smp", "2"],
+        &["memory_block_lookup=linear", "memory_block_size=128M"],
+        Duration::from_secs(300),
+    );
+    assert_verified(&b, "deferred", 1);
+    assert_eq!(b.summary_str("memory_block_lookup"), "linear");
+    assert!(
+        b.has_message("memory: each section's block found by a linear search"),
+        "{}",
+        describe(&b)
+    );
+    // 2G: 16 sections of 128M, each its own block (the model's count).
+    assert_eq!(b.summary_u64("nr_memory_blocks"), 16);
+    b.assert_summary_matches(&b.model());
 }
 
 /// `struct_page=32` in every faithful mode, checked against the model of

@@ -116,6 +116,9 @@ pub struct MmFacts {
     pub vmemmap_sections_mapped: u64,
     pub memory_block_ns: u64,
     pub memory_block_size: u64,
+    /// How each section's block was found (`memory_block_lookup=`:
+    /// `indexed` or `linear`; `none` before the blocks were created).
+    pub memory_block_lookup: &'static str,
     pub nr_memory_blocks: u64,
     pub free_pages: u64,
     pub deferred_workers: u64,
@@ -189,6 +192,7 @@ impl MmFacts {
         vmemmap_sections_mapped: 0,
         memory_block_ns: 0,
         memory_block_size: 0,
+        memory_block_lookup: "none",
         nr_memory_blocks: 0,
         free_pages: 0,
         deferred_workers: 0,

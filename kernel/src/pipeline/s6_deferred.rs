@@ -33,9 +33,13 @@ pub fn run<B: MemmapBacking>(
         cx.executor.nr_cpus()
     ));
     let created: spin::Mutex<Option<Result<Created, PipelineError>>> = spin::Mutex::new(None);
-    let (size, hypervisor, clock) = (cx.opts.memory_block_size, cx.under_hypervisor, cx.clock);
-    let make_blocks =
-        || *created.lock() = Some(s7_memory_blocks::create_timed(mb, size, hypervisor, clock));
+    let (size, lookup) = (cx.opts.memory_block_size, cx.opts.memory_block_lookup);
+    let (hypervisor, clock) = (cx.under_hypervisor, cx.clock);
+    let make_blocks = || {
+        *created.lock() = Some(s7_memory_blocks::create_timed(
+            mb, size, lookup, hypervisor, clock,
+        ))
+    };
     let report = run_workers(di, cx.executor, cx.clock, &make_blocks)?;
     // The boot CPU is back from its wait for the workers: memory init no
     // longer blocks the boot (Linux: page_alloc_init_late() returns).

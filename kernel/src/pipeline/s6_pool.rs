@@ -31,5 +31,11 @@ pub fn run<P: PageLayout>(
         di.plan().nodes().len(),
         now / 1000
     ));
-    s7_memory_blocks::create_timed(mb, cx.opts.memory_block_size, cx.under_hypervisor, cx.clock)
+    s7_memory_blocks::create_timed(
+        mb,
+        cx.opts.memory_block_size,
+        cx.opts.memory_block_lookup,
+        cx.under_hypervisor,
+        cx.clock,
+    )
 }

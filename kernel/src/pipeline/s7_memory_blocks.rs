@@ -1,12 +1,16 @@
 //! Stage 7, memory-block devices (Linux `memory_dev_init()`): one per
-//! block-size-aligned range with memory, linked to the nodes in it. The
+//! block-size-aligned range with memory, linked to the nodes in it, each
+//! section's block found as `memory_block_lookup=` says (the registry's
+//! `BlockLookup`: indexed, or Linux's linear search before 4fb6eabf1037). The
 //! boot CPU creates them during stage 6 (while the deferred-init workers
 //! run, or after the pool is handed over); this stage reports them and
 //! what the allocator holds (Linux's `Memory:` line).
 
 use deferred_init::{DeferredInit, PageAllocator};
 use memmap::memblock::Memblock;
-use memmap::memory_block::{probe_memory_block_size, BlockError, MemoryBlockSize, MemoryBlocks};
+use memmap::memory_block::{
+    probe_memory_block_size, BlockError, BlockLookup, MemoryBlockSize, MemoryBlocks,
+};
 use memmap::page::MAX_NUMNODES;
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
@@ -18,9 +22,10 @@ use super::error::PipelineError;
 use super::facts::Phase;
 use super::seams::{Clock, Log, BOOT_CPU};
 
-/// Memory blocks as created on the boot CPU, with when.
+/// Memory blocks as created on the boot CPU, with when and how.
 pub struct Created {
     pub blocks: MemoryBlocks,
+    pub lookup: BlockLookup,
     pub start_ns: u64,
     pub end_ns: u64,
 }
@@ -29,13 +34,15 @@ pub struct Created {
 pub fn create_timed(
     mb: &Memblock,
     size: BlockSizeOption,
+    lookup: BlockLookup,
     under_hypervisor: bool,
     clock: &dyn Clock,
 ) -> Result<Created, PipelineError> {
     let start_ns = clock.now_ns();
-    let blocks = create(mb, size, under_hypervisor).map_err(PipelineError::MemoryBlock)?;
+    let blocks = create(mb, size, lookup, under_hypervisor).map_err(PipelineError::MemoryBlock)?;
     Ok(Created {
         blocks,
+        lookup,
         start_ns,
         end_ns: clock.now_ns(),
     })
@@ -51,12 +58,13 @@ pub fn run<B: MemmapBacking>(
 ) {
     let Created {
         blocks,
+        lookup,
         start_ns,
         end_ns,
     } = created;
     cx.facts
         .phase(Phase::MemoryBlocks, BOOT_CPU, None, start_ns, end_ns);
-    log(cx.log, &blocks, end_ns - start_ns);
+    log(cx.log, &blocks, lookup, end_ns - start_ns);
     let free_pages = pages.buddy().nr_free_pages_total();
     let pool_free: u64 = di
         .pool_pieces()
@@ -67,6 +75,7 @@ pub fn run<B: MemmapBacking>(
     cx.facts.record(|f| {
         f.memory_block_ns = end_ns - start_ns;
         f.memory_block_size = blocks.block_size().bytes();
+        f.memory_block_lookup = lookup.name();
         f.nr_memory_blocks = blocks.len() as u64;
         f.free_pages = free_pages;
     });
@@ -89,10 +98,12 @@ fn log_memory_line(cx: &Ctx<'_>, present_pages: u64, available: u64) {
 }
 
 /// Create the memory blocks of `mb` (`auto`: sized as Linux x86 does on
-/// bare metal or `under_hypervisor`).
+/// bare metal or `under_hypervisor`), finding each section's block by
+/// `lookup`: the blocks are the same either way, only the time differs.
 pub fn create(
     mb: &Memblock,
     size: BlockSizeOption,
+    lookup: BlockLookup,
     under_hypervisor: bool,
 ) -> Result<MemoryBlocks, BlockError> {
     let end = mb.max_pfn().unwrap_or(0) << memmap::PAGE_SHIFT;
@@ -100,12 +111,17 @@ pub fn create(
         BlockSizeOption::Auto => probe_memory_block_size(end, under_hypervisor),
         BlockSizeOption::Bytes(b) => MemoryBlockSize::new(b)?,
     };
-    MemoryBlocks::new(mb, size)
+    MemoryBlocks::with_lookup(mb, size, lookup)
 }
 
 /// The blocks' log lines.
-pub fn log(log: &dyn Log, blocks: &MemoryBlocks, memory_block_ns: u64) {
+pub fn log(log: &dyn Log, blocks: &MemoryBlocks, lookup: BlockLookup, memory_block_ns: u64) {
     log.line(format_args!("{}", blocks.block_size()));
+    if lookup == BlockLookup::Linear {
+        log.line(format_args!(
+            "memory: each section's block found by a linear search over the blocks (memory_block_lookup=linear, Linux before 4fb6eabf1037)"
+        ));
+    }
     log.line(format_args!(
         "memory: {} memory blocks of {} MiB created in {} us",
         blocks.len(),

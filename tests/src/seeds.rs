@@ -1,0 +1,516 @@
+//! Issue 21's seeds, reproduced and fixed, in one table
+//! (`tests/bench.sh --seeds`, i.e. `tests/seeds.sh`): one row per problem
+//! this project exists for, each with memboot's pathology and memboot's fix
+//! measured in the same run, next to the figures the original report gave.
+//!
+//! The reports' figures are constants ([`SEEDS`]). memboot's come from the
+//! run's directory, one sub-directory per seed ([`Seed::dir`]):
+//! - boots: a `tests/bench.sh --svg` run (`DIR/SEED/logs/`, with its
+//!   `logs/report`), read with the bench's reader (`bench::read_dir`) and
+//!   the log parser (`log::summary`) for the keys the bench's rows do not
+//!   carry (`node_deferred_ns`, `memory_block_ns`);
+//! - the sparse map: a host bench ([`sparse_bench`], `memboot-seeds
+//!   sparse`) over the memmap library's `init_memmap`, the code the
+//!   kernel's `memmap=perpfn` and `memmap=regions` run, on a synthetic
+//!   map with many holes (QEMU's pc machine gives a guest two holes, and
+//!   run-qemu.sh has no way to make more): `DIR/arm64-sparse/sparse.log`,
+//!   whose last `memboot-seeds-sparse:` line holds the timings.
+
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Instant;
+
+use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
+use memmap::init::{init_memmap, sections_to_back, Strategy};
+use memmap::memblock::{Memblock, MemblockConfig};
+use memmap::page::StructPage;
+use memmap::pageblock::PageblockMaps;
+use memmap::store::{Memmap, VecBacking};
+use memmap::zones::ZoneLayout;
+use serde_json::{json, Value};
+
+use crate::bench::{self, Plan, Results, Row};
+
+/// One seed: what the report said, and where memboot's run of it lives.
+pub struct Seed {
+    /// The run's sub-directory.
+    pub dir: &'static str,
+    pub problem: &'static str,
+    /// The report's figures, as it gave them, and the report.
+    pub reported: &'static str,
+}
+
+/// The four seeds of issue 21, in the table's order.
+pub const SEEDS: [Seed; 4] = [
+    Seed {
+        dir: "vmware-5.8",
+        problem: "Linux 5.8 stopped deferring struct-page init (73a6e474cb37)",
+        reported: "1 TB VM: memmap on the boot CPU 0.03 s → 2.0 s, boot 18.17 s → 21.6 s (the VMware / Linux 5.8 report)",
+    },
+    Seed {
+        dir: "power-16-nodes",
+        problem: "per-node parallel deferred init on a 16-node machine",
+        reported: "32 TB, 16 nodes: each node's deferred init 280–580 ms, in parallel (the Power 32 TB report)",
+    },
+    Seed {
+        dir: "arm64-sparse",
+        problem: "a validity check per PFN on a sparse map",
+        reported: "96 GB: memmap_init 27,956 µs with a binary search per PFN → 13,537 µs skipping holes by region (the arm64 96 GB report)",
+    },
+    Seed {
+        dir: "x86-2t-blocks",
+        problem: "memory-block devices of 128 MiB found by linear search",
+        reported: "2 TB, 16,288 blocks of 128 MiB: 14 of 21 s of boot creating them; fix: 2 GiB blocks (the x86 2 TB memory-block report)",
+    },
+];
+
+/// The table's columns.
+pub const COLUMNS: [&str; 6] = [
+    "seed",
+    "the report",
+    "memboot: the pathology",
+    "memboot: the fix",
+    "pathology ÷ fix",
+    "how memboot measured it",
+];
+
+/// A bench run's sub-directory read back: what `memboot-bench report` was
+/// given (`logs/report`) and every boot's row.
+pub struct Run {
+    pub sizes: Vec<String>,
+    pub entries: Vec<String>,
+    pub rounds: u32,
+    pub heading: String,
+    pub results: Results,
+    logs: std::path::PathBuf,
+}
+
+impl Run {
+    /// The bench run whose `--svg` directory is `dir`.
+    pub fn read(dir: &Path) -> Result<Run, String> {
+        let logs = dir.join("logs");
+        let path = logs.join("report");
+        let report =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let field = |key: &str| -> Result<String, String> {
+            report
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+                .map(str::to_string)
+                .ok_or(format!("{}: no '{key}'", path.display()))
+        };
+        let words = |s: String| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
+        let (sizes, entries) = (words(field("sizes")?), words(field("entries")?));
+        let rounds: u32 = field("rounds")?
+            .parse()
+            .map_err(|_| format!("{}: bad rounds", path.display()))?;
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds,
+        };
+        let results = bench::read_dir(&logs, &plan)?;
+        Ok(Run {
+            heading: field("heading")?,
+            sizes,
+            entries,
+            rounds,
+            results,
+            logs,
+        })
+    }
+
+    /// The rows of `entry` (any size), in round order; an error if it was
+    /// not booted.
+    fn rows(&self, entry: &str) -> Result<Vec<&Row>, String> {
+        let rows: Vec<&Row> = self
+            .results
+            .rows
+            .iter()
+            .filter(|r| r.mode == entry)
+            .collect();
+        if rows.is_empty() {
+            return Err(format!("{}: no boot of {entry}", self.logs.display()));
+        }
+        Ok(rows)
+    }
+
+    /// Each round's summary of `entry` (the log parser's `summary`).
+    fn summaries(&self, entry: &str) -> Result<Vec<Value>, String> {
+        self.rows(entry)?
+            .iter()
+            .map(|r| {
+                let path = self
+                    .logs
+                    .join(format!("{}-{entry}-{}.log", r.size, r.round));
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                crate::log::summary(&text).map_err(|e| format!("{}: {e}", path.display()))
+            })
+            .collect()
+    }
+
+    /// `f` of every round of `entry`: "r1 / r2 → mean ms", and the mean.
+    fn rounds_ms(&self, entry: &str, f: impl Fn(&Row) -> Option<u64>) -> Result<Cell, String> {
+        let values: Vec<u64> = self
+            .rows(entry)?
+            .iter()
+            .map(|r| f(r).ok_or(format!("{entry}: a round has no figure")))
+            .collect::<Result<_, _>>()?;
+        Ok(Cell::of(&values))
+    }
+
+    /// A summary key of every round of `entry`, as [`rounds_ms`](Self::rounds_ms).
+    fn key_ms(&self, entry: &str, key: &str) -> Result<Cell, String> {
+        let values: Vec<u64> = self
+            .summaries(entry)?
+            .iter()
+            .map(|s| {
+                s[key]
+                    .as_u64()
+                    .ok_or(format!("{entry}: no summary key {key}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Cell::of(&values))
+    }
+}
+
+/// Figures of every round (ns) with their mean.
+struct Cell {
+    text: String,
+    mean_ns: f64,
+}
+
+impl Cell {
+    fn of(values_ns: &[u64]) -> Cell {
+        let mean_ns = values_ns.iter().map(|&v| v as f64).sum::<f64>() / values_ns.len() as f64;
+        let each: Vec<String> = values_ns.iter().map(|&v| ms(v as f64)).collect();
+        let text = if each.len() == 1 {
+            format!("{} ms", each[0])
+        } else {
+            format!("{} → {} ms", each.join(" / "), ms(mean_ns))
+        };
+        Cell { text, mean_ns }
+    }
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.1}", ns / 1e6)
+}
+
+fn times(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.1}×", a / b)
+    } else {
+        "–".into()
+    }
+}
+
+/// Seed 1: `memmap=regions` (everything on the boot CPU, as 5.8 did)
+/// against `memmap=deferred`, boot-CPU memmap and memory ready.
+fn vmware_row(run: &Run) -> Result<[String; 4], String> {
+    let boot_cpu = |e| run.rounds_ms(e, |r| Some(r.boot_cpu_memmap_ns));
+    let ready = |e| run.rounds_ms(e, |r| r.allocatable_ns);
+    let (bad, good) = (boot_cpu("regions")?, boot_cpu("deferred")?);
+    let (bad_ready, good_ready) = (ready("regions")?, ready("deferred")?);
+    Ok([
+        format!(
+            "`memmap=regions`: boot-CPU memmap {}; memory ready {}",
+            bad.text, bad_ready.text
+        ),
+        format!(
+            "`memmap=deferred`: boot-CPU memmap {}; memory ready {}",
+            good.text, good_ready.text
+        ),
+        format!(
+            "{} boot-CPU memmap, {} ready",
+            times(bad.mean_ns, good.mean_ns),
+            times(bad_ready.mean_ns, good_ready.mean_ns)
+        ),
+        format!("boots: {} one node ({})", run.sizes.join(" "), rounds(run)),
+    ])
+}
+
+/// Seed 2: `memmap=deferred` over 16 nodes, every node's deferred init
+/// and the slowest, against `memmap=regions` (every node on the boot CPU).
+fn power_row(run: &Run) -> Result<[String; 4], String> {
+    let summaries = run.summaries("deferred")?;
+    let (mut per_round, mut slowest, mut by_node) = (Vec::new(), Vec::new(), String::new());
+    for s in &summaries {
+        let nodes: Vec<u64> = s["node_deferred_ns"]
+            .as_array()
+            .ok_or("deferred: no node_deferred_ns")?
+            .iter()
+            .map(|v| v.as_u64().ok_or("deferred: node_deferred_ns not numbers"))
+            .collect::<Result<_, _>>()?;
+        let (min, max) = (nodes.iter().min(), nodes.iter().max());
+        let (Some(&min), Some(&max)) = (min, max) else {
+            return Err("deferred: node_deferred_ns is empty".into());
+        };
+        if by_node.is_empty() {
+            let each: Vec<String> = nodes.iter().map(|&n| ms(n as f64)).collect();
+            by_node = format!(
+                "{} nodes, round 1 by node: {} ms",
+                nodes.len(),
+                each.join(", ")
+            );
+        }
+        per_round.push(format!("{}–{}", ms(min as f64), ms(max as f64)));
+        slowest.push(max);
+    }
+    let slow = Cell::of(&slowest);
+    let ready = |e| run.rounds_ms(e, |r| r.allocatable_ns);
+    let (bad_ready, good_ready) = (ready("regions")?, ready("deferred")?);
+    let bad = run.rounds_ms("regions", |r| Some(r.boot_cpu_memmap_ns))?;
+    Ok([
+        format!(
+            "`memmap=regions`, every node on the boot CPU: memmap {}; memory ready {}",
+            bad.text, bad_ready.text
+        ),
+        format!(
+            "`memmap=deferred`, each node's deferred init: {} ms (each round's fastest–slowest); slowest node {}; memory ready {} ({by_node})",
+            per_round.join(" / "),
+            slow.text,
+            good_ready.text
+        ),
+        format!(
+            "{} ready; boot-CPU memmap ÷ slowest node {}",
+            times(bad_ready.mean_ns, good_ready.mean_ns),
+            times(bad.mean_ns, slow.mean_ns)
+        ),
+        format!(
+            "boots: {} over 16 nodes ({}); per node = the summary's `node_deferred_ns`",
+            run.sizes.join(" "),
+            rounds(run)
+        ),
+    ])
+}
+
+/// Seed 4: memory-block creation (`memory_block_ns`) at 128 MiB with the
+/// linear search, against the index and against 2 GiB blocks.
+fn blocks_row(run: &Run) -> Result<[String; 4], String> {
+    let find = |size: &str, lookup: &str| -> Result<(&str, Cell, u64), String> {
+        let entry = run
+            .entries
+            .iter()
+            .find(|e| {
+                e.contains(&format!("memory_block_size={size}"))
+                    && e.contains(&format!("memory_block_lookup={lookup}"))
+            })
+            .ok_or(format!("no entry with {size} blocks and {lookup} lookup"))?;
+        let blocks = run.summaries(entry)?[0]["nr_memory_blocks"]
+            .as_u64()
+            .ok_or("no nr_memory_blocks")?;
+        Ok((entry, run.key_ms(entry, "memory_block_ns")?, blocks))
+    };
+    let (_, bad, n_bad) = find("128M", "linear")?;
+    let (_, indexed, n_indexed) = find("128M", "indexed")?;
+    let (_, big, n_big) = find("2G", "linear")?;
+    let (_, big_indexed, _) = find("2G", "indexed")?;
+    Ok([
+        format!("128 MiB blocks, `memory_block_lookup=linear`: {n_bad} blocks created in {}", bad.text),
+        format!(
+            "128 MiB, `indexed`: {n_indexed} blocks in {}; 2 GiB blocks (the report's fix), `linear`: {n_big} blocks in {}; 2 GiB, `indexed`: {}",
+            indexed.text, big.text, big_indexed.text
+        ),
+        format!(
+            "{} (index), {} (2 GiB blocks)",
+            times(bad.mean_ns, indexed.mean_ns),
+            times(bad.mean_ns, big.mean_ns)
+        ),
+        format!(
+            "boots: {} one node, `memmap=ondemand` ({}); the summary's `memory_block_ns`. memboot has no sysfs: the report's cost was directories and node links per block; memboot's is Linux's search before 4fb6eabf1037",
+            run.sizes.join(" "),
+            rounds(run)
+        ),
+    ])
+}
+
+fn rounds(run: &Run) -> String {
+    match run.rounds {
+        1 => "1 round".into(),
+        n => format!("{n} rounds, ABBA"),
+    }
+}
+
+/// The prefix of the sparse bench's result line.
+pub const SPARSE_PREFIX: &str = "memboot-seeds-sparse: ";
+
+/// Seed 3 from the sparse bench's log.
+fn sparse_row(text: &str) -> Result<[String; 4], String> {
+    let json = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(SPARSE_PREFIX))
+        .ok_or("no memboot-seeds-sparse line")?;
+    let v: Value = serde_json::from_str(json).map_err(|e| format!("sparse line: {e}"))?;
+    let ns = |k: &str| -> Result<Vec<u64>, String> {
+        v[k].as_array()
+            .ok_or(format!("sparse line: no {k}"))?
+            .iter()
+            .map(|x| x.as_u64().ok_or(format!("sparse line: {k}")))
+            .collect()
+    };
+    let median = |mut xs: Vec<u64>| -> Result<u64, String> {
+        xs.sort_unstable();
+        xs.get(xs.len() / 2).copied().ok_or("no timings".into())
+    };
+    let (perpfn, regions) = (median(ns("perpfn_ns")?)?, median(ns("regions_ns")?)?);
+    let n = v["reps"].as_u64().unwrap_or(0);
+    let gib = |k: &str| v[k].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+    Ok([
+        format!("`perpfn` (a binary search per PFN of the span): {} ms", ms(perpfn as f64)),
+        format!("`regions` (the memblock region walk): {} ms", ms(regions as f64)),
+        times(perpfn as f64, regions as f64),
+        format!(
+            "host bench, not a boot: `init_memmap` of the memmap library (what the kernel's `memmap=perpfn` / `regions` run) on a synthetic map of {} regions, {:.1} GiB of memory over a {:.1} GiB span, 2 nodes; median of {n}",
+            v["regions"], gib("memory_bytes"), gib("span_bytes")
+        ),
+    ])
+}
+
+/// The seeds table of the run in `dir`, with a line per sub-run saying how
+/// it was run (its bench heading).
+pub fn table(dir: &Path) -> Result<String, String> {
+    let mut out = String::from("| # |");
+    for c in COLUMNS {
+        let _ = write!(out, " {c} |");
+    }
+    out += "\n|---|";
+    out += &"---|".repeat(COLUMNS.len());
+    out.push('\n');
+    let mut headings = Vec::new();
+    for (i, seed) in SEEDS.iter().enumerate() {
+        let sub = dir.join(seed.dir);
+        let cells = if seed.dir == "arm64-sparse" {
+            let path = sub.join("sparse.log");
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            sparse_row(&text)
+        } else {
+            let run = Run::read(&sub)?;
+            headings.push(format!("{}: {}", seed.dir, run.heading));
+            match seed.dir {
+                "vmware-5.8" => vmware_row(&run),
+                "power-16-nodes" => power_row(&run),
+                _ => blocks_row(&run),
+            }
+        }
+        .map_err(|e| format!("{}: {e}", sub.display()))?;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            i + 1,
+            seed.problem,
+            seed.reported,
+            cells.join(" | ")
+        );
+    }
+    for h in headings {
+        let _ = write!(out, "\n{h}\n");
+    }
+    Ok(out)
+}
+
+/// The sparse map: `regions` regions of 2 MiB, 1 MiB and a page apart
+/// (so no gap is pageblock aligned), from 1 GiB, over two nodes.
+pub fn sparse_map(regions: u64) -> (Vec<FirmwareEntry>, Vec<NodeAffinity>) {
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    let stride = 3 * MIB + 4096;
+    let map = (0..regions)
+        .map(|i| FirmwareEntry::new(GIB + i * stride, 2 * MIB, RegionKind::Usable))
+        .collect();
+    let half = GIB + regions / 2 * stride;
+    let end = GIB + regions * stride;
+    let affinity = vec![
+        NodeAffinity::new(0, half, 0),
+        NodeAffinity::new(half, end - half, 1),
+    ];
+    (map, affinity)
+}
+
+/// The host bench of seed 3: `init_memmap` with `PerPfn` and with
+/// `Regions` on [`sparse_map`], alternating, `reps` times each after one
+/// warm-up of each; the result as a JSON value (times in ns).
+pub fn sparse_bench(regions: u64, reps: u32) -> Result<Value, String> {
+    let (map, affinity) = sparse_map(regions);
+    let (mut mb, mut report) =
+        Memblock::from_firmware(&map, MemblockConfig::default()).map_err(|e| format!("{e:?}"))?;
+    mb.apply_affinity(affinity.iter().copied(), &mut report)
+        .map_err(|e| format!("{e:?}"))?;
+    let layout = ZoneLayout::new(&mb);
+    let pageblocks = PageblockMaps::new(&layout);
+    let mut memmap = Memmap::new(VecBacking::<StructPage>::new(sections_to_back(&layout)));
+    let mut run = |s: Strategy| -> Result<u64, String> {
+        let start = Instant::now();
+        let out =
+            init_memmap(s, &mut memmap, &mb, &layout, &pageblocks).map_err(|e| format!("{e:?}"))?;
+        black_box(out.stats.eager_pages);
+        Ok(start.elapsed().as_nanos() as u64)
+    };
+    run(Strategy::PerPfn)?;
+    run(Strategy::Regions)?;
+    let (mut perpfn, mut by_region) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        perpfn.push(run(Strategy::PerPfn)?);
+        by_region.push(run(Strategy::Regions)?);
+    }
+    let (min, max) = (mb.min_pfn().unwrap_or(0), mb.max_pfn().unwrap_or(0));
+    Ok(json!({
+        "regions": mb.memory().regions().len(),
+        "memory_bytes": mb.memory().total_pages() << 12,
+        "span_bytes": (max - min) << 12,
+        "reps": reps,
+        "perpfn_ns": perpfn,
+        "regions_ns": by_region,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sparse_map_has_its_holes() {
+        // Counted from the map's definition, not from memblock.
+        let (map, affinity) = sparse_map(8);
+        assert_eq!(map.len(), 8);
+        let (mb, _) = Memblock::from_firmware(&map, MemblockConfig::default()).unwrap();
+        assert_eq!(mb.memory().regions().len(), 8, "no two regions merge");
+        assert_eq!(mb.memory().total_pages(), 8 * 512);
+        assert_eq!(
+            affinity[0].len_bytes + affinity[1].len_bytes,
+            (1 << 30) + 8 * (3 * (1 << 20) + 4096)
+        );
+    }
+
+    #[test]
+    fn a_cell_shows_every_round_and_the_mean() {
+        let c = Cell::of(&[1_000_000, 3_000_000]);
+        assert_eq!(c.text, "1.0 / 3.0 → 2.0 ms");
+        assert_eq!(Cell::of(&[2_500_000]).text, "2.5 ms");
+        assert_eq!(times(6.0, 2.0), "3.0×");
+        assert_eq!(times(6.0, 0.0), "–");
+    }
+
+    #[test]
+    fn the_sparse_row_takes_the_medians() {
+        let line = format!(
+            "x\n{SPARSE_PREFIX}{}\n",
+            json!({"regions": 4, "memory_bytes": 1u64 << 31, "span_bytes": 3u64 << 30, "reps": 3,
+                   "perpfn_ns": [9_000_000, 3_000_000, 6_000_000], "regions_ns": [1_000_000, 2_000_000, 7_000_000]})
+        );
+        let row = sparse_row(&line).unwrap();
+        assert!(row[0].ends_with(": 6.0 ms"), "{}", row[0]);
+        assert!(row[1].ends_with(": 2.0 ms"), "{}", row[1]);
+        assert_eq!(row[2], "3.0×");
+        assert!(
+            row[3].contains("4 regions, 2.0 GiB of memory over a 3.0 GiB span"),
+            "{}",
+            row[3]
+        );
+        assert!(sparse_row("no line").is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! The committed seeds table (`tests/bench.sh --seeds --svg
+//! tests/bench-results/seeds`) against the logs it was made from, and each
+//! of its bench runs' tables against theirs.
+
+use memboot_tests::bench::{self, Plan};
+use memboot_tests::repo_root;
+use memboot_tests::seeds::{self, Run, SEEDS};
+
+#[test]
+fn the_committed_seeds_table_is_rebuilt_from_its_logs() {
+    let dir = repo_root().join("tests/bench-results/seeds");
+    let rebuilt = seeds::table(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let committed = std::fs::read_to_string(dir.join("seeds.md")).unwrap();
+    assert_eq!(
+        committed, rebuilt,
+        "seeds.md is not the table its logs make"
+    );
+    // A row per seed, each naming its report.
+    for (i, seed) in SEEDS.iter().enumerate() {
+        let row = format!("| {} | {} | {} |", i + 1, seed.problem, seed.reported);
+        assert!(committed.contains(&row), "{row}");
+        assert!(seed.reported.contains("report)"), "{}", seed.reported);
+    }
+}
+
+#[test]
+fn every_seed_bench_run_is_rebuilt_from_its_logs() {
+    let dir = repo_root().join("tests/bench-results/seeds");
+    let mut checked = 0;
+    for seed in SEEDS {
+        let sub = dir.join(seed.dir);
+        if !sub.join("logs/report").exists() {
+            continue; // the host bench
+        }
+        let run = Run::read(&sub).unwrap_or_else(|e| panic!("{e}"));
+        let plan = Plan {
+            sizes: &run.sizes,
+            entries: &run.entries,
+            rounds: run.rounds,
+        };
+        let rebuilt = bench::table(&run.results, &plan, &run.heading);
+        let committed = std::fs::read_to_string(sub.join("bench.md")).unwrap();
+        assert!(
+            committed.starts_with(&rebuilt),
+            "{}/bench.md is not the table its logs make",
+            sub.display()
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 3, "three seeds are boots");
+}

@@ -14,7 +14,8 @@
 # an idle spell, or after a small guest, pays seconds more). So the run starts
 # with one warm-up boot (memmap=touch at the largest size where it fits), and
 # another warm-up (touch at that size) goes before any boot that writes every
-# struct page when the boot before it wrote fewer; warm-ups are shown, not
+# struct page when the boot before it wrote less host memory (a smaller
+# size, plain ondemand, or struct_page=32's half); warm-ups are shown, not
 # counted. Every size runs N rounds (default 2) in ABBA order: the entries in order, then
 # reversed, and so on. The table shows every round, the means, and the
 # ratios of means to Linux and to memmap=touch; compare rows of one run only.
@@ -113,7 +114,8 @@ fits() {
     mapfile -t args < <(boot_args "$2")
     if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
             >/dev/null 2>"$out/fit.err"; then
-        grep -q '^run-qemu.sh: struct pages: every one written' "$out/fit.err" && touch "$out/$1-$2.writes-all"
+        sed -n 's/^run-qemu.sh: struct pages: every one written (\([0-9]*\) MiB of host memory)$/\1/p' \
+            "$out/fit.err" | grep . >"$out/$1-$2.writes-all" || rm -f "$out/$1-$2.writes-all"
         return 0
     fi
     sed 's/^run-qemu.sh: //' "$out/fit.err" >"$out/$1-$2.skip"
@@ -121,17 +123,19 @@ fits() {
 }
 
 # writes_all SIZE ENTRY: does the boot write every struct page, so that it
-# leaves RAM/64 of host memory freshly backed? run-qemu.sh's --dry-run says
-# (fits recorded it).
+# leaves all of them freshly backed in host memory? run-qemu.sh's --dry-run
+# says, with how many MiB that is (fits recorded it): written_mib prints them.
 writes_all() { [ -e "$out/$1-$2.writes-all" ]; }
+written_mib() { cat "$out/$1-$2.writes-all"; }
 
 # Warm-ups, not counted. This host is itself a VM with free page reporting:
 # memory a guest freed goes back to the outer hypervisor within a minute or
 # two, and the next guest that writes its struct pages pays to get it back
 # (measured at 1T: memmap=deferred 25 s after 150 s idle, 12 s right after
 # another 1T boot). So a counted boot that writes every struct page runs
-# right after one that wrote at least as many: after the warm-up below, and
-# after another warm-up where a smaller or a plain ondemand boot came first.
+# right after one that wrote at least as much host memory (hot_mib): after
+# the warm-up below, and after another warm-up where a smaller, a plain
+# ondemand or a struct_page=32 boot came first.
 warm_n=0 hot_mib=0
 # warm_up SIZE ENTRY BEFORE: one uncounted boot; BEFORE names the next counted one.
 warm_up() {
@@ -158,7 +162,10 @@ rm -f "$out"/*.skip
 order_log=()
 first_warm_up=$warm_entry
 for size in $sizes; do
-    size_mib=$("$tools/memboot-bench" mib "$size")
+    # This size's warm-up: touch, or where touch does not fit the host
+    # (e.g. 2T with 64-byte struct pages), the entry about to boot itself.
+    warm_touch=touch
+    fits "$size" touch || { warm_touch=""; rm -f "$out/$size-touch.skip"; }
     booted=()
     for e in $entries; do fits "$size" "$e" && booted+=("$e") || say "-m $size $e: $(cat "$out/$size-$e.skip")"; done
     for ((round = 1; round <= rounds; round++)); do
@@ -168,15 +175,16 @@ for size in $sizes; do
             if [ -n "$first_warm_up" ]; then
                 warm_up "$warm_size" "$warm_entry" "$size/$e/$round"
                 first_warm_up=""
-                writes_all "$warm_size" "$warm_entry" && hot_mib=$("$tools/memboot-bench" mib "$warm_size")
+                writes_all "$warm_size" "$warm_entry" && hot_mib=$(written_mib "$warm_size" "$warm_entry")
             fi
-            if writes_all "$size" "$e" && (( hot_mib < size_mib )); then
-                warm_up "$size" touch "$size/$e/$round"
+            if writes_all "$size" "$e" && (( hot_mib < $(written_mib "$size" "$e") )); then
+                warm_up "$size" "${warm_touch:-$e}" "$size/$e/$round"
+                hot_mib=$(written_mib "$size" "${warm_touch:-$e}")
             fi
             say "round $round: -m $size --smp $smp --nodes $nodes $e"
             boot "$size" "$e" "$out/$size-$e-$round.log"
             order_log+=("$size/$e/$round")
-            if writes_all "$size" "$e"; then hot_mib=$size_mib; else hot_mib=0; fi
+            if writes_all "$size" "$e"; then hot_mib=$(written_mib "$size" "$e"); else hot_mib=0; fi
         done
     done
 done

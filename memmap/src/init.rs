@@ -692,7 +692,7 @@ mod tests {
             mb.memory().total_pages()
         );
         // The floor's one store per page leaves the pfn in `flags`
-        // (`StructPage::touched`); holes of backed sections stay zero.
+        // (`PageLayout::touched`); holes of backed sections stay zero.
         for (start, end) in TWO_NODE_PRESENT {
             for pfn in start..end {
                 assert_eq!(mm.page(pfn).unwrap().flags(), pfn, "present pfn {pfn:#x}");

@@ -31,7 +31,7 @@
 //! # `__init_single_page` (`mm/page_alloc.c`)
 //! `mm_zero_struct_page`, `set_page_links(zone, nid, pfn)`, `_refcount = 1`,
 //! `_mapcount = -1`, and `INIT_LIST_HEAD(&lru)` (both links point at the
-//! page's own `lru` field). [`StructPage::init_single_page`] does exactly that.
+//! page's own `lru` field). [`PageLayout::init_single_page`] does exactly that.
 
 use core::fmt;
 

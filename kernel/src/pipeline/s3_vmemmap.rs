@@ -137,7 +137,7 @@ impl fmt::Display for VmemmapError {
         match self {
             VmemmapError::OutOfMemory { what, err } => write!(
                 f,
-                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node"
+                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node (1/128 with struct_page=32)"
             ),
             VmemmapError::Map(e) => write!(f, "vmemmap: {e}"),
         }

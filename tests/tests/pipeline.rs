@@ -292,8 +292,8 @@ fn boot_32_byte(size: &str, extra: &[&str], opts: &[&str]) -> Boot {
 }
 
 #[test]
-fn deferred_64g_two_nodes_with_32_byte_struct_pages() {
-    let b = boot_32_byte("64G", &["--nodes", "2"], &[]);
+fn deferred_16g_two_nodes_with_32_byte_struct_pages() {
+    let b = boot_32_byte("16G", &["--nodes", "2"], &[]);
     assert_verified(&b, "deferred", 2);
     assert_deferred_lines(&b, 2);
 }
@@ -311,11 +311,11 @@ fn deferred_uneven_nodes_share_huge_pages_with_32_byte_struct_pages() {
 #[test]
 fn regions_perpfn_and_touch_with_32_byte_struct_pages() {
     for mode in ["regions", "perpfn"] {
-        let b = boot_32_byte("4G", &[], &[&format!("memmap={mode}")]);
+        let b = boot_32_byte("2G", &[], &[&format!("memmap={mode}")]);
         assert_verified(&b, mode, 1);
         assert_eq!(b.summary_u64("deferred_pages"), 0);
     }
-    let b = boot_32_byte("4G", &[], &["memmap=touch"]);
+    let b = boot_32_byte("2G", &[], &["memmap=touch"]);
     assert_eq!(b.summary_str("strategy"), "touch");
     b.assert_summary_matches(&b.model());
 }

@@ -158,6 +158,20 @@ pub struct MemoryBlocks {
 
 const NO_BLOCK: u32 = u32::MAX;
 
+impl MemoryBlock {
+    /// Block `id` of `size`, registered for its first present section
+    /// (no node linked yet).
+    fn first_section(id: u64, size: MemoryBlockSize) -> Self {
+        let start = section_nr_to_pfn(id * size.sections_per_block());
+        MemoryBlock {
+            id,
+            pfns: PfnRange::new(start, start + size.nr_pages()),
+            nr_present_sections: 1,
+            nids: NodeMask::default(),
+        }
+    }
+}
+
 /// How the registry finds each present section's block while it registers
 /// the blocks and links them to their nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -221,13 +235,7 @@ impl MemoryBlocks {
             match find_linear(&mut blocks, id) {
                 Some(b) => b.nr_present_sections += 1,
                 None => {
-                    let start = section_nr_to_pfn(id * per_block);
-                    blocks.push(MemoryBlock {
-                        id,
-                        pfns: PfnRange::new(start, start + size.nr_pages()),
-                        nr_present_sections: 1,
-                        nids: NodeMask::default(),
-                    });
+                    blocks.push(MemoryBlock::first_section(id, size));
                 }
             }
         }
@@ -252,13 +260,7 @@ impl MemoryBlocks {
             match blocks.last_mut() {
                 Some(b) if b.id == id => b.nr_present_sections += 1,
                 _ => {
-                    let start = section_nr_to_pfn(id * per_block);
-                    blocks.push(MemoryBlock {
-                        id,
-                        pfns: PfnRange::new(start, start + size.nr_pages()),
-                        nr_present_sections: 1,
-                        nids: NodeMask::default(),
-                    });
+                    blocks.push(MemoryBlock::first_section(id, size));
                 }
             }
         }

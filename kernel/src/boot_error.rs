@@ -8,6 +8,7 @@ use core::fmt;
 
 use crate::acpi::AcpiError;
 use crate::pipeline::error::PipelineError;
+use crate::pvh::PvhError;
 
 /// Why AP bring-up failed as a whole. An AP that never answers is not an
 /// error: it is reported and left out, and the boot goes on with fewer CPUs.
@@ -101,11 +102,8 @@ pub enum BootError {
     BadOption(String),
     /// The bootloader found no RSDP.
     NoAcpi,
-    /// The kernel's ELF file, which the bootloader leaves in memory, could
-    /// not be read (its sizes go into Linux's `Memory:` line).
-    KernelImage {
-        len: u64,
-    },
+    /// The PVH entry could not set the machine up.
+    Pvh(PvhError),
     BadAcpi(AcpiError),
     Smp(SmpError),
     Pipeline(PipelineError),
@@ -119,7 +117,7 @@ impl BootError {
             BootError::NoMemory { .. } => "no_memory",
             BootError::CmdlineUnreadable(_) | BootError::BadOption(_) => "bad_option",
             BootError::NoAcpi => "no_acpi",
-            BootError::KernelImage { .. } => "kernel_image",
+            BootError::Pvh(_) => "pvh",
             BootError::BadAcpi(_) => "bad_acpi",
             BootError::Smp(_) => "smp",
             BootError::Pipeline(e) => e.status(),
@@ -130,10 +128,7 @@ impl BootError {
 impl fmt::Display for BootError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BootError::KernelImage { len } => write!(
-                f,
-                "the kernel image the bootloader left in memory ({len} bytes) is not a readable 64-bit ELF; rebuild the image with run-qemu.sh"
-            ),
+            BootError::Pvh(e) => write!(f, "{e}"),
             BootError::NoPhysMap => write!(
                 f,
                 "bootloader did not map physical memory (BOOTLOADER_CONFIG asks for it); rebuild the image with run-qemu.sh"
@@ -188,6 +183,7 @@ mod tests {
             (BootError::NoPhysMap, "no_phys_map"),
             (BootError::BadOption("x".into()), "bad_option"),
             (BootError::NoAcpi, "no_acpi"),
+            (BootError::Pvh(PvhError::No1GiBPages), "pvh"),
             (BootError::Smp(SmpError::NoTrampolinePages), "smp"),
             (verify, "verify"),
         ] {

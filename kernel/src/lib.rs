@@ -17,5 +17,6 @@ pub mod logbuf;
 pub mod node_ram;
 pub mod options;
 pub mod pipeline;
+pub mod pvh;
 pub mod report;
 pub mod tsc_freq;

@@ -149,6 +149,11 @@ pub struct BootFacts {
     /// The kernel heap's size and its peak use.
     pub heap_bytes: u64,
     pub heap_peak_bytes: u64,
+    /// How the kernel was entered: `pvh`, `bios` or `uefi`.
+    pub entry: &'static str,
+    /// The TSC at kernel entry as time: the VM's reset to kernel entry
+    /// (firmware and entry path), 0 before the TSC rate is known.
+    pub reset_to_entry_ns: u64,
 }
 
 /// The `memboot-summary:` object. Keys are a contract: add, never rename
@@ -231,6 +236,8 @@ pub fn write_summary<W: Write>(
     o.u64("hole_pages_on_first_use", mm.hole_pages_on_first_use)?;
     o.u64("struct_page_bytes", mm.struct_page_bytes)?;
     o.str("memory_block_lookup", mm.memory_block_lookup)?;
+    o.str("entry", boot.entry)?;
+    o.u64("reset_to_entry_ns", boot.reset_to_entry_ns)?;
     o.end()
 }
 
@@ -357,7 +364,7 @@ mod tests {
     /// Every key the summary has ever had, in order: the contract. Written
     /// out here, independently of `write_summary`, so that dropping or
     /// renaming a key fails this test.
-    const CONTRACT_KEYS: [&str; 58] = [
+    const CONTRACT_KEYS: [&str; 60] = [
         "mem_bytes",
         "nodes",
         "cpus",
@@ -416,6 +423,8 @@ mod tests {
         "hole_pages_on_first_use",
         "struct_page_bytes",
         "memory_block_lookup",
+        "entry",
+        "reset_to_entry_ns",
     ];
 
     #[test]
@@ -536,6 +545,8 @@ mod tests {
             tsc_khz: 2_445_237,
             heap_bytes: 56 << 20,
             heap_peak_bytes: 3 << 20,
+            entry: "pvh",
+            reset_to_entry_ns: 44_000_000,
         }
     }
 
@@ -680,6 +691,8 @@ mod tests {
             tsc_khz: u64::MAX,
             heap_bytes: u64::MAX,
             heap_peak_bytes: u64::MAX,
+            entry: "uefi",
+            reset_to_entry_ns: u64::MAX,
         };
         let mut line = String::new();
         write_summary_line(

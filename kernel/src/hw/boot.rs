@@ -1,6 +1,9 @@
-//! The boot flow proper (see `main.rs` for the order and why). Everything
-//! that can end the boot early is a [`BootError`]; [`kernel_main`] is the one
-//! place that turns it into the summary's `status` and the exit code.
+//! The boot flow proper (see `main.rs` for the order and why), the same
+//! whichever way the kernel was entered: the bootloader's entry
+//! ([`bootloader_main`]) and the PVH entry (`hw::pvh`) each turn what they
+//! were given into a [`Handoff`] and call [`start`]. Everything that can
+//! end the boot early is a [`BootError`]; [`start`] is the one place that
+//! turns it into the summary's `status` and the exit code.
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -8,7 +11,7 @@ use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use bootloader_api::config::{BootloaderConfig, Mapping};
-use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use bootloader_api::BootInfo;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
@@ -19,6 +22,7 @@ use memboot_kernel::options::{self, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
+use memboot_kernel::report::Timestamp;
 use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_FAILED_STATUS};
 use memmap::firmware::FirmwareEntry;
 
@@ -36,7 +40,105 @@ pub static BOOTLOADER_CONFIG: BootloaderConfig = {
     config
 };
 
-bootloader_api::entry_point!(kernel_main, config = &BOOTLOADER_CONFIG);
+bootloader_api::entry_point!(bootloader_main, config = &BOOTLOADER_CONFIG);
+
+/// Which way the kernel was entered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// QEMU's `-kernel` through the PVH note (`hw::pvh`).
+    Pvh,
+    /// rust-osdev/bootloader from the BIOS disk image.
+    Bios,
+    /// rust-osdev/bootloader from the UEFI disk image.
+    Uefi,
+}
+
+impl Entry {
+    /// The summary's `entry` value.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Entry::Pvh => "pvh",
+            Entry::Bios => "bios",
+            Entry::Uefi => "uefi",
+        }
+    }
+
+    const fn describe(self) -> &'static str {
+        match self {
+            Entry::Pvh => "PVH",
+            Entry::Bios => "BIOS bootloader",
+            Entry::Uefi => "UEFI bootloader",
+        }
+    }
+}
+
+/// What the boot needs from whatever started the kernel, the same for
+/// every entry.
+#[derive(Clone, Copy)]
+pub struct Handoff {
+    pub entry: Entry,
+    /// All physical memory is mapped at this offset.
+    pub phys_offset: u64,
+    /// The firmware's map, sorted by start, with what the entry path
+    /// occupies (image, page tables, stack, boot info) as `Bootloader`
+    /// regions.
+    pub regions: &'static [MemoryRegion],
+    pub rsdp: Option<u64>,
+}
+
+static HANDOFF: spin::Once<Handoff> = spin::Once::new();
+
+/// Keep the handoff for the rest of the boot (the PVH entry keeps it
+/// across its switch to the final stack).
+pub fn keep_handoff(handoff: Handoff) -> &'static Handoff {
+    HANDOFF.call_once(|| handoff)
+}
+
+/// The handoff kept by [`keep_handoff`].
+pub fn handoff() -> &'static Handoff {
+    HANDOFF
+        .get()
+        .expect("the entry path keeps its handoff before the boot starts")
+}
+
+/// The first line of the boot, written to the serial port at once (every
+/// later line waits in the log ring until another CPU writes it out): its
+/// first byte is when the kernel started, for the host (run-qemu.sh's
+/// entry latency). Stamped 0: it is logged at entry.
+pub fn entry_line(entry: Entry) {
+    serial::write_now(format_args!(
+        "{} memboot {} booting (entry: {})",
+        Timestamp(0),
+        env!("CARGO_PKG_VERSION"),
+        entry.describe()
+    ));
+}
+
+/// From rust-osdev/bootloader, in long mode on its page tables and stack.
+fn bootloader_main(boot_info: &'static mut BootInfo) -> ! {
+    tsc::mark_entry();
+    serial::init();
+    let uefi = boot_info
+        .memory_regions
+        .iter()
+        .any(|r| matches!(r.kind, MemoryRegionKind::UnknownUefi(_)));
+    let entry = if uefi { Entry::Uefi } else { Entry::Bios };
+    entry_line(entry);
+    interrupts::init();
+    let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
+        fail_early(&BootError::NoPhysMap, BootError::NoPhysMap.status())
+    };
+    boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
+    // Read-only from here on, for the rest of the boot (the held-back
+    // report prints the map late).
+    let boot_info: &'static BootInfo = boot_info;
+    start(keep_handoff(Handoff {
+        entry,
+        phys_offset,
+        regions: &boot_info.memory_regions,
+        rsdp: boot_info.rsdp_addr.into_option(),
+    }))
+}
 
 #[global_allocator]
 static HEAP: KernelHeap = KernelHeap::empty();
@@ -49,12 +151,14 @@ struct BootFactsCell {
     mem_bytes: AtomicU64,
     nodes: AtomicU64,
     cpus: AtomicU64,
+    reset_to_entry_ns: AtomicU64,
 }
 
 static BOOT_FACTS: BootFactsCell = BootFactsCell {
     mem_bytes: AtomicU64::new(0),
     nodes: AtomicU64::new(0),
     cpus: AtomicU64::new(0),
+    reset_to_entry_ns: AtomicU64::new(0),
 };
 
 /// What the memory-init pipeline measured.
@@ -89,6 +193,8 @@ fn finish(status: &'static str, code: ExitCode) -> ! {
         tsc_khz: tsc::khz(),
         heap_bytes: HEAP.size_bytes(),
         heap_peak_bytes: HEAP.peak_bytes(),
+        entry: HANDOFF.get().map_or("", |h| h.entry.key()),
+        reset_to_entry_ns: BOOT_FACTS.reset_to_entry_ns.load(Ordering::Relaxed),
     };
     let total_ns = tsc::ns_since_entry();
     if attempt == 1 {
@@ -184,7 +290,7 @@ fn panic(info: &PanicInfo) -> ! {
 /// The firmware's map, kept for the held-back report (`hw::held_report`),
 /// with its usable RAM, which the summary reports; returned as the
 /// pipeline's entries.
-fn keep_memory_map(regions: &'static MemoryRegions) -> Vec<FirmwareEntry> {
+fn keep_memory_map(regions: &'static [MemoryRegion]) -> Vec<FirmwareEntry> {
     let mem_bytes = bootmap::ram_bytes(regions);
     held_report::keep_memory_map(regions, mem_bytes);
     BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
@@ -194,7 +300,7 @@ fn keep_memory_map(regions: &'static MemoryRegions) -> Vec<FirmwareEntry> {
 /// Carve the heap out of usable RAM (`bootmap::heap_place`: right after
 /// the bootloader where it fits), sized for the map (without the per-CPU
 /// part: see [`grow_heap_for_cpus`]).
-fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservation, BootError> {
+fn init_heap(regions: &[MemoryRegion], phys_offset: u64) -> Result<EarlyReservation, BootError> {
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let wanted = bootmap::heap_bytes(max_end, 0);
     let Some((start, room)) = bootmap::heap_place(regions, wanted, HEAP_MIN_BYTES) else {
@@ -206,7 +312,7 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservati
     };
     let bytes = wanted.min(room);
     // SAFETY: [start, start+bytes) is usable RAM that nothing else uses (the
-    // bootloader hands it over free) and the physical-memory mapping at
+    // entry path hands it over free) and the physical-memory mapping at
     // `phys_offset` makes it accessible; init happens once, before any allocation.
     unsafe { HEAP.init((phys_offset + start) as *mut u8, bytes as usize) };
     Ok(EarlyReservation {
@@ -218,7 +324,7 @@ fn init_heap(regions: &MemoryRegions, phys_offset: u64) -> Result<EarlyReservati
 
 /// Add the per-CPU part of the heap (AP stacks) once ACPI has said how many
 /// CPUs there are, if the region the heap lives in has room.
-fn grow_heap_for_cpus(regions: &MemoryRegions, heap: &mut EarlyReservation, nr_cpus: usize) {
+fn grow_heap_for_cpus(regions: &[MemoryRegion], heap: &mut EarlyReservation, nr_cpus: usize) {
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let wanted = bootmap::heap_bytes(max_end, nr_cpus);
     let top = heap.base + heap.size;
@@ -281,7 +387,7 @@ fn trigger_test_fault(fault: TestFault) {
     }
 }
 
-/// Physical memory through the bootloader's offset mapping, which covers
+/// Physical memory through the entry path's offset mapping, which covers
 /// `[0, limit)`: everything its memory map lists, so also the BIOS area and
 /// the ACPI regions where the RSDP and tables live.
 struct OffsetMapped {
@@ -297,7 +403,7 @@ impl acpi::PhysMemory for OffsetMapped {
         if end > self.limit {
             return Err(unreadable);
         }
-        // SAFETY: [phys, end) lies below `limit`, inside the bootloader's
+        // SAFETY: [phys, end) lies below `limit`, inside the entry path's
         // physical-memory mapping at `phys_offset`; the copy only reads.
         unsafe {
             core::ptr::copy_nonoverlapping(
@@ -315,7 +421,7 @@ impl acpi::PhysMemory for OffsetMapped {
 fn read_acpi(
     rsdp: Option<u64>,
     phys_offset: u64,
-    regions: &MemoryRegions,
+    regions: &[MemoryRegion],
     map: &[FirmwareEntry],
 ) -> Result<&'static acpi::AcpiInfo, BootError> {
     let rsdp = rsdp.ok_or(BootError::NoAcpi)?;
@@ -331,17 +437,23 @@ fn read_acpi(
     Ok(info)
 }
 
-fn kernel_main(boot_info: &'static mut BootInfo) -> ! {
-    tsc::mark_entry();
-    serial::init();
-    interrupts::init();
-    match boot(boot_info) {
+/// The boot, once the entry path has its stamp, the serial port, the
+/// exception handlers and the handoff.
+pub fn start(handoff: &'static Handoff) -> ! {
+    match boot(handoff) {
         Ok(()) => {
             kprintln!("boot complete");
             finish("ok", ExitCode::Success)
         }
         Err(e) => fail_with(e),
     }
+}
+
+/// Fail the boot before it has a heap (the entry paths' own checks): the
+/// message through the emergency path, which allocates nothing.
+pub fn fail_early(e: &dyn core::fmt::Display, status: &'static str) -> ! {
+    serial::emergency_log(format_args!("{e}"));
+    fail(status)
 }
 
 /// Fail the boot with `e`: its message, then the summary with its status.
@@ -368,20 +480,32 @@ fn print_tsc(tsc: &tsc::Calibration) {
     }
 }
 
+/// When the kernel was entered, by the VM's clock: the TSC counts from the
+/// VM's reset (QEMU starts it at 0), so its value at entry is the time the
+/// firmware and the entry path took.
+fn print_entry(entry: Entry) {
+    let ns = tsc::cycles_to_ns(tsc::entry_tsc());
+    BOOT_FACTS.reset_to_entry_ns.store(ns, Ordering::Relaxed);
+    kprintln!(
+        "memboot: entered through {} {}.{:03} ms after the VM's reset (TSC {} at entry)",
+        entry.describe(),
+        ns / 1_000_000,
+        ns / 1000 % 1000,
+        tsc::entry_tsc()
+    );
+}
+
 /// The boot after the console and exception handlers are up.
-fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
+fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     // The command line first, silently: it may state the TSC frequency, and
     // every stamp before the frequency is known would read 0. Reading it
     // needs the heap, which the memory map gives.
-    let phys_offset = boot_info
-        .physical_memory_offset
-        .into_option()
-        .ok_or(BootError::NoPhysMap)?;
-    boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
-    // Read-only from here on, for the rest of the boot (the held-back
-    // report prints the map late).
-    let boot_info: &'static BootInfo = boot_info;
-    let regions = &boot_info.memory_regions;
+    let Handoff {
+        entry,
+        phys_offset,
+        regions,
+        rsdp,
+    } = *handoff;
     let heap = init_heap(regions, phys_offset);
     let cmdline = heap
         .as_ref()
@@ -392,8 +516,8 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         _ => None,
     };
     let tsc = tsc::calibrate(given_khz);
-    kprintln!("memboot {} booting", env!("CARGO_PKG_VERSION"));
     print_tsc(&tsc);
+    print_entry(entry);
     let map = keep_memory_map(regions);
     let heap = heap?;
     let cmdline = cmdline.expect("read once the heap was up")?;
@@ -401,12 +525,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     trigger_test_fault(opts.test_fault);
 
-    let acpi_info = read_acpi(
-        boot_info.rsdp_addr.into_option(),
-        phys_offset,
-        regions,
-        &map,
-    )?;
+    let acpi_info = read_acpi(rsdp, phys_offset, regions, &map)?;
     let mut heap = heap;
     grow_heap_for_cpus(regions, &mut heap, acpi_info.cpus.len().max(1));
     kprintln!(
@@ -438,7 +557,7 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
         phys_addr_bits: crate::hw::cpu::phys_addr_bits(),
         under_hypervisor: crate::hw::cpu::under_hypervisor(),
         cmdline,
-        image: kernel_image_sizes(boot_info, phys_offset)?,
+        image: kernel_image_sizes(),
     });
     run_pipeline(&opts, input, phys_offset)?;
     // A boot whose stages ran no jobs still waits for bring-up (which the
@@ -447,20 +566,10 @@ fn boot(boot_info: &'static mut BootInfo) -> Result<(), BootError> {
     Ok(())
 }
 
-/// The loaded kernel's code, data and bss sizes from its ELF file, which the
-/// bootloader leaves in memory (`kernel_addr`, `kernel_len`).
-fn kernel_image_sizes(boot_info: &BootInfo, phys_offset: u64) -> Result<ImageSizes, BootError> {
-    let len = usize::try_from(boot_info.kernel_len).unwrap_or(0);
-    // SAFETY: the bootloader maps all physical memory at `phys_offset` and
-    // keeps the kernel's ELF file at `kernel_addr` for `kernel_len` bytes in
-    // a Bootloader region, which memblock reserves: nothing writes it while
-    // this shared borrow lives.
-    let elf = unsafe {
-        core::slice::from_raw_parts((phys_offset + boot_info.kernel_addr) as *const u8, len)
-    };
-    ImageSizes::from_elf(elf).ok_or(BootError::KernelImage {
-        len: boot_info.kernel_len,
-    })
+/// The kernel image's code, data and bss sizes, from its section bounds.
+fn kernel_image_sizes() -> ImageSizes {
+    let s = crate::hw::pvh::image_sections();
+    ImageSizes::of_sections(&s)
 }
 
 /// The memory-init pipeline on this machine's hardware, from `input`

@@ -24,7 +24,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use alloc::vec::Vec;
-use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{BootloaderLine, E820Line};
@@ -34,13 +34,13 @@ use memmap::firmware::FirmwareEntry;
 use crate::hw::serial;
 
 /// The firmware map, with the usable RAM in it (bytes) as the boot summed it.
-static MEMORY_MAP: spin::Once<(&'static MemoryRegions, u64)> = spin::Once::new();
+static MEMORY_MAP: spin::Once<(&'static [MemoryRegion], u64)> = spin::Once::new();
 static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
-/// Keep the bootloader's memory map for its lines.
-pub fn keep_memory_map(regions: &'static MemoryRegions, mem_bytes: u64) {
+/// Keep the firmware's memory map for its lines.
+pub fn keep_memory_map(regions: &'static [MemoryRegion], mem_bytes: u64) {
     MEMORY_MAP.call_once(|| (regions, mem_bytes));
 }
 
@@ -75,7 +75,7 @@ pub fn print_once() {
 /// The firmware's map as Linux prints it (`BIOS-provided physical RAM map:`
 /// and `BIOS-e820:` lines), memboot's lines for the regions the bootloader
 /// occupies, and the usable RAM the summary reports.
-fn print_memory_map(regions: &MemoryRegions, mem_bytes: u64) {
+fn print_memory_map(regions: &[MemoryRegion], mem_bytes: u64) {
     kprintln!("BIOS-provided physical RAM map:");
     for r in regions.iter() {
         kprintln!("{}", E820Line(r));

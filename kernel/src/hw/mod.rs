@@ -17,6 +17,7 @@ pub mod fw_cfg;
 pub mod heap;
 pub mod held_report;
 pub mod interrupts;
+pub mod pvh;
 pub mod seams;
 pub mod smp;
 pub mod tsc;

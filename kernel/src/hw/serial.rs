@@ -159,6 +159,22 @@ fn stamped_line(producer: &mut Producer<'_, RING_BYTES>, args: fmt::Arguments, r
     w.end_line();
 }
 
+/// Write a line to the UART at once, past the ring: only for the boot's
+/// first line, before anything is logged (so the order stays).
+pub fn write_now(args: fmt::Arguments) {
+    /// The UART as a `fmt::Write`.
+    struct Now<'u>(&'u mut Uart16550<PioBackend>);
+    impl Write for Now<'_> {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0.send_bytes_exact(s.as_bytes());
+            Ok(())
+        }
+    }
+    if let Some(uart) = UART.lock().as_mut() {
+        let _ = write!(Now(uart), "{args}\r\n");
+    }
+}
+
 /// Log a timestamped line. Used through `kprintln!`.
 pub fn log(args: fmt::Arguments) {
     stamped_line(&mut RING.lock_producer(), args, false);

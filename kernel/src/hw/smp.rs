@@ -102,7 +102,7 @@ use core::cell::{RefCell, UnsafeCell};
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use bootloader_api::info::{MemoryRegionKind, MemoryRegions};
+use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_error::SmpError;
 use x86_64::registers::control::Cr3;
@@ -371,7 +371,7 @@ fn wait_for(ms: u64, cond: impl Fn() -> bool) -> bool {
 }
 
 /// Free 4 KiB pages in [0x1000, 0x100000) per the bootloader's map.
-fn low_pages(regions: &MemoryRegions) -> impl Iterator<Item = u64> + '_ {
+fn low_pages(regions: &[MemoryRegion]) -> impl Iterator<Item = u64> + '_ {
     regions
         .iter()
         .filter(|r| r.kind == MemoryRegionKind::Usable)
@@ -547,7 +547,7 @@ fn plan(acpi: &AcpiInfo, bsp_apic_id: u32) -> Vec<&'static PerCpu> {
 pub fn prepare_aps(
     acpi: &AcpiInfo,
     phys_offset: u64,
-    regions: &'static MemoryRegions,
+    regions: &'static [MemoryRegion],
     late_ap: bool,
 ) -> Result<(), SmpError> {
     TRAMPOLINE_PHYS_OFFSET.store(phys_offset, Ordering::Relaxed);
@@ -575,7 +575,7 @@ pub fn prepare_aps(
 struct Pending {
     lapic_addr: u64,
     phys_offset: u64,
-    regions: &'static MemoryRegions,
+    regions: &'static [MemoryRegion],
     /// CPUID's initial APIC id of the boot CPU, which planned the CPUs.
     bsp_apic_id: u32,
     /// The first AP, which starts the others (none with one CPU).
@@ -591,7 +591,7 @@ static PENDING: spin::Once<Pending> = spin::Once::new();
 fn start_aps_now(
     acpi: &AcpiInfo,
     phys_offset: u64,
-    regions: &MemoryRegions,
+    regions: &[MemoryRegion],
 ) -> Result<(), SmpError> {
     let t0 = tsc::rdtsc();
     // SAFETY: CR3's frame is the active PML4, reachable through the
@@ -880,7 +880,7 @@ static TRAMPOLINE_PHYS_OFFSET: AtomicU64 = AtomicU64::new(0);
 
 /// Find two free low pages and install the trampoline in them.
 fn install_trampoline(
-    regions: &MemoryRegions,
+    regions: &[MemoryRegion],
     phys_offset: u64,
     mapper: &mut OffsetPageTable<'_>,
     frames: &mut HeapFrames,

@@ -39,6 +39,11 @@ pub fn mark_entry() {
     ENTRY_TSC.store(rdtsc(), Ordering::Relaxed);
 }
 
+/// The TSC at kernel entry: cycles since the VM's reset.
+pub fn entry_tsc() -> u64 {
+    ENTRY_TSC.load(Ordering::Relaxed)
+}
+
 /// One PIT interval as bounds on its length in TSC cycles: the count starts
 /// between the two TSC reads around the write that arms it, and ends between
 /// the last poll that saw OUT2 low and the first that saw it high.

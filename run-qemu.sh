@@ -2,13 +2,15 @@
 # run-qemu.sh — build what is stale, boot memboot under QEMU, map the result
 # to an exit code. See README.md ("Running", "Exit codes") for the details.
 #
-#   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--uefi]
+#   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--bios|--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
 #                 [--calibrate-tsc] [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
 #                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
 #                 vmlinux with a PVH note, booted through its PVH entry)
+# memboot boots through its PVH entry (QEMU's -kernel) unless --bios or
+# --uefi boots its disk image through rust-osdev/bootloader instead.
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
@@ -28,7 +30,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -37,7 +39,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
-mem=1G smp=2 nodes=1 accel=tcg uefi=0 timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
+mem=1G smp=2 nodes=1 accel=tcg boot_path=pvh timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
 linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
@@ -56,7 +58,10 @@ while [ $# -gt 0 ]; do
         --smp) [ $# -ge 2 ] || die_usage "--smp needs a count"; once "$1" "$2"; smp=$2; shift 2 ;;
         --nodes) [ $# -ge 2 ] || die_usage "--nodes needs a count"; once "$1" "$2"; nodes=$2; shift 2 ;;
         --accel) [ $# -ge 2 ] || die_usage "--accel needs tcg or kvm"; once "$1" "$2"; accel=$2; shift 2 ;;
-        --uefi) once "$1"; uefi=1; shift ;;
+        --bios|--uefi)
+            once "$1"
+            [ "$boot_path" = pvh ] || die_usage "--$boot_path and $1: give one (the PVH entry is the default)"
+            boot_path=${1#--}; shift ;;
         --timeout) [ $# -ge 2 ] || die_usage "--timeout needs seconds"; once "$1" "$2"; timeout_s=$2; shift 2 ;;
         --log) [ $# -ge 2 ] || die_usage "--log needs a file"; once "$1" "$2"; log=$2; shift 2 ;;
         --print-cmd) once "$1"; print_cmd=1; shift ;;
@@ -101,7 +106,7 @@ case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm
 if [ -n "$linux_kernel" ]; then
     [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
     [ -n "$linux_initrd" ] && [ -f "$linux_initrd" ] || die_usage "--linux needs --initrd FILE (an initramfs whose /init powers off)"
-    [ "$uefi" = 0 ] || die_usage "--linux boots through QEMU's -kernel (BIOS); drop --uefi"
+    [ "$boot_path" = pvh ] || die_usage "--linux boots through QEMU's -kernel; drop --$boot_path"
     [ -z "$svg" ] || die_usage "--svg draws memboot's boot timeline; it cannot read a Linux log"
 elif [ -n "$linux_initrd" ]; then
     die_usage "--initrd is for --linux"
@@ -335,38 +340,60 @@ ensure_qemu() {
     command -v qemu-system-x86_64 >/dev/null || apt_install qemu-system-x86
     # GNU time reports QEMU's peak RSS (wait4's ru_maxrss).
     [ -x /usr/bin/time ] || apt_install time
-    if [ "$uefi" = 1 ] && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then apt_install ovmf; fi
+    if [ "$boot_path" = uefi ] && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then apt_install ovmf; fi
 }
 
-# --- build: kernel ELF, image builder, disk images (all incremental) --------
+# --- build: kernel ELF, its stripped copy, host tools, disk images ------------
+# All incremental. The kernel ELF keeps its debug info for symbols and
+# backtraces (tests/first-run-code.sh reads it); what boots is the stripped
+# copy: QEMU's -kernel loads it (PVH), and the disk images carry it, since
+# the BIOS stages read the image through int 13h, about 0.5 MB/s under TCG.
 kernel_elf=$ROOT/target/kernel/x86_64-unknown-none/release/memboot-kernel
 image_tool=$ROOT/target/runner/release/memboot-image
 image_dir=$ROOT/target/images
+boot_elf=$image_dir/memboot-kernel.elf
+tools_dir=$ROOT/target/release
+tap_tool=$tools_dir/memboot-tap
+plot_tool=$tools_dir/memboot-plot
+# build_tools BIN...: the host tools, from the tests crate.
+build_tools() {
+    local bins=() b
+    for b in "$@"; do bins+=(--bin "$b"); done
+    (cd "$ROOT" && RUSTUP_TOOLCHAIN=$toolchain cargo build -q --release -p memboot-tests "${bins[@]}") \
+        || die_setup "host tool build failed ($*)"
+}
 build() {
-    mkdir -p "$ROOT/target"
+    mkdir -p "$image_dir"
     # One build at a time: parallel test boots share these outputs.
     exec 8>"$ROOT/target/.run-qemu-build.lock"
     flock 8
     export RUSTUP_TOOLCHAIN=$toolchain
     # `cargo kbuild` is the alias in .cargo/config.toml (target, profile, target dir).
     (cd "$ROOT" && cargo kbuild -q) || die_setup "kernel build failed"
-    if [ ! -x "$image_tool" ]; then
-        note "building the disk-image tool (bootloader 0.11.15 boot stages; first time takes ~3 min)"
+    if [ ! "$boot_elf" -nt "$kernel_elf" ]; then
+        local objcopy
+        objcopy="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-objcopy"
+        "$objcopy" --strip-debug "$kernel_elf" "$boot_elf.tmp" && mv "$boot_elf.tmp" "$boot_elf" \
+            || die_setup "stripping the kernel ELF failed ($objcopy, from the llvm-tools component)"
     fi
-    # bootloader's build script compiles its stages with -Zbuild-std: allow it
-    # on stable for this build only (as Linux's Rust build does).
-    (cd "$ROOT/runner" && RUSTC_BOOTSTRAP=1 cargo build -q --release --target-dir "$ROOT/target/runner") \
-        || die_setup "disk-image tool build failed"
-    "$image_tool" "$kernel_elf" "$image_dir" || die_setup "disk image creation failed"
+    if [ "$boot_path" != pvh ] || [ "$build_only" = 1 ]; then
+        [ -x "$image_tool" ] \
+            || note "building the disk-image tool (bootloader 0.11.15 boot stages; first time takes ~3 min)"
+        # bootloader's build script compiles its stages with -Zbuild-std:
+        # allow it on stable for this build only (as Linux's Rust build does).
+        (cd "$ROOT/runner" && RUSTC_BOOTSTRAP=1 cargo build -q --release --target-dir "$ROOT/target/runner") \
+            || die_setup "disk-image tool build failed"
+        "$image_tool" "$boot_elf" "$image_dir" || die_setup "disk image creation failed"
+    fi
     # The timeline tool: for --svg, and with --build-only so that later
     # --no-build boots (the tests, the bench) can draw too.
     if [ -n "$svg" ] || [ "$build_only" = 1 ]; then
-        (cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-plot) \
-            || die_setup "timeline tool (memboot-plot) build failed"
+        build_tools memboot-tap memboot-plot
+    else
+        build_tools memboot-tap
     fi
     exec 8>&-
 }
-plot_tool=$ROOT/target/release/memboot-plot
 # draw_timeline: the boot timeline of this boot's serial log (--svg FILE).
 draw_timeline() {
     [ -x "$plot_tool" ] || { note "--svg: $plot_tool is missing (it is built unless --no-build)"; svg_failed=1; return; }
@@ -380,16 +407,21 @@ draw_timeline() {
 
 if [ "$dry_run" = 0 ]; then
     ensure_qemu
-    if [ -n "$linux_kernel" ]; then
-        : # a stock kernel: nothing of memboot's to build
-    elif [ "$no_build" = 1 ]; then
-        [ -f "$image_dir/memboot-bios.img" ] || die_setup "--no-build: no image in $image_dir (run with --build-only first)"
+    if [ "$no_build" = 1 ]; then
+        [ -x "$tap_tool" ] || die_setup "--no-build: no $tap_tool (run with --build-only first)"
+        if [ -z "$linux_kernel" ]; then
+            booted=$boot_elf
+            [ "$boot_path" = pvh ] || booted=$image_dir/memboot-$boot_path.img
+            [ -f "$booted" ] || die_setup "--no-build: no $booted (run with --build-only first)"
+        fi
+    elif [ -n "$linux_kernel" ]; then
+        build_tools memboot-tap # a stock kernel: nothing of memboot's to build
     else
         ensure_rust
         build
     fi
 fi
-[ "$build_only" = 1 ] && { note "built $image_dir/memboot-bios.img and memboot-uefi.img"; exit "$EXIT_OK"; }
+[ "$build_only" = 1 ] && { note "built $boot_elf, $image_dir/memboot-bios.img and memboot-uefi.img"; exit "$EXIT_OK"; }
 
 # --- QEMU command line ----------------------------------------------------------
 # The guest's physical address width. QEMU puts RAM above 4 GiB, moved up to
@@ -409,13 +441,13 @@ phys_bits_for() {
 qemu_machine_args() {
     local smp=$1 accel=$2 node_mib=("${@:3}") mem_mib=0 nodes=$(($# - 2)) machine=pc i first next cpus
     for i in "${node_mib[@]}"; do mem_mib=$((mem_mib + i)); done
-    # The BIOS bootloader sets a VESA mode, so a VGA device must exist (-vga std).
-    # --default-devices keeps QEMU's default devices (NIC, IDE, floppy, …),
-    # as a QEMU started by hand has them: only for comparing with such runs.
+    # --default-devices keeps QEMU's default devices (VGA, NIC, IDE,
+    # floppy, …), as a QEMU started by hand has them: only for comparing
+    # with such runs.
     if [ "$default_devices" = 1 ]; then
         qemu+=(-display none -no-reboot -smp "$smp")
     else
-        qemu+=(-nodefaults -display none -vga std -no-reboot -smp "$smp")
+        qemu+=(-nodefaults -display none -no-reboot -smp "$smp")
     fi
     if [ "$accel" = tcg ]; then
         # split-wx=on: TCG's translation cache is a memfd mapped twice
@@ -458,15 +490,17 @@ qemu_machine_args() {
 # kernel reports through, and the kernel options (fw_cfg).
 memboot_boot_args() {
     qemu+=(-serial stdio -device isa-debug-exit,iobase=0xf4,iosize=0x04)
-    if [ "$uefi" = 1 ]; then
-        cp /usr/share/OVMF/OVMF_VARS_4M.fd "$tmpdir/vars.fd"
-        qemu+=(-drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
-               -drive "if=pflash,format=raw,file=$tmpdir/vars.fd"
-               -drive "format=raw,file=$image_dir/memboot-uefi.img,snapshot=on")
-    else
-        # snapshot=on: the image is opened read-only, so parallel boots share it.
-        qemu+=(-drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on")
-    fi
+    # The disk images' bootloader sets a graphics mode, so they get a VGA
+    # device; snapshot=on opens them read-only, so parallel boots share them.
+    case "$boot_path" in
+        pvh) qemu+=(-kernel "$boot_elf") ;;
+        bios) qemu+=(-vga std -drive "format=raw,file=$image_dir/memboot-bios.img,snapshot=on") ;;
+        uefi)
+            cp /usr/share/OVMF/OVMF_VARS_4M.fd "$tmpdir/vars.fd"
+            qemu+=(-vga std -drive if=pflash,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd
+                   -drive "if=pflash,format=raw,file=$tmpdir/vars.fd"
+                   -drive "format=raw,file=$image_dir/memboot-uefi.img,snapshot=on") ;;
+    esac
     # Under TCG, the TSC rate Linux gets as tsc_early_khz=, unless the
     # options give one: memboot then calibrates nothing, as Linux does not.
     local opts=("${kernel_opts[@]}") khz
@@ -528,9 +562,10 @@ if (( mem_mib > LARGE_GUEST_MIB )); then
         flock 9
     fi
 fi
-# --svg reads the serial log back: keep one even without --log.
-[ -n "$svg" ] && [ -z "$log" ] && log=$tmpdir/serial.log
-[ -n "$log" ] && : >"$log"
+# The serial output is always logged: the tap writes it there, and --svg
+# reads it back.
+[ -z "$log" ] && log=$tmpdir/serial.log
+: >"$log"
 # Provenance, so that a committed log says what produced it: the command,
 # the host (CPU model, TSC rate, free memory at the start) and QEMU's
 # command line. On stderr, and at the head of --log.
@@ -540,22 +575,28 @@ provenance() {
     echo "run-qemu.sh: qemu: $(printf '%q ' "${qemu[@]}")"
 }
 provenance >&2
-[ -n "$log" ] && provenance >>"$log"
-note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && printf ' of %s' "$(printf '%sM ' "${node_mib[@]}" | sed 's/ $//')"), $accel, $([ "$uefi" = 1 ] && echo UEFI || echo BIOS), timeout ${timeout_s}s"
+provenance >>"$log"
+booted_as="PVH entry (-kernel)"
+[ -n "$linux_kernel" ] && booted_as="Linux (-kernel)"
+[ "$boot_path" = pvh ] || booted_as="${boot_path^^} disk image"
+note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && printf ' of %s' "$(printf '%sM ' "${node_mib[@]}" | sed 's/ $//')"), $accel, $booted_as, timeout ${timeout_s}s"
 # GNU time outside timeout: wait4() reports the largest RSS among timeout and
-# its waited-for child, i.e. QEMU's own peak resident memory.
-run=(/usr/bin/time -f %M -o "$tmpdir/maxrss_kib" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")
-if [ -n "$log" ]; then
-    "${run[@]}" </dev/null | tee -a "$log"
-else
-    "${run[@]}" </dev/null
-fi
-status=${PIPESTATUS[0]}
-# GNU time writes "Command exited with non-zero status N" before the figure.
-maxrss_kib=$(tail -n 1 "$tmpdir/maxrss_kib" 2>/dev/null)
-if [[ "$maxrss_kib" =~ ^[0-9]+$ ]]; then
+# its waited-for child, i.e. QEMU's own peak resident memory, and QEMU's
+# minor page faults (its first touches of guest RAM among them). The tap
+# around it passes the serial output on and times it from QEMU's start
+# (entry latency, QEMU start to memory ready: the log's last lines).
+run=(/usr/bin/time -f '%M %R' -o "$tmpdir/time" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")
+"$tap_tool" --log "$log" -- "${run[@]}" </dev/null
+status=$?
+# GNU time writes "Command exited with non-zero status N" before the figures.
+read -r maxrss_kib minor_faults < <(tail -n 1 "$tmpdir/time" 2>/dev/null) || true
+if [[ "${maxrss_kib:-}" =~ ^[0-9]+$ ]]; then
     note "host peak RSS $((maxrss_kib / 1024)) MiB"
-    [ -n "$log" ] && echo "run-qemu.sh: host peak RSS $((maxrss_kib / 1024)) MiB" >>"$log"
+    echo "run-qemu.sh: host peak RSS $((maxrss_kib / 1024)) MiB" >>"$log"
+fi
+if [[ "${minor_faults:-}" =~ ^[0-9]+$ ]]; then
+    note "host minor page faults $minor_faults (QEMU's)"
+    echo "run-qemu.sh: host minor page faults $minor_faults (QEMU's)" >>"$log"
 fi
 if [ -n "$linux_kernel" ]; then
     case "$status" in

@@ -34,6 +34,7 @@ pub mod model_input;
 pub mod plot;
 pub mod readme_figures;
 pub mod seeds;
+pub mod tap;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -35,6 +35,12 @@
 
 use std::fmt;
 
+/// The peer's /init prints the kernel log again after this line.
+pub const DMESG_BEGIN: &str = "linux-peer: dmesg begin";
+/// The first line the boot thread prints after `page_alloc_init_late()`
+/// returns: memory ready (module doc).
+pub const READY_LINE: &str = "devtmpfs: initialized";
+
 /// What one Linux boot's log says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinuxBoot {
@@ -123,7 +129,7 @@ impl std::error::Error for LinuxLogError {}
 fn console_lines(text: &str) -> Vec<(u64, String)> {
     text.lines()
         .map(|l| l.trim_end_matches('\r'))
-        .take_while(|l| !l.starts_with("linux-peer: dmesg begin"))
+        .take_while(|l| !l.starts_with(DMESG_BEGIN))
         .filter_map(crate::log::parse_stamped)
         .collect()
 }
@@ -197,7 +203,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         .unwrap_or(early_end_ns);
     let allocatable_ns = lines
         .iter()
-        .find(|(ns, m)| *ns >= last_deferred_ns && m == "devtmpfs: initialized")
+        .find(|(ns, m)| *ns >= last_deferred_ns && m == READY_LINE)
         .map(|&(ns, _)| ns)
         .ok_or(LinuxLogError::NoAllocInitLateReturn)?;
     Ok(LinuxBoot {

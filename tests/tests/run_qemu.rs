@@ -410,8 +410,8 @@ fn dry_run(args: &[&str]) -> Vec<String> {
 /// arguments are what a guest boots and reports through, each a flag and
 /// its value.
 fn split_boot_args(cmd: &[String]) -> (Vec<String>, Vec<(String, String)>) {
-    const BOOT_FLAGS: [&str; 7] = [
-        "-serial", "-device", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
+    const BOOT_FLAGS: [&str; 8] = [
+        "-serial", "-device", "-vga", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
     ];
     let (mut machine, mut boot) = (Vec::new(), Vec::new());
     let mut it = cmd.iter();
@@ -448,7 +448,17 @@ fn linux_and_memboot_get_the_same_machine() {
         let flags = |b: &[(String, String)]| b.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
         assert_eq!(
             flags(&memboot_boot),
-            ["-serial", "-device", "-drive", "-fw_cfg"],
+            ["-serial", "-device", "-kernel", "-fw_cfg"],
+            "{shape:?}"
+        );
+        // The disk images: the same machine, and the VGA device their
+        // bootloader needs.
+        let bios = dry_run(&[shape, &["--bios", "--", "verify=off"]].concat());
+        let (bios_machine, bios_boot) = split_boot_args(&bios);
+        assert_eq!(bios_machine, linux_machine, "{shape:?}: --bios machine");
+        assert_eq!(
+            flags(&bios_boot),
+            ["-serial", "-device", "-vga", "-drive", "-fw_cfg"],
             "{shape:?}"
         );
         assert_eq!(
@@ -665,6 +675,7 @@ fn repeated_flags_are_usage_errors_naming_the_flag() {
         (&["--accel", "tcg", "--accel", "kvm"], "--accel"),
         (&["--log", "/dev/null", "--log", "/dev/null"], "--log"),
         (&["--uefi", "--uefi"], "--uefi"),
+        (&["--bios", "--bios"], "--bios"),
         (&["--print-cmd", "--print-cmd"], "--print-cmd"),
     ] {
         let out = script(&[&["--dry-run"], args].concat(), 1 << 30);

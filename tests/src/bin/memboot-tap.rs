@@ -1,0 +1,74 @@
+//! `memboot-tap --log FILE -- COMMAND...`: run COMMAND (run-qemu.sh's QEMU
+//! line), pass its standard output on to ours and append it to FILE as it
+//! arrives, time it on the host from COMMAND's start (`memboot_tests::tap`)
+//! and end with the timing lines, on standard error and in FILE. Exits
+//! with COMMAND's status (128 + N if signal N ended it).
+
+use std::fs::OpenOptions;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use memboot_tests::tap::Tap;
+
+const EXIT_USAGE: i32 = 64;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (log, command) = match args.as_slice() {
+        [flag, log, dashes, command @ ..]
+            if flag == "--log" && dashes == "--" && !command.is_empty() =>
+        {
+            (log, command)
+        }
+        _ => {
+            eprintln!("usage: memboot-tap --log FILE -- COMMAND [ARGS...]");
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    std::process::exit(match run(log, command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("memboot-tap: {e}");
+            2
+        }
+    });
+}
+
+fn run(log_path: &str, command: &[String]) -> std::io::Result<i32> {
+    let mut log = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(log_path)?;
+    let started = Instant::now();
+    let mut child = Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut out = child.stdout.take().expect("piped");
+    let mut stdout = std::io::stdout().lock();
+    let mut tap = Tap::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        tap.feed(&buf[..n], started.elapsed().as_micros() as u64);
+        // A closed terminal must not stop the log or the boot.
+        let _ = stdout.write_all(&buf[..n]).and_then(|()| stdout.flush());
+        log.write_all(&buf[..n])?;
+    }
+    let status = child.wait()?;
+    for line in tap.report() {
+        eprintln!("{line}");
+        writeln!(log, "{line}")?;
+    }
+    Ok(status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}

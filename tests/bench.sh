@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# tests/bench.sh — boot memboot's memmap modes (and, with --linux, a stock
-# Linux kernel) on the same virtual machine, in one run, in a fair order, and
+# tests/bench.sh — boot memboot's memmap modes (and, with --linux, stock
+# Linux kernels) on the same virtual machine, in one run, in a fair order, and
 # print where the time went. A benchmark, not a test: it asserts nothing but
 # that each boot succeeded.
 #
@@ -18,7 +18,8 @@
 # size, plain ondemand, or struct_page=32's half); warm-ups are shown, not
 # counted. Every size runs N rounds (default 2) in ABBA order: the entries in order, then
 # reversed, and so on. The table shows every round, the means, and the
-# ratios of means to Linux and to memmap=touch; compare rows of one run only.
+# ratios of means to each Linux peer and to memmap=touch; compare rows of
+# one run only.
 #
 # A mode may carry kernel options: ondemand+ondemand_drain=on boots
 # `memmap=ondemand ondemand_drain=on`.
@@ -26,11 +27,14 @@
 # (run-qemu.sh refuses them; the table says why). memboot boots run with
 # verify=off so the times are boot work only.
 #
-# --linux: Debian's linux-image-amd64 kernel and busybox-static, fetched with
-# apt-get download into target/linux-peer (tests/linux-peer.sh), booted with
-# run-qemu.sh --linux: the same QEMU machine arguments as memboot's; adds the
-# entry `linux`. --modes may also name Linux entries (see boot_args below),
-# to compare ways of booting it: --modes "linux-bzimage linux-bzimage+nokaslr linux-pvh".
+# --linux: stock Debian kernels (Debian 12's 6.1, Debian 13's 6.12, and
+# trixie-backports' when newer) and busybox-static, fetched with apt-get
+# download into target/linux-peer (tests/linux-peer.sh), booted with
+# run-qemu.sh --linux: the same QEMU machine arguments as memboot's; adds one
+# entry per kernel, named by its series: `linux-6.1 linux-6.12 ...`. The
+# ratio columns divide by each of them. --modes may also name Linux entries
+# (see boot_args below), to compare ways of booting one:
+# --modes "linux-6.12-bzimage linux-6.12-bzimage+nokaslr linux-6.12".
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
@@ -41,7 +45,8 @@ bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep=""
 extra=()
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; }
+# The header comment above, whatever its length.
+usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --sizes) sizes=$2; shift 2 ;;
@@ -65,38 +70,64 @@ say() { echo "bench: $*" >&2; }
 (cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-bench --bin memboot-plot) >&2
 tools=$ROOT/target/release
 entries=$modes
-[ "$linux" = 1 ] && entries="$entries linux"
-if [[ " $entries" == *" linux"* ]]; then
+# The Linux peers, by series (6.1, 6.12, …), as tests/linux-peer.sh prints
+# them: `vmlinux-SERIES PATH`, `kernel-SERIES PATH`, …, `initrd PATH`.
+peer="" peer_series=()
+peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
+if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
     peer=$("$ROOT/tests/linux-peer.sh")
-    peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
-    bzimage=$(peer_file kernel) vmlinux=$(peer_file vmlinux) initrd=$(peer_file initrd)
+    mapfile -t peer_series < <(awk '$1 ~ /^vmlinux-/ { print substr($1, 9) }' <<<"$peer")
+    [ ${#peer_series[@]} -gt 0 ] || { say "tests/linux-peer.sh printed no vmlinux-SERIES line"; exit 1; }
+    initrd=$(peer_file initrd)
+    if [ "$linux" = 1 ]; then
+        for s in "${peer_series[@]}"; do entries="$entries linux-$s"; done
+    fi
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
 rm -f "$out"/*.writes-all
 
 # boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
 # entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on. A Linux
-# entry is KERNEL[+WORD...], the words added to Linux's command line:
-#   linux          the peer as the bench compares with it: the uncompressed
-#                  kernel through its PVH entry (as linux-pvh), Linux's
-#                  fastest stock configuration here (README "Benchmarks")
-#   linux-pvh      the uncompressed vmlinux, PVH entry (no decompressor, no KASLR)
-#   linux-bzimage  the distribution's bzImage through QEMU's -kernel (KASLR on),
-#                  e.g. linux-bzimage+nokaslr
-#   linux-pvh-qemu-defaults  linux-pvh with QEMU's default devices
+# entry is linux-SERIES[-WAY][+WORD...]: SERIES one of the peers (6.1, 6.12,
+# … as fetched), the words added to Linux's command line, WAY how it boots:
+#   (none)         the peer as the bench compares with it: the uncompressed
+#                  kernel through its PVH entry (no decompressor, no KASLR),
+#                  Linux's fastest stock configuration here (README
+#                  "Benchmarks"); the ratio columns divide by these entries
+#   -pvh           the same
+#   -bzimage       the distribution's bzImage through QEMU's -kernel (KASLR on),
+#                  e.g. linux-6.12-bzimage+nokaslr
+#   -pvh-qemu-defaults  -pvh with QEMU's default devices
 #                  (run-qemu.sh --default-devices), as a hand-run QEMU has them
+# Without -SERIES (linux, linux-pvh, linux-bzimage+nokaslr, …): the names
+# of the runs committed when Debian 12's kernel was the only peer, Linux 6.1.
+LEGACY_SERIES=6.1
 boot_args() {
     local kernel=${1%%+*} opts=()
     [[ "$1" == *+* ]] && IFS=+ read -ra opts <<<"${1#*+}"
-    case "$kernel" in
-        linux|linux-pvh) printf '%s\n' --linux "$vmlinux" --initrd "$initrd" -- "${opts[@]}" ;;
-        linux-pvh-qemu-defaults)
-            printf '%s\n' --default-devices --linux "$vmlinux" --initrd "$initrd" -- "${opts[@]}" ;;
-        linux-bzimage) printf '%s\n' --linux "$bzimage" --initrd "$initrd" -- "${opts[@]}" ;;
-        linux*) say "unknown Linux entry '$1' (linux, linux-pvh, linux-pvh-qemu-defaults, linux-bzimage)"; exit 64 ;;
-        *) printf '%s\n' -- "memmap=$kernel" "${opts[@]}" verify=off ;;
+    if [[ "$kernel" != linux && "$kernel" != linux-* ]]; then
+        printf '%s\n' -- "memmap=$kernel" "${opts[@]}" verify=off
+        return
+    fi
+    local way=${kernel#linux} series=$LEGACY_SERIES vmlinux bzimage
+    if [[ "$way" =~ ^-([0-9]+\.[0-9]+)(.*)$ ]]; then series=${BASH_REMATCH[1]} way=${BASH_REMATCH[2]}; fi
+    vmlinux=$(peer_file "vmlinux-$series") bzimage=$(peer_file "kernel-$series")
+    if [ -z "$vmlinux" ]; then
+        say "entry '$1': no Linux $series among the peers (${peer_series[*]}: tests/linux-peer.sh)"
+        exit 64
+    fi
+    case "$way" in
+        "" | -pvh) printf '%s\n' --linux "$vmlinux" ;;
+        -pvh-qemu-defaults) printf '%s\n' --default-devices --linux "$vmlinux" ;;
+        -bzimage) printf '%s\n' --linux "$bzimage" ;;
+        *) say "unknown Linux entry '$1' (linux-SERIES[-pvh|-bzimage|-pvh-qemu-defaults][+WORD...])"; exit 64 ;;
     esac
+    printf '%s\n' --initrd "$initrd" -- "${opts[@]}"
 }
+# Every entry's arguments once here, where a bad entry stops the bench
+# (boot_args runs in a subshell below, whose exit would not).
+for e in $entries; do boot_args "$e" >/dev/null; done
+
 # boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
 boot() {
     local args
@@ -211,7 +242,9 @@ non-reserved page can be had from the allocator, initialised or claimable by gro
 Linux: page_alloc_init_late() returning, its `devtmpfs: initialized` line). struct pages written: by then, and by
 the end of the boot, with their share of the present pages. drain = ondemand_drain=on's drain after ready.
 growth step = one block window of struct pages initialised by an allocation (ondemand's allocation test).
-memmap × Linux memmap, ready × Linux ready, memmap × touch memmap = ratios of means (same machine, same run).
+memmap × Linux S memmap, ready × Linux S ready = ratios of means to the entry linux-S, each Linux peer of the run
+through its PVH entry (runs named before there were several peers: × Linux = × linux, Linux 6.1);
+memmap × touch memmap = ratio of means to memmap=touch (same machine, same run).
 NOTE
 if [ -n "$svg_dir" ]; then
     cp "$out/bench.md" "$svg_dir/bench.md"

@@ -22,9 +22,21 @@
 //!   window of struct pages) during memboot's allocation test.
 //! - `host_rss_mib`: QEMU's peak resident memory (run-qemu.sh's line).
 //!
-//! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or `linux`);
-//! an entry that was not booted at a size (its struct pages do not fit the
-//! host) has `SIZE-ENTRY.skip` holding the reason instead.
+//! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or a Linux
+//! entry, [`is_linux`]); an entry that was not booted at a size (its struct
+//! pages do not fit the host) has `SIZE-ENTRY.skip` holding the reason
+//! instead.
+//!
+//! Linux entries name the kernel by series: `linux-6.1`, `linux-6.12`, each
+//! a peer kernel through its PVH entry, and variants such as
+//! `linux-6.12-bzimage` or `linux-6.1+nokaslr` (tests/bench.sh's
+//! `boot_args`). Runs committed before there were two peers name Debian
+//! 12's 6.1 without a series: `linux`, `linux-pvh`, `linux-bzimage`, …; they
+//! replay unchanged. The ratio columns divide by each peer entry in the run
+//! (`linux-SERIES`, or the old `linux`; [`is_peer`]), in entry order, one
+//! pair of columns each: "memmap × Linux 6.12 memmap", "ready × Linux 6.12
+//! ready" (the old `linux`'s are "× Linux"). A run with no peer entry keeps
+//! one empty pair.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -40,7 +52,8 @@ pub struct Row {
     pub mem_mib: u64,
     /// "memboot" or "linux".
     pub kernel: &'static str,
-    /// The memmap mode, or "linux".
+    /// The entry: a memmap mode (with options), or a Linux entry
+    /// (`linux-6.12`, `linux-6.1-bzimage`, the old `linux`; [`is_linux`]).
     pub mode: String,
     pub round: u32,
     pub boot_cpu_memmap_ns: u64,
@@ -146,10 +159,28 @@ fn order0(summary: &Value, array: &str) -> Option<u64> {
     summary[array][i].as_u64()
 }
 
-/// A Linux boot's row from its log; `entry` is `linux` or a variant
-/// (`linux-pvh`, `linux-bzimage+nokaslr`, … tests/bench.sh's boot_args).
+/// A Linux boot's row from its log; `entry` is a Linux entry ([`is_linux`]).
+/// An entry that names a series must have booted a kernel of that series.
 fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, String> {
     let boot = linux_log::parse(text).map_err(|e| e.to_string())?;
+    if let Some(want) = linux_series(entry) {
+        match boot.series() {
+            Some(got) if got == want => {}
+            Some(_) => {
+                return Err(format!(
+                    "entry {entry} names Linux {want}, but the log is of Linux {}: \
+                     tests/bench.sh booted the wrong vmlinux (tests/linux-peer.sh's vmlinux-{want})",
+                    boot.release.as_deref().unwrap_or("?")
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "entry {entry} names Linux {want}, but the log has no 'Linux version' line \
+                     to check it by: pass the whole serial log"
+                ))
+            }
+        }
+    }
     Ok(Row {
         size: size.to_string(),
         mem_mib: size_mib(size)?,
@@ -173,9 +204,48 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
     })
 }
 
-/// Is `entry` a Linux boot (`linux`, `linux-pvh`, `linux-bzimage+…`)?
+/// Is `entry` a Linux boot (`linux-6.12`, `linux-6.1-bzimage+nokaslr`, the
+/// old `linux`, `linux-pvh`, …)?
 pub fn is_linux(entry: &str) -> bool {
     entry == "linux" || entry.starts_with("linux-") || entry.starts_with("linux+")
+}
+
+/// The kernel series a Linux entry names: `6.12` of `linux-6.12`,
+/// `linux-6.12-bzimage` or `linux-6.12+nokaslr`; `None` for the old names
+/// (`linux`, `linux-pvh`, … Debian 12's 6.1) and for memboot entries.
+pub fn linux_series(entry: &str) -> Option<&str> {
+    let rest = entry.strip_prefix("linux-")?;
+    let end = rest.find(['-', '+']).unwrap_or(rest.len());
+    linux_log::series_of_release(&rest[..end]).filter(|s| s.len() == end)
+}
+
+/// Is `entry` a peer as the ratios divide by it: a kernel through its PVH
+/// entry with nothing added (`linux-6.12`, or the old `linux`)?
+pub fn is_peer(entry: &str) -> bool {
+    entry == "linux" || linux_series(entry).is_some_and(|s| entry == format!("linux-{s}"))
+}
+
+/// How the ratio columns name a peer: "Linux 6.12"; the old `linux`, "Linux".
+fn peer_label(entry: &str) -> String {
+    match linux_series(entry) {
+        Some(series) => format!("Linux {series}"),
+        None => "Linux".to_string(),
+    }
+}
+
+/// The peers the ratio columns divide by, in entry order; `None` stands
+/// for none in the run (one pair of empty columns, as every run had).
+fn ratio_peers(entries: &[String]) -> Vec<Option<&str>> {
+    let peers: Vec<Option<&str>> = entries
+        .iter()
+        .filter(|e| is_peer(e))
+        .map(|e| Some(e.as_str()))
+        .collect();
+    if peers.is_empty() {
+        vec![None]
+    } else {
+        peers
+    }
 }
 
 /// One log → one row; a Linux entry ([`is_linux`]) reads a Linux log.
@@ -301,8 +371,9 @@ fn pages_cell(pages: Option<f64>, present: Option<f64>) -> String {
     }
 }
 
-/// The table's columns after `size | kernel | mode`, in order.
-pub const COLUMNS: [&str; 12] = [
+/// The table's columns after `size | kernel | mode`, in order: these,
+/// then the ratios to each peer ([`columns`]).
+pub const FIGURE_COLUMNS: [&str; 9] = [
     "memmap ms: each round → mean",
     "memory ready (allocatable) ms: each round → mean",
     "struct pages written by ready",
@@ -312,13 +383,23 @@ pub const COLUMNS: [&str; 12] = [
     "growth step p50 / p99 ns",
     "host RSS MiB",
     "order-0 p50 / p99 ns",
-    "memmap × Linux memmap",
-    "ready × Linux ready",
-    "memmap × touch memmap",
 ];
 
-/// One table line for (size, entry).
-fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
+/// Every column after `size | kernel | mode` for a run of `entries`: the
+/// figures, memmap and ready × each peer, memmap × touch.
+pub fn columns(entries: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = FIGURE_COLUMNS.iter().map(|c| c.to_string()).collect();
+    for peer in ratio_peers(entries) {
+        let label = peer.map_or("Linux".to_string(), peer_label);
+        out.push(format!("memmap × {label} memmap"));
+        out.push(format!("ready × {label} ready"));
+    }
+    out.push("memmap × touch memmap".to_string());
+    out
+}
+
+/// One table line for (size, entry), with ratios to `peers`.
+fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> String {
     let rs = series(rows, size, entry);
     let mean_of = |e: &str, f: fn(&Row) -> Option<u64>| {
         mean(series(rows, size, e).iter().filter_map(|r| f(r)))
@@ -343,8 +424,21 @@ fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
     };
     let present = mean_of(entry, |r| r.present_pages);
     let memmap = |r: &Row| Some(r.memmap_ns);
+    let mut peer_ratios = String::new();
+    for peer in peers {
+        let of_peer = |f: fn(&Row) -> Option<u64>| peer.and_then(|p| mean_of(p, f));
+        let _ = write!(
+            peer_ratios,
+            " {} | {} |",
+            ratio(mean_of(entry, memmap), of_peer(memmap)),
+            ratio(
+                mean_of(entry, |r| r.allocatable_ns),
+                of_peer(|r| r.allocatable_ns)
+            ),
+        );
+    }
     format!(
-        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{peer_ratios} {} |",
         rs.first().map_or("", |r| r.kernel),
         rounds_and_mean(memmap),
         rounds_and_mean(|r| r.allocatable_ns),
@@ -358,11 +452,6 @@ fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
         pair(|r| r.grow_step_p50_ns, |r| r.grow_step_p99_ns),
         whole(|r| r.host_rss_mib),
         pair(|r| r.order0_p50_ns, |r| r.order0_p99_ns),
-        ratio(mean_of(entry, memmap), mean_of("linux", memmap)),
-        ratio(
-            mean_of(entry, |r| r.allocatable_ns),
-            mean_of("linux", |r| r.allocatable_ns)
-        ),
         ratio(mean_of(entry, memmap), mean_of("touch", memmap)),
     )
 }
@@ -371,16 +460,18 @@ fn table_line(rows: &[Row], size: &str, entry: &str) -> String {
 pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     let mut out = format!("{heading}\n\n");
     out += "| size | kernel | mode |";
-    for c in COLUMNS {
+    let columns = columns(plan.entries);
+    for c in &columns {
         out += &format!(" {c} |");
     }
     out += "\n|---|---|---|";
-    out += &"---|".repeat(COLUMNS.len());
+    out += &"---|".repeat(columns.len());
     out.push('\n');
+    let peers = ratio_peers(plan.entries);
     for size in plan.sizes {
         for entry in plan.entries {
             if !series(&results.rows, size, entry).is_empty() {
-                out += &table_line(&results.rows, size, entry);
+                out += &table_line(&results.rows, size, entry, &peers);
                 out.push('\n');
             }
         }

@@ -10,8 +10,8 @@
 //!   rest is deferred), and ends with `init_unavailable_range()`'s lines.
 //! - **deferred init**: `node N deferred pages initialised in Xms`, one per
 //!   node, printed by the `pgdatinit` threads that run on the node's CPUs
-//!   (`mm/page_alloc.c` in 6.1: `pr_info("node %d deferred pages
-//!   initialised in %ums\n", ...)`).
+//!   (`pr_info("node %d deferred pages initialised in %ums\n", ...)`, in
+//!   `mm/page_alloc.c` in 6.1, `mm/mm_init.c` in 6.12).
 //! - **memory ready** (`allocatable_ns`, the definition memboot's summary
 //!   uses: memory init stops blocking the boot and every present page can
 //!   be had from the allocator): `page_alloc_init_late()` returning from its
@@ -22,10 +22,17 @@
 //!   before it. So the figure includes the wake-up after the last thread
 //!   and `page_alloc_init_late()`'s own tail (`set_zone_contiguous()` per
 //!   zone), as memboot's includes its join.
+//!   6.12 (and the 7.3 backport) print the `Memory:` line from
+//!   `page_alloc_init_late()` after the wait, so that its free count
+//!   includes the deferred pages: there it comes between the deferred-init
+//!   lines and `devtmpfs: initialized` (6.1 prints it before deferred init
+//!   starts). The figure's marker is the same for both.
 //! - **struct pages initialised**: every present page (the `Memory:` line's
 //!   physical size) plus the holes `init_unavailable_range()` initialises
 //!   (`On node N, zone Z: K pages in unavailable ranges`); Linux has written
 //!   all of them by the time memory is ready.
+//! - **release**: `Linux version 6.12.117+deb13-amd64 (…)`, the first line:
+//!   which kernel booted (the bench checks it against its entry's name).
 //! - **/init started**: `Run /init as init process` (init/main.c).
 //! - QEMU's **host peak RSS**, from run-qemu.sh's own line.
 //!
@@ -44,6 +51,9 @@ pub const READY_LINE: &str = "devtmpfs: initialized";
 /// What one Linux boot's log says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinuxBoot {
+    /// The kernel release (`uname -r`) from `Linux version RELEASE (…)`,
+    /// if the line is there.
+    pub release: Option<String>,
     /// Stamp of `Zone ranges:`.
     pub zone_ranges_ns: u64,
     /// `free_area_init()`'s block, `Zone ranges:` to the next line after it.
@@ -70,6 +80,11 @@ pub struct LinuxBoot {
 }
 
 impl LinuxBoot {
+    /// The release's series, `6.12` of `6.12.117+deb13-amd64`.
+    pub fn series(&self) -> Option<&str> {
+        self.release.as_deref().and_then(series_of_release)
+    }
+
     /// Deferred init as a phase: the slowest node (the threads run in parallel).
     pub fn deferred_ms(&self) -> u64 {
         self.node_deferred_ms
@@ -78,6 +93,18 @@ impl LinuxBoot {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// `MAJOR.MINOR` at the start of a kernel release (`6.1.0-57-amd64`,
+/// `6.12.117+deb13-amd64`, `7.3.4+deb13-amd64`), if it starts with one.
+pub fn series_of_release(release: &str) -> Option<&str> {
+    let major = release.find('.')?;
+    let minor_len = release[major + 1..]
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(release.len() - major - 1);
+    let series = &release[..major + 1 + minor_len];
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(&release[..major]) && digits(&release[major + 1..series.len()])).then_some(series)
 }
 
 /// Why a log could not be read; each says what to do.
@@ -206,7 +233,12 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         .find(|(ns, m)| *ns >= last_deferred_ns && m == READY_LINE)
         .map(|&(ns, _)| ns)
         .ok_or(LinuxLogError::NoAllocInitLateReturn)?;
+    let release = lines.iter().find_map(|(_, m)| {
+        let rest = m.strip_prefix("Linux version ")?;
+        Some(rest.split(' ').next()?.to_string())
+    });
     Ok(LinuxBoot {
+        release,
         zone_ranges_ns,
         early_memmap_ns: early_end_ns - zone_ranges_ns,
         last_deferred_ns,

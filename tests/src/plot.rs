@@ -25,8 +25,8 @@
 //! # Scaling (`memboot-plot scaling BENCH.json OUT.svg`)
 //!
 //! Drawn from `tests/bench.sh`'s JSON (schema in [`BenchRow`]); one series per
-//! `(kernel, mode)`, values averaged over rounds per RAM size, with a point
-//! per size:
+//! `(kernel, mode)` (a Linux entry is named by itself: `linux-6.12`), values
+//! averaged over rounds per RAM size, with a point per size:
 //!
 //! * top panel, log–log: memmap time (ms) against guest RAM (GiB); per series
 //!   a thick line with round markers for the boot CPU's memmap work
@@ -750,7 +750,8 @@ pub struct BenchRow {
     pub mem_mib: f64,
     /// `"memboot"` or `"linux"`.
     pub kernel: String,
-    /// memboot's `memmap=` mode, or `"linux"`.
+    /// memboot's `memmap=` mode, or the Linux entry (`"linux-6.12"`, the
+    /// old `"linux"`, …; `bench::is_linux`).
     pub mode: String,
     #[serde(default)]
     pub round: Option<u32>,
@@ -788,8 +789,8 @@ pub struct SeriesPoint {
     pub pages_by_end: Option<f64>,
 }
 
-/// One `(kernel, mode)`: named `kernel mode`, or just `kernel` when the mode
-/// is the kernel's name (`linux`).
+/// One `(kernel, mode)`: named `kernel mode`, or just the mode when it is a
+/// Linux entry, which names the kernel itself (`linux-6.12`, `linux`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     pub name: String,
@@ -849,8 +850,8 @@ pub fn parse_bench(text: &str, name: &str) -> Result<Bench, PlotError> {
 }
 
 fn series_name(row: &BenchRow) -> String {
-    if row.mode == row.kernel {
-        row.kernel.clone()
+    if crate::bench::is_linux(&row.mode) {
+        row.mode.clone()
     } else {
         format!("{} {}", row.kernel, row.mode)
     }
@@ -865,7 +866,7 @@ fn group_series(rows: &[BenchRow]) -> Vec<Series> {
         }
     }
     // Stable: memboot series keep their order, Linux goes last.
-    names.sort_by_key(|n| n == "linux" || n.starts_with("linux "));
+    names.sort_by_key(|n| crate::bench::is_linux(n));
     let series = names.into_iter().map(|name| {
         let mine: Vec<&BenchRow> = rows.iter().filter(|r| series_name(r) == name).collect();
         Series {
@@ -944,23 +945,35 @@ struct Panel {
     lines: Vec<PanelLine>,
 }
 
-/// The colour of the `index`th series; Linux is always dark grey.
-pub fn series_colour(index: usize, name: &str) -> RGBColor {
-    const PALETTE: [RGBColor; 8] = [
-        pal::BLUE_700,
-        pal::RED_700,
-        pal::GREEN_700,
-        pal::ORANGE_800,
-        pal::PURPLE_600,
-        pal::TEAL_700,
-        pal::BROWN_500,
-        pal::PINK_600,
-    ];
-    if name == "linux" {
-        pal::GREY_800
-    } else {
-        PALETTE[index % PALETTE.len()]
-    }
+/// memboot's series colours, in order.
+const PALETTE: [RGBColor; 8] = [
+    pal::BLUE_700,
+    pal::RED_700,
+    pal::GREEN_700,
+    pal::ORANGE_800,
+    pal::PURPLE_600,
+    pal::TEAL_700,
+    pal::BROWN_500,
+    pal::PINK_600,
+];
+
+/// The colour of each series: memboot's from a palette, Linux's from greys
+/// (the first Linux series dark grey), each in order.
+pub fn series_colours(series: &[Series]) -> Vec<RGBColor> {
+    const LINUX_GREYS: [RGBColor; 3] = [pal::GREY_800, pal::GREY_500, pal::BLUEGREY_300];
+    let (mut memboot, mut linux) = (0, 0);
+    series
+        .iter()
+        .map(|s| {
+            let (palette, n): (&[RGBColor], &mut usize) = if crate::bench::is_linux(&s.name) {
+                (&LINUX_GREYS, &mut linux)
+            } else {
+                (&PALETTE, &mut memboot)
+            };
+            *n += 1;
+            palette[(*n - 1) % palette.len()]
+        })
+        .collect()
 }
 
 /// The scaling plot's three panels' lines.
@@ -979,8 +992,7 @@ pub struct ScalingLines {
 /// has no place on a log axis and counts as none).
 pub fn scaling_lines(bench: &Bench) -> ScalingLines {
     let (mut time_lines, mut page_lines, mut rss_lines) = (Vec::new(), Vec::new(), Vec::new());
-    for (index, series) in bench.series.iter().enumerate() {
-        let colour = series_colour(index, &series.name);
+    for (series, colour) in bench.series.iter().zip(series_colours(&bench.series)) {
         let line = |label: String, kind, value: fn(&SeriesPoint) -> Option<f64>| PanelLine {
             label,
             colour,
@@ -1392,5 +1404,30 @@ mod tests {
         assert_eq!(lines.rss.len(), 1);
         assert!(lines.pages.is_empty(), "no struct-page figures");
         assert_eq!(lines.time[0].points, [(1.0, 2.0)]);
+    }
+
+    #[test]
+    fn each_linux_peer_is_a_series_of_its_own_in_grey() {
+        let json = r#"{"rows": [
+            {"mem_mib": 1024, "kernel": "linux", "mode": "linux-6.1", "boot_cpu_memmap_ns": 4e6},
+            {"mem_mib": 1024, "kernel": "linux", "mode": "linux-6.12", "boot_cpu_memmap_ns": 3e6},
+            {"mem_mib": 1024, "kernel": "memboot", "mode": "deferred", "boot_cpu_memmap_ns": 1e6},
+            {"mem_mib": 1024, "kernel": "memboot", "mode": "touch", "boot_cpu_memmap_ns": 2e6}
+        ]}"#;
+        let bench = parse_bench(json, "t").unwrap();
+        let names: Vec<&str> = bench.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "memboot deferred",
+                "memboot touch",
+                "linux-6.1",
+                "linux-6.12"
+            ]
+        );
+        let colours = series_colours(&bench.series);
+        assert_eq!(&colours[..2], &PALETTE[..2]);
+        assert_eq!(colours[2], pal::GREY_800, "the first Linux is dark grey");
+        assert_ne!(colours[3], colours[2], "two peers, two greys");
     }
 }

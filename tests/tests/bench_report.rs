@@ -219,3 +219,171 @@ fn a_failed_boot_is_an_error_naming_the_log() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A cell of `entry`'s line at `size`, by its column heading.
+fn table_cell(table: &str, size: &str, entry: &str, column: &str) -> String {
+    let header: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("| size |"))
+        .expect("a header line")
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let at = header
+        .iter()
+        .position(|h| *h == column)
+        .unwrap_or_else(|| panic!("no column '{column}' in\n{table}"));
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {size} | ")) && l.contains(&format!(" | {entry} | ")))
+        .unwrap_or_else(|| panic!("no {entry} line in\n{table}"));
+    line.split('|').map(str::trim).nth(at).unwrap().to_string()
+}
+
+/// A run directory of one round per entry, each log a fixture.
+fn one_round_dir(name: &str, logs: &[(&str, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memboot-bench-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (entry, path) in logs {
+        std::fs::write(dir.join(format!("4G-{entry}-1.log")), fixture(path)).unwrap();
+    }
+    dir
+}
+
+const LINUX_6_1: &str = "tests/fixtures/linux-6.1-64g-2nodes.log";
+const LINUX_6_12: &str = "tests/fixtures/linux-6.12-16g-2nodes.log";
+
+#[test]
+fn ratios_to_each_linux_peer() {
+    let logs = [
+        ("deferred", "kernel/tests/fixtures/4g-deferred.log"),
+        ("linux-6.1", LINUX_6_1),
+        ("linux-6.12", LINUX_6_12),
+        ("linux-6.12-bzimage+nokaslr", LINUX_6_12),
+    ];
+    let dir = one_round_dir("peers", &logs);
+    let sizes = vec!["4G".to_string()];
+    let entries: Vec<String> = logs.iter().map(|(e, _)| e.to_string()).collect();
+    let plan = Plan {
+        sizes: &sizes,
+        entries: &entries,
+        rounds: 1,
+    };
+    let results = bench::read_dir(&dir, &plan).expect("every log reads");
+    let table = bench::table(&results, &plan, "heading");
+
+    // One pair of ratio columns per peer (a variant is not one), by series.
+    let columns = bench::columns(&entries);
+    let ratio_columns: Vec<&str> = columns
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.contains('×'))
+        .collect();
+    assert_eq!(
+        ratio_columns,
+        [
+            "memmap × Linux 6.1 memmap",
+            "ready × Linux 6.1 ready",
+            "memmap × Linux 6.12 memmap",
+            "ready × Linux 6.12 ready",
+            "memmap × touch memmap",
+        ]
+    );
+
+    // Expectations from the logs through the parser (its own tests check
+    // it against the fixtures by hand).
+    let linux = |path: &str| memboot_tests::linux_log::parse(&fixture(path)).unwrap();
+    let memmap_ns = |b: &memboot_tests::linux_log::LinuxBoot| {
+        (b.early_memmap_ns + b.deferred_ms() * 1_000_000) as f64
+    };
+    let (old, new) = (linux(LINUX_6_1), linux(LINUX_6_12));
+    let deferred_log = fixture("kernel/tests/fixtures/4g-deferred.log");
+    let deferred_memmap_ns = (summary_u64(&deferred_log, "memmap_boot_ns")
+        + summary_u64(&deferred_log, "buddy_eager_ns")
+        + summary_u64(&deferred_log, "deferred_ns")) as f64;
+    let cell = |entry: &str, column: &str| table_cell(&table, "4G", entry, column);
+    assert_eq!(
+        cell("deferred", "memmap × Linux 6.12 memmap"),
+        format!("{:.2}", deferred_memmap_ns / memmap_ns(&new))
+    );
+    assert_eq!(
+        cell("deferred", "memmap × Linux 6.1 memmap"),
+        format!("{:.2}", deferred_memmap_ns / memmap_ns(&old))
+    );
+    assert_eq!(
+        cell("linux-6.1", "ready × Linux 6.12 ready"),
+        format!(
+            "{:.2}",
+            old.allocatable_ns as f64 / new.allocatable_ns as f64
+        )
+    );
+    assert_eq!(cell("linux-6.12", "ready × Linux 6.12 ready"), "1.00");
+    assert_eq!(
+        cell("linux-6.12-bzimage+nokaslr", "memmap × Linux 6.12 memmap"),
+        "1.00",
+        "the same log under a variant's name"
+    );
+    assert_eq!(cell("deferred", "memmap × touch memmap"), "–", "no touch");
+    // The kernel column says which kernel, the mode column which entry.
+    assert_eq!(cell("linux-6.12", "kernel"), "linux");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn an_entry_naming_a_series_must_have_booted_it() {
+    let dir = one_round_dir("wrong-kernel", &[("linux-6.12", LINUX_6_1)]);
+    let (sizes, entries) = (vec!["4G".to_string()], vec!["linux-6.12".to_string()]);
+    let err = bench::read_dir(
+        &dir,
+        &Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 1,
+        },
+    )
+    .err()
+    .expect("a 6.1 log is not linux-6.12's");
+    assert!(
+        err.contains("4G-linux-6.12-1.log")
+            && err.contains("names Linux 6.12")
+            && err.contains("Linux 6.1.0-"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn linux_entry_names() {
+    use bench::{is_linux, is_peer, linux_series};
+    for (entry, linux, series, peer) in [
+        ("linux-6.12", true, Some("6.12"), true),
+        ("linux-6.1", true, Some("6.1"), true),
+        ("linux-7.3", true, Some("7.3"), true),
+        ("linux-6.12-bzimage", true, Some("6.12"), false),
+        ("linux-6.1+nokaslr", true, Some("6.1"), false),
+        ("linux-6.12-pvh-qemu-defaults", true, Some("6.12"), false),
+        // The committed runs' names: Linux 6.1, no series in the name.
+        ("linux", true, None, true),
+        ("linux-pvh", true, None, false),
+        ("linux-bzimage+nokaslr", true, None, false),
+        ("deferred", false, None, false),
+        ("ondemand+ondemand_drain=on", false, None, false),
+    ] {
+        assert_eq!(
+            (is_linux(entry), linux_series(entry), is_peer(entry)),
+            (linux, series, peer),
+            "{entry}"
+        );
+    }
+    // The committed runs' tables keep their one pair of "× Linux" columns,
+    // a run without a peer too (empty).
+    for entries in [
+        &["deferred", "linux"][..],
+        &["linux-bzimage", "linux-pvh"][..],
+    ] {
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
+        let columns = bench::columns(&entries);
+        assert!(columns.contains(&"memmap × Linux memmap".to_string()));
+        assert!(columns.contains(&"ready × Linux ready".to_string()));
+    }
+}

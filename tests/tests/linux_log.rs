@@ -1,11 +1,14 @@
-//! The Linux-log parser on a real Linux 6.1 boot (Debian's 6.1.0 kernel,
-//! `run-qemu.sh --linux … -m 64G --smp 2 --nodes 2`, captured for this test)
-//! and on cut-off copies of it. Expectations are the figures read off the
-//! fixture by hand (line numbers in the comments).
+//! The Linux-log parser on real boots of the bench's peers, captured for
+//! these tests: Debian 12's 6.1 (`run-qemu.sh --linux … -m 64G --smp 2
+//! --nodes 2`) and Debian 13's 6.12 (`-m 16G --nodes 2`; the peer's dmesg
+//! dump, a second copy of the console lines, cut out), and cut-off copies.
+//! Expectations are the figures read off the fixtures by hand (line numbers
+//! in the comments).
 
-use memboot_tests::linux_log::{parse, LinuxLogError};
+use memboot_tests::linux_log::{parse, series_of_release, LinuxLogError};
 
 const LOG: &str = include_str!("../fixtures/linux-6.1-64g-2nodes.log");
+const LOG_6_12: &str = include_str!("../fixtures/linux-6.12-16g-2nodes.log");
 
 #[test]
 fn real_linux_6_1_log() {
@@ -30,6 +33,51 @@ fn real_linux_6_1_log() {
     assert_eq!(boot.init_started_ns, 4_847_340_000);
     assert_eq!(boot.tsc_mhz, Some(2596.128));
     assert_eq!(boot.host_peak_rss_mib, Some(1446));
+    // line 5: Linux version 6.1.0-…-amd64
+    assert_eq!(boot.series(), Some("6.1"));
+}
+
+#[test]
+fn real_linux_6_12_log() {
+    let boot = parse(LOG_6_12).expect("the fixture is a whole boot");
+    // line 5: Linux version 6.12.117+deb13-amd64 (debian-kernel@…)
+    assert_eq!(boot.release.as_deref(), Some("6.12.117+deb13-amd64"));
+    assert_eq!(boot.series(), Some("6.12"));
+    // line 58: [    0.263614] Zone ranges:
+    assert_eq!(boot.zone_ranges_ns, 263_614_000);
+    // line 73 is the last "On node 0, zone Normal: 32 pages in unavailable
+    // ranges" (0.586133); line 74, the next one, is stamped 0.606677.
+    assert_eq!(boot.early_memmap_ns, 606_677_000 - 263_614_000);
+    // lines 293-294: node 0 … in 268ms (4.074460), node 1 … in 648ms (4.460768)
+    assert_eq!(boot.node_deferred_ms, vec![(0, 268), (1, 648)]);
+    assert_eq!(boot.last_deferred_ns, 4_460_768_000);
+    // line 296: [    4.513697] devtmpfs: initialized; 6.12 prints the
+    // Memory: line (295) between it and the deferred-init lines.
+    assert_eq!(boot.allocatable_ns, 4_513_697_000);
+    // 0-0xbffdffff and 4 GiB-0x43fffffff (lines 10 and 13): 3 + 13 GiB, all
+    // present (line 295: 16776696K) with the 1 + 97 + 32 pages in
+    // unavailable ranges (lines 71-73).
+    assert_eq!(boot.present_pages, Some(16_776_696 / 4));
+    assert_eq!(boot.pages_initialised, Some(16 << 30 >> 12));
+    // line 1962: [    8.684173] Run /init as init process
+    assert_eq!(boot.init_started_ns, 8_684_173_000);
+    assert_eq!(boot.tsc_mhz, Some(2245.780));
+    assert_eq!(boot.host_peak_rss_mib, Some(659));
+}
+
+#[test]
+fn a_release_names_its_series() {
+    for (release, series) in [
+        ("6.1.0-57-amd64", Some("6.1")),
+        ("6.12.117+deb13-amd64", Some("6.12")),
+        ("7.3.4+deb13-amd64", Some("7.3")),
+        ("6.12", Some("6.12")),
+        ("6", None),
+        ("6.x", None),
+        ("", None),
+    ] {
+        assert_eq!(series_of_release(release), series, "{release:?}");
+    }
 }
 
 /// The log up to (not including) the first line containing `needle`.

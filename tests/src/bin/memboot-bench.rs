@@ -1,6 +1,7 @@
-//! `memboot-bench report DIR --sizes "64G 1T" --entries "deferred ondemand linux"
+//! `memboot-bench report DIR --sizes "64G 1T" --entries "deferred ondemand linux-6.1 linux-6.12"
 //!  --rounds N [--heading TEXT] [--json FILE]`: the table of a tests/bench.sh
-//! run (see `memboot_tests::bench`). Exit 2 when a log cannot be read, 64 on
+//! run (see `memboot_tests::bench`; the committed runs' `linux` entry is
+//! Linux 6.1). Exit 2 when a log cannot be read, 64 on
 //! bad arguments. `memboot-bench mib SIZE` prints SIZE in MiB.
 
 use std::path::PathBuf;

@@ -5,7 +5,8 @@
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--bios|--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
-#                 [--calibrate-tsc] [-- KERNEL_OPTIONS...]
+#                 [--calibrate-tsc] [--host-memory prefault|cold|warm]
+#                 [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
 #                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
 #                 vmlinux with a PVH note, booted through its PVH entry)
@@ -30,7 +31,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -40,7 +41,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg boot_path=pvh timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
-linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0
+linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0 host_memory=""
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
 # wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
@@ -73,6 +74,7 @@ while [ $# -gt 0 ]; do
         --no-build) once "$1"; no_build=1; shift ;;
         --default-devices) once "$1"; default_devices=1; shift ;;
         --calibrate-tsc) once "$1"; calibrate_tsc=1; shift ;;
+        --host-memory) [ $# -ge 2 ] || die_usage "--host-memory needs prefault, cold or warm"; once "$1" "$2"; host_memory=$2; shift 2 ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -103,6 +105,10 @@ parse_count smp --smp 255 vCPUs
 parse_count nodes --nodes 64 "nodes (memboot's limit)"
 parse_count timeout_s --timeout 999999999999999999 seconds
 case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
+case "$host_memory" in
+    ""|prefault|cold|warm) ;;
+    *) die_usage "--host-memory '$host_memory': expected prefault, cold or warm (README \"Host memory\")" ;;
+esac
 if [ -n "$linux_kernel" ]; then
     [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
     [ -n "$linux_initrd" ] && [ -f "$linux_initrd" ] || die_usage "--linux needs --initrd FILE (an initramfs whose /init powers off)"
@@ -291,6 +297,14 @@ if [ -z "$linux_kernel" ] && [ "$memmap_mode" = ondemand ] && [ "$drain" != on ]
     ondemand_struct_mib
 fi
 need_mib=$(( struct_mib + qemu_own_mib + linux_own_mib ))
+need_parts="$struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself"
+[ -n "$linux_kernel" ] && need_parts+=" + $linux_own_mib MiB for Linux's own"
+# --host-memory prefault backs all guest RAM before the boot: what the
+# kernel writes is inside it.
+if [ "$host_memory" = prefault ]; then
+    need_mib=$(( mem_mib + qemu_own_mib ))
+    need_parts="$mem_mib MiB of guest RAM, all backed before the boot (--host-memory prefault), + $qemu_own_mib MiB for QEMU itself"
+fi
 # ondemand_need_mib: what plain memmap=ondemand with the default allocation
 # test would need instead, for the refusal's suggestion.
 ondemand_need_mib() {
@@ -300,11 +314,11 @@ available_mib=${MEMBOOT_HOST_AVAILABLE_MIB:-$(awk '/^MemAvailable:/ { print int(
 decimal_digits "$available_mib" && (( ${#digits} <= MAX_DIGITS )) \
     || die_setup "cannot read MemAvailable from /proc/meminfo, or MEMBOOT_HOST_AVAILABLE_MIB is not a number of MiB"
 available_mib=$((10#$digits))
-need_parts="$struct_mib MiB of struct pages + $qemu_own_mib MiB for QEMU itself"
-[ -n "$linux_kernel" ] && need_parts+=" + $linux_own_mib MiB for Linux's own"
 if (( need_mib > available_mib )); then
     have="this host has $available_mib MiB available ($([ -n "${MEMBOOT_HOST_AVAILABLE_MIB:-}" ] && echo MEMBOOT_HOST_AVAILABLE_MIB || echo MemAvailable))"
-    if [ -n "$linux_kernel" ]; then
+    if [ "$host_memory" = prefault ]; then
+        die_usage "-m $mem with --host-memory prefault: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or in another host-memory state (cold backs only what the boot writes)."
+    elif [ -n "$linux_kernel" ]; then
         die_usage "-m $mem with Linux writes every struct page: the boot needs $need_mib MiB of host memory ($need_parts) and $have. Boot a smaller -m, or memboot with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB)."
     elif [ "$writes_all_struct_pages" = 1 ]; then
         die_usage "-m $mem with $what writes every struct page: the boot needs $need_mib MiB of host memory ($struct_mib MiB of struct pages, RAM/$ram_per_struct, + $qemu_own_mib MiB for QEMU itself) and $have. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need $(ondemand_need_mib) MiB), or a smaller -m."
@@ -468,9 +482,13 @@ qemu_machine_args() {
     # exceeds 65535"); the 3.0 (64-bit) entry point has no such cap.
     (( mem_mib > (8 << 20) )) && machine+=",smbios-entry-point-type=64"
     # Guest RAM from memory backends with reserve=off: hosts without overcommit
-    # refuse a plain `-m 1T`. One backend per NUMA node, of its NODE_MIB.
+    # refuse a plain `-m 1T`. --host-memory prefault backs it all before the
+    # guest starts instead (prealloc=on; QEMU refuses it with reserve=off).
+    # One backend per NUMA node, of its NODE_MIB.
+    local backing=reserve=off
+    [ "$host_memory" = prefault ] && backing=prealloc=on
     if [ "$nodes" = 1 ]; then
-        qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,reserve=off"
+        qemu+=(-object "memory-backend-ram,id=mem0,size=${mem_mib}M,$backing"
                -machine "$machine,memory-backend=mem0" -m "${mem_mib}M")
         return
     fi
@@ -482,7 +500,7 @@ qemu_machine_args() {
         next=$(( ((i + 1) * smp + nodes - 1) / nodes ))
         cpus=""
         (( next > first )) && cpus=",cpus=$first-$((next - 1))"
-        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib[i]}M,reserve=off"
+        qemu+=(-object "memory-backend-ram,id=mem$i,size=${node_mib[i]}M,$backing"
                -numa "node,nodeid=$i,memdev=mem$i$cpus")
     done
 }
@@ -566,12 +584,70 @@ fi
 # reads it back.
 [ -z "$log" ] && log=$tmpdir/serial.log
 : >"$log"
+
+# --- host memory: the state the boot starts in (README "Host memory") -------
+# This host may itself be a VM whose free page reporting hands memory a
+# process freed back to its hypervisor, after which touching it again costs
+# a fault in the hypervisor: how much of what a boot writes is still backed
+# decides memmap times more than the code does. The state is chosen
+# (--host-memory) and every log records it, with what the host did before.
+LAST_EXIT_FILE=${MEMBOOT_LAST_EXIT_FILE:-/tmp/memboot-last-guest-exit}
+# cold: the boot waits until the last guest exited this long ago, by then
+# this host had reported what that guest freed (README "Host memory").
+COLD_IDLE_S=${MEMBOOT_COLD_IDLE_S:-15}
+# free_page_reporting: whether this host reports free pages to its
+# hypervisor, and how that was found.
+free_page_reporting() {
+    local f bits
+    for f in /sys/bus/virtio/drivers/virtio_balloon/virtio*/features; do
+        [ -r "$f" ] || continue
+        bits=$(<"$f")
+        # VIRTIO_BALLOON_F_REPORTING is feature bit 5 (virtio spec 5.5.3).
+        if [ "${bits:5:1}" = 1 ]; then
+            echo "on (virtio-balloon free page reporting: feature bit 5 of ${f%/features})"
+            return
+        fi
+    done
+    echo "off (no virtio-balloon device with free page reporting, feature bit 5)"
+}
+# idle_s: seconds since the last guest run-qemu.sh started exited ("" if unknown).
+idle_s() {
+    local last now
+    last=$(cat "$LAST_EXIT_FILE" 2>/dev/null) || return 0
+    [[ "$last" =~ ^[0-9]+$ ]] || return 0
+    now=$(date +%s%N)
+    echo $(( (now - last) / 1000000000 )).$(( (now - last) / 100000000 % 10 ))
+}
+host_memory_lines=()
+warm_mib=0
+case "$host_memory" in
+    prefault) host_memory_lines+=("prefault: all guest RAM backed before the guest starts (memory-backend-ram prealloc=on)") ;;
+    cold)
+        idle=$(idle_s)
+        if [ -n "$idle" ] && (( ${idle%.*} < COLD_IDLE_S )); then
+            wait_s=$(( COLD_IDLE_S - ${idle%.*} ))
+            note "host memory cold: waiting ${wait_s}s (the last guest exited ${idle}s ago; cold needs ${COLD_IDLE_S}s)"
+            sleep "$wait_s"
+        fi
+        host_memory_lines+=("cold: at least ${COLD_IDLE_S} s since the last guest exited") ;;
+    warm)
+        # What the boot writes (struct pages, QEMU's own; Linux's own) is
+        # touched and freed on the host right before QEMU starts, so it is
+        # backed when the guest first writes it.
+        warm_mib=$need_mib
+        host_memory_lines+=("warm: $warm_mib MiB touched and freed on the host right before QEMU started") ;;
+    "") host_memory_lines+=("as the host left it (no --host-memory)") ;;
+esac
+idle=$(idle_s)
+host_memory_lines+=("idle ${idle:-unknown} s since the last guest exited ($LAST_EXIT_FILE)")
+host_memory_lines+=("free page reporting $(free_page_reporting)")
 # Provenance, so that a committed log says what produced it: the command,
 # the host (CPU model, TSC rate, free memory at the start) and QEMU's
 # command line. On stderr, and at the head of --log.
 provenance() {
     echo "run-qemu.sh: command: $invocation"
     echo "run-qemu.sh: host: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), TSC $(host_tsc_khz) kHz, $(nproc) CPUs, MemAvailable $available_mib MiB at start"
+    printf 'run-qemu.sh: host memory: %s\n' "${host_memory_lines[@]}"
     echo "run-qemu.sh: qemu: $(printf '%q ' "${qemu[@]}")"
 }
 provenance >&2
@@ -586,8 +662,11 @@ note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && pri
 # around it passes the serial output on and times it from QEMU's start
 # (entry latency, QEMU start to memory ready: the log's last lines).
 run=(/usr/bin/time -f '%M %R' -o "$tmpdir/time" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")
-"$tap_tool" --log "$log" -- "${run[@]}" </dev/null
+tap=("$tap_tool" --log "$log")
+(( warm_mib > 0 )) && tap+=(--warm-mib "$warm_mib")
+"${tap[@]}" -- "${run[@]}" </dev/null
 status=$?
+date +%s%N >"$LAST_EXIT_FILE" 2>/dev/null || note "cannot write $LAST_EXIT_FILE (the next boot's idle time)"
 # GNU time writes "Command exited with non-zero status N" before the figures.
 read -r maxrss_kib minor_faults < <(tail -n 1 "$tmpdir/time" 2>/dev/null) || true
 if [[ "${maxrss_kib:-}" =~ ^[0-9]+$ ]]; then

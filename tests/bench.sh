@@ -4,20 +4,18 @@
 # print where the time went. A benchmark, not a test: it asserts nothing but
 # that each boot succeeded.
 #
-#   tests/bench.sh [--sizes "64G 1T"] [--smp N] [--nodes N]
-#                  [--modes "deferred regions perpfn touch ondemand ..."] [--linux]
-#                  [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
+#   tests/bench.sh --host-memory prefault|cold|warm [--sizes "64G 1T"] [--smp N]
+#                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
+#                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
 #                  [-- EXTRA_RUN_QEMU_ARGS...]
 #
-# Order: host first-touch of guest memory dominates at 1T and depends on what
-# the host did just before (README "Benchmarks": the first large guest after
-# an idle spell, or after a small guest, pays seconds more). So the run starts
-# with one warm-up boot (memmap=touch at the largest size where it fits), and
-# another warm-up (touch at that size) goes before any boot that writes every
-# struct page when the boot before it wrote less host memory (a smaller
-# size, plain ondemand, or struct_page=32's half); warm-ups are shown, not
-# counted. Every size runs N rounds (default 2) in ABBA order: the entries in order, then
-# reversed, and so on. The table shows every round, the means, and the
+# --host-memory: the host-memory state every boot starts in (run-qemu.sh
+# --host-memory; README "Host memory"). Whether the host memory a boot
+# writes is still backed decides memmap times more than the code does on a
+# host that reports free pages to its hypervisor, so a run names one state,
+# applied the same way to every boot, memboot's and Linux's alike.
+# Every size runs N rounds (default 2) in ABBA order: the entries in order,
+# then reversed, and so on. The table shows every round, the means, and the
 # ratios of means to each Linux peer and to memmap=touch; compare rows of
 # one run only.
 #
@@ -43,7 +41,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
-linux=0 json="" svg_dir="" keep=""
+linux=0 json="" svg_dir="" keep="" host_memory=""
 extra=()
 # The header comment above, whatever its length.
 usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
@@ -58,12 +56,18 @@ while [ $# -gt 0 ]; do
         --json) json=$2; shift 2 ;;
         --svg) svg_dir=$2; shift 2 ;;
         --keep) keep=$2; shift 2 ;;
+        --host-memory) host_memory=$2; shift 2 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
+case "$host_memory" in
+    prefault|cold|warm) ;;
+    "") echo "bench.sh: --host-memory prefault|cold|warm is required: the state every boot starts in (README \"Host memory\")" >&2; exit 64 ;;
+    *) echo "bench.sh: --host-memory '$host_memory': expected prefault, cold or warm" >&2; exit 64 ;;
+esac
 say() { echo "bench: $*" >&2; }
 
 "$ROOT/run-qemu.sh" --build-only >&2
@@ -84,7 +88,6 @@ if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
     fi
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
-rm -f "$out"/*.writes-all
 
 # boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
 # entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on. A Linux
@@ -132,8 +135,8 @@ for e in $entries; do boot_args "$e" >/dev/null; done
 boot() {
     local args
     mapfile -t args < <(boot_args "$2")
-    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
-            >"$3" 2>&1; then
+    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
+            "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
         exit 1
@@ -143,79 +146,26 @@ boot() {
 fits() {
     local args
     mapfile -t args < <(boot_args "$2")
-    if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" "${extra[@]}" "${args[@]}" \
-            >/dev/null 2>"$out/fit.err"; then
-        sed -n 's/^run-qemu.sh: struct pages: every one written (\([0-9]*\) MiB of host memory)$/\1/p' \
-            "$out/fit.err" | grep . >"$out/$1-$2.writes-all" || rm -f "$out/$1-$2.writes-all"
+    if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
+            "${extra[@]}" "${args[@]}" >/dev/null 2>"$out/fit.err"; then
         return 0
     fi
     sed 's/^run-qemu.sh: //' "$out/fit.err" >"$out/$1-$2.skip"
     return 1
 }
 
-# writes_all SIZE ENTRY: does the boot write every struct page, so that it
-# leaves all of them freshly backed in host memory? run-qemu.sh's --dry-run
-# says, with how many MiB that is (fits recorded it): written_mib prints them.
-writes_all() { [ -e "$out/$1-$2.writes-all" ]; }
-written_mib() { cat "$out/$1-$2.writes-all"; }
-
-# Warm-ups, not counted. This host is itself a VM with free page reporting:
-# memory a guest freed goes back to the outer hypervisor within a minute or
-# two, and the next guest that writes its struct pages pays to get it back
-# (measured at 1T: memmap=deferred 25 s after 150 s idle, 12 s right after
-# another 1T boot). So a counted boot that writes every struct page runs
-# right after one that wrote at least as much host memory (hot_mib): after
-# the warm-up below, and after another warm-up where a smaller, a plain
-# ondemand or a struct_page=32 boot came first.
-warm_n=0 hot_mib=0
-# warm_up SIZE ENTRY BEFORE: one uncounted boot; BEFORE names the next counted one.
-warm_up() {
-    warm_n=$((warm_n + 1))
-    say "warm-up (not counted): -m $1 $2"
-    boot "$1" "$2" "$out/warmup-$warm_n.log"
-    echo "$1 $2 $3" >"$out/warmup-$warm_n.entry"
-    order_log+=("warm-up:$1/$2")
-}
-
-# The first warm-up: memmap=touch (every struct page written once) at the
-# largest size where it fits the host; if it fits nowhere, the first entry
-# that fits at the largest size.
-by_size_desc=$(for s in $sizes; do echo "$("$tools/memboot-bench" mib "$s") $s"; done | sort -rn | cut -d' ' -f2)
-warm_size="" warm_entry=""
-for s in $by_size_desc; do
-    fits "$s" touch && { warm_size=$s warm_entry=touch; break; }
-done
-if [ -z "$warm_entry" ]; then
-    warm_size=$(head -n 1 <<<"$by_size_desc")
-    warm_entry=$(for e in $entries; do fits "$warm_size" "$e" && { echo "$e"; break; }; done || true)
-fi
 rm -f "$out"/*.skip
 order_log=()
-first_warm_up=$warm_entry
 for size in $sizes; do
-    # This size's warm-up: touch, or where touch does not fit the host
-    # (e.g. 2T with 64-byte struct pages), the entry about to boot itself.
-    warm_touch=touch
-    fits "$size" touch || { warm_touch=""; rm -f "$out/$size-touch.skip"; }
     booted=()
     for e in $entries; do fits "$size" "$e" && booted+=("$e") || say "-m $size $e: $(cat "$out/$size-$e.skip")"; done
     for ((round = 1; round <= rounds; round++)); do
         order=("${booted[@]}")
         (( round % 2 == 0 )) && mapfile -t order < <(printf '%s\n' "${booted[@]}" | tac)
         for e in "${order[@]}"; do
-            if [ -n "$first_warm_up" ]; then
-                warm_up "$warm_size" "$warm_entry" "$size/$e/$round"
-                first_warm_up=""
-                writes_all "$warm_size" "$warm_entry" && hot_mib=$(written_mib "$warm_size" "$warm_entry")
-            fi
-            if writes_all "$size" "$e" && (( hot_mib < $(written_mib "$size" "$e") )); then
-                warm_up "$size" "${warm_touch:-$e}" "$size/$e/$round"
-                hot_mib=$(written_mib "$size" "${warm_touch:-$e}")
-            fi
-            say "round $round: -m $size --smp $smp --nodes $nodes $e"
+            say "round $round: -m $size --smp $smp --nodes $nodes --host-memory $host_memory $e"
             boot "$size" "$e" "$out/$size-$e-$round.log"
             order_log+=("$size/$e/$round")
-            if writes_all "$size" "$e"; then hot_mib=$(written_mib "$size" "$e"); else hot_mib=0; fi
         done
     done
 done
@@ -228,7 +178,7 @@ accel=tcg
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[i]}" = --accel ] && accel=${extra[i + 1]:-tcg}; done
 host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 host_mhz=$(awk -F': ' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo)
-heading="bench: ${accel^^}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order, $warm_n warm-up boot(s), not counted (warm-up: in the order); times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+heading="bench: ${accel^^}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
 [ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
 report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
 [ -n "$json" ] && report+=(--json "$json")
@@ -248,11 +198,11 @@ memmap × touch memmap = ratio of means to memmap=touch (same machine, same run)
 NOTE
 if [ -n "$svg_dir" ]; then
     cp "$out/bench.md" "$svg_dir/bench.md"
-    # Every boot's serial log (with run-qemu.sh's command, host and QEMU
-    # lines), the warm-ups and the refusals: what the tables are made of.
+    # Every boot's serial log (with run-qemu.sh's command, host, host-memory
+    # and QEMU lines) and the refusals: what the tables are made of.
     rm -rf "$svg_dir/logs"; mkdir -p "$svg_dir/logs"
     cp "$out"/*.log "$svg_dir/logs/"
-    cp "$out"/*.entry "$out"/*.skip "$svg_dir/logs/" 2>/dev/null || true
+    cp "$out"/*.skip "$svg_dir/logs/" 2>/dev/null || true
     printf '%q ' "$0" "${bench_args[@]}" >"$svg_dir/logs/command"; echo >>"$svg_dir/logs/command"
     # What memboot-bench report was given, one `key value` a line, so the
     # table can be rebuilt from the logs alone (tests/tests/readme_figures.rs).

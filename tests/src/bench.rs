@@ -76,6 +76,25 @@ pub struct Row {
     /// Only where the allocation test grew memory (`ondemand`).
     pub grow_step_p50_ns: Option<u64>,
     pub grow_step_p99_ns: Option<u64>,
+    /// The host-memory state the boot started in (`log::host_memory_state`).
+    pub host_memory: Option<String>,
+    /// Host-timed (run-qemu.sh's tap): QEMU's start to the kernel's first
+    /// serial byte, and to memory ready.
+    pub entry_latency_us: Option<u64>,
+    pub qemu_start_to_ready_us: Option<u64>,
+    pub minor_faults: Option<u64>,
+    /// memboot: the pages its boot CPU initialised (`eager_pages`).
+    pub boot_cpu_pages: Option<u64>,
+}
+
+impl Row {
+    /// What run-qemu.sh wrote about the boot, beside the kernel's log.
+    fn with_host_lines(mut self, text: &str) -> Self {
+        self.host_memory = crate::log::host_memory_state(text);
+        (self.entry_latency_us, self.qemu_start_to_ready_us) = crate::tap::host_timing_us(text);
+        self.minor_faults = crate::log::host_minor_faults(text);
+        self
+    }
 }
 
 /// What a bench run compared.
@@ -145,7 +164,13 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         drain_ns: measured(&s, "drain_ns"),
         grow_step_p50_ns: measured(&s, "grow_step_p50_ns"),
         grow_step_p99_ns: measured(&s, "grow_step_p99_ns"),
-    })
+        host_memory: None,
+        entry_latency_us: None,
+        qemu_start_to_ready_us: None,
+        minor_faults: None,
+        boot_cpu_pages: measured(&s, "eager_pages"),
+    }
+    .with_host_lines(text))
 }
 
 /// The order-0 entry of a per-order summary array (`alloc_p99_ns`, …),
@@ -201,7 +226,13 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
         drain_ns: None,
         grow_step_p50_ns: None,
         grow_step_p99_ns: None,
-    })
+        host_memory: None,
+        entry_latency_us: None,
+        qemu_start_to_ready_us: None,
+        minor_faults: None,
+        boot_cpu_pages: None,
+    }
+    .with_host_lines(text))
 }
 
 /// Is `entry` a Linux boot (`linux-6.12`, `linux-6.1-bzimage+nokaslr`, the
@@ -493,6 +524,134 @@ pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     out
 }
 
+/// The middle of `values` and their range: `median (min–max)`, each by
+/// `show`; `–` for none.
+fn median_range(mut values: Vec<f64>, show: impl Fn(f64) -> String) -> String {
+    if values.is_empty() {
+        return "–".to_string();
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    let median = if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    };
+    format!(
+        "{} ({}–{})",
+        show(median),
+        show(values[0]),
+        show(values[n - 1])
+    )
+}
+
+/// The columns of [`comparison`] after `size | kernel | mode`.
+fn comparison_columns(peers: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = [
+        "memmap ms",
+        "memory ready ms",
+        "QEMU start → ready ms",
+        "entry latency ms",
+        "boot-CPU memmap ms",
+        "boot-CPU pages",
+        "pages by ready",
+    ]
+    .map(String::from)
+    .to_vec();
+    for p in peers {
+        let label = peer_label(p);
+        out.push(format!("memmap × {label}"));
+        out.push(format!("ready × {label}"));
+    }
+    out
+}
+
+/// The comparison of a run made in a named host-memory state: per entry,
+/// every figure as median (min–max) over the rounds, and its ratios to
+/// each Linux peer taken round by round (round i of the entry over round i
+/// of the peer: ABBA puts them side by side), median (min–max). memmap is
+/// the whole struct-page work before memory is ready (boot CPU + hand-off +
+/// deferred init), so which phase a page falls in cannot change a verdict;
+/// the pages columns say how each kernel split it. `None` for runs from
+/// before the states (their logs name none).
+pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
+    let state = results.rows.iter().find_map(|r| r.host_memory.clone())?;
+    let peers: Vec<&str> = plan
+        .entries
+        .iter()
+        .filter(|e| is_peer(e))
+        .map(String::as_str)
+        .collect();
+    let columns = comparison_columns(&peers);
+    let mut out = format!(
+        "\ncomparison, host memory {state}: median (min–max) over the rounds; ratios round by round\n\n| size | kernel | mode |"
+    );
+    for c in &columns {
+        out += &format!(" {c} |");
+    }
+    out += "\n|---|---|---|";
+    out += &"---|".repeat(columns.len());
+    out.push('\n');
+    let ms = |v: f64| format!("{:.1}", v / 1e6);
+    let pages = |v: f64| pages_cell(Some(v), None);
+    for size in plan.sizes {
+        for entry in plan.entries {
+            let rs = series(&results.rows, size, entry);
+            if rs.is_empty() {
+                continue;
+            }
+            let of = |f: &dyn Fn(&Row) -> Option<u64>| -> Vec<f64> {
+                rs.iter().filter_map(|r| f(r)).map(|v| v as f64).collect()
+            };
+            // Linux's boot CPU initialises what its defer rule keeps eager,
+            // the rule memboot's deferred mode applies to the same map.
+            let boot_cpu_pages = |r: &Row| {
+                r.boot_cpu_pages.or_else(|| {
+                    (r.kernel == "linux")
+                        .then(|| {
+                            series(&results.rows, size, "deferred")
+                                .first()?
+                                .boot_cpu_pages
+                        })
+                        .flatten()
+                })
+            };
+            let mut line = format!(
+                "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} |",
+                rs[0].kernel,
+                median_range(of(&|r| Some(r.memmap_ns)), ms),
+                median_range(of(&|r| r.allocatable_ns), ms),
+                median_range(of(&|r| r.qemu_start_to_ready_us.map(|us| us * 1000)), ms),
+                median_range(of(&|r| r.entry_latency_us.map(|us| us * 1000)), ms),
+                median_range(of(&|r| Some(r.boot_cpu_memmap_ns)), ms),
+                median_range(of(&boot_cpu_pages), pages),
+                median_range(of(&|r| r.pages_initialised_at_allocatable), pages),
+            );
+            for peer in &peers {
+                let base = series(&results.rows, size, peer);
+                let ratios = |f: fn(&Row) -> Option<u64>| -> Vec<f64> {
+                    rs.iter()
+                        .filter_map(|r| {
+                            let b = base.iter().find(|b| b.round == r.round)?;
+                            let (v, b) = (f(r)? as f64, f(b)? as f64);
+                            (b > 0.0).then(|| v / b)
+                        })
+                        .collect()
+                };
+                let _ = write!(
+                    line,
+                    " {} | {} |",
+                    median_range(ratios(|r| Some(r.memmap_ns)), |v| format!("{v:.2}")),
+                    median_range(ratios(|r| r.allocatable_ns), |v| format!("{v:.2}")),
+                );
+            }
+            out += &line;
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
 fn row_json(r: &Row) -> Value {
     json!({
         "size": r.size, "mem_mib": r.mem_mib, "kernel": r.kernel, "mode": r.mode,
@@ -504,6 +663,9 @@ fn row_json(r: &Row) -> Value {
         "pages_initialised_at_allocatable": r.pages_initialised_at_allocatable,
         "pages_initialised": r.pages_initialised, "drain_ns": r.drain_ns,
         "grow_step_p50_ns": r.grow_step_p50_ns, "grow_step_p99_ns": r.grow_step_p99_ns,
+        "host_memory": r.host_memory, "entry_latency_us": r.entry_latency_us,
+        "qemu_start_to_ready_us": r.qemu_start_to_ready_us, "minor_faults": r.minor_faults,
+        "boot_cpu_pages": r.boot_cpu_pages,
     })
 }
 
@@ -528,4 +690,89 @@ pub fn to_json(results: &Results, meta: Value) -> Value {
         })
         .collect();
     json!({"meta": meta, "rows": rows, "skipped": skipped, "warmup": warmup, "warmups": warmups})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, round: u32, memmap_ms: u64, ready_ms: u64) -> Row {
+        Row {
+            size: "16G".into(),
+            mem_mib: 16 << 10,
+            kernel: if is_linux(mode) { "linux" } else { "memboot" },
+            mode: mode.into(),
+            round,
+            boot_cpu_memmap_ns: 1_000_000,
+            memmap_ns: memmap_ms * 1_000_000,
+            allocatable_ns: Some(ready_ms * 1_000_000),
+            host_rss_mib: None,
+            boot_ns: 0,
+            order0_p50_ns: None,
+            order0_p99_ns: None,
+            present_pages: None,
+            pages_initialised_at_allocatable: Some(4 << 20),
+            pages_initialised: Some(4 << 20),
+            drain_ns: None,
+            grow_step_p50_ns: None,
+            grow_step_p99_ns: None,
+            host_memory: Some("cold".into()),
+            entry_latency_us: Some(90_000 + u64::from(round)),
+            qemu_start_to_ready_us: Some(500_000),
+            minor_faults: None,
+            boot_cpu_pages: (!is_linux(mode)).then_some(851_839),
+        }
+    }
+
+    #[test]
+    fn median_and_range() {
+        let show = |v: f64| format!("{v}");
+        assert_eq!(median_range(vec![3.0, 1.0, 2.0], show), "2 (1–3)");
+        assert_eq!(median_range(vec![4.0, 1.0, 2.0, 3.0], show), "2.5 (1–4)");
+        assert_eq!(median_range(vec![], show), "–");
+    }
+
+    /// Ratios pair the rounds (round i over round i), not the medians.
+    #[test]
+    fn comparison_ratios_round_by_round() {
+        let rows = vec![
+            row("deferred", 1, 100, 200),
+            row("deferred", 2, 300, 200),
+            row("deferred", 3, 50, 200),
+            row("linux-6.1", 1, 400, 800),
+            row("linux-6.1", 2, 300, 400),
+            row("linux-6.1", 3, 100, 400),
+        ];
+        let results = Results {
+            rows,
+            skipped: vec![],
+            warmups: vec![],
+        };
+        let (sizes, entries) = (
+            vec!["16G".to_string()],
+            vec!["deferred".to_string(), "linux-6.1".to_string()],
+        );
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 3,
+        };
+        let text = comparison(&results, &plan).unwrap();
+        assert!(text.contains("host memory cold"), "{text}");
+        let line = text.lines().find(|l| l.contains("| deferred |")).unwrap();
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // memmap 100/400, 300/300, 50/100: median 0.50, range 0.25–1.00
+        // (the ratio of the medians would be 100/300).
+        assert_eq!(cells[cells.len() - 3], "0.50 (0.25–1.00)", "{line}");
+        // ready 200/800, 200/400, 200/400.
+        assert_eq!(cells[cells.len() - 2], "0.50 (0.25–0.50)", "{line}");
+        assert_eq!(cells[4], "100.0 (50.0–300.0)", "{line}");
+        // Linux's boot-CPU pages by the defer rule memboot deferred applies.
+        let linux = text.lines().find(|l| l.contains("| linux-6.1 |")).unwrap();
+        assert!(linux.contains("851839 (851839–851839)"), "{linux}");
+        // Runs from before the states have no comparison.
+        let mut old = results;
+        old.rows.iter_mut().for_each(|r| r.host_memory = None);
+        assert_eq!(comparison(&old, &plan), None);
+    }
 }

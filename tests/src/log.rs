@@ -138,6 +138,28 @@ pub fn host_peak_rss_mib(text: &str) -> Option<u64> {
     })
 }
 
+/// QEMU's minor page faults (`run-qemu.sh: host minor page faults N …`).
+pub fn host_minor_faults(text: &str) -> Option<u64> {
+    const PREFIX: &str = "run-qemu.sh: host minor page faults ";
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(PREFIX)?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// The host-memory state a boot started in: the first word after
+/// `run-qemu.sh: host memory: ` (`prefault`, `cold`, `warm`, or `as` for a
+/// boot without `--host-memory`); `None` in logs from before the states.
+pub fn host_memory_state(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix("run-qemu.sh: host memory: ")?;
+        let state = rest.split([':', ' ']).next()?;
+        ["prefault", "cold", "warm", "as"]
+            .contains(&state)
+            .then(|| state.to_string())
+    })
+}
+
 /// Linux's `On node N, zone Z: K pages in unavailable ranges` (mm/mm_init.c,
 /// also printed by memboot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -944,3 +944,58 @@ fn real_host_accepts_the_largest_faithful_size_that_fits() {
         Ok(())
     });
 }
+
+/// `--host-memory prefault` backs all guest RAM before the guest starts
+/// (prealloc=on, which QEMU refuses beside reserve=off), so the refusal
+/// charges all of it, not only the struct pages a boot writes: the
+/// expectation is -m plus QEMU's own, computed here from the sizes.
+#[test]
+fn prefault_backs_and_charges_all_guest_ram() {
+    for shape in [&["-m", "4G"][..], &["-m", "8G", "--nodes", "2"]] {
+        let cmd = dry_run(&[shape, &["--host-memory", "prefault"]].concat());
+        let backends = value_of(&cmd, "-object");
+        assert!(!backends.is_empty());
+        for b in backends {
+            assert!(
+                b.ends_with(",prealloc=on") && !b.contains("reserve=off"),
+                "{b}"
+            );
+        }
+        let plain = dry_run(shape);
+        assert!(value_of(&plain, "-object")
+            .iter()
+            .all(|b| b.ends_with(",reserve=off")));
+    }
+    // 16 GiB of guest RAM cannot be prefaulted in 16 GiB of host memory,
+    // though its 256 MiB of struct pages fit easily.
+    let prefault = script(
+        &["--dry-run", "-m", "16G", "--host-memory", "prefault"],
+        16 << 10,
+    );
+    assert_eq!(prefault.code, 64, "{}", prefault.stderr);
+    assert!(
+        prefault
+            .stderr
+            .contains("16384 MiB of guest RAM, all backed before the boot"),
+        "{}",
+        prefault.stderr
+    );
+    for state in ["cold", "warm"] {
+        let out = script(
+            &["--dry-run", "-m", "16G", "--host-memory", state],
+            16 << 10,
+        );
+        assert_eq!(out.code, 0, "{state}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn host_memory_states_are_named() {
+    let out = script(&["--dry-run", "--host-memory", "hot"], 1 << 30);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("expected prefault, cold or warm"),
+        "{}",
+        out.stderr
+    );
+}

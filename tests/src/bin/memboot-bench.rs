@@ -91,6 +91,9 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", bench::table(&results, &plan, &args.heading));
+    if let Some(comparison) = bench::comparison(&results, &plan) {
+        print!("{comparison}");
+    }
     if let Some(path) = &args.json {
         let meta = serde_json::json!({
             "heading": args.heading, "sizes": args.sizes, "entries": args.entries, "rounds": args.rounds,

@@ -119,7 +119,8 @@ impl fmt::Display for MemmapInitError {
 /// What a strategy did, in pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct InitStats {
-    /// Present (memory) pages initialised now.
+    /// Present (memory) pages initialised now: the sum of
+    /// [`InitOutcome::eager_inits`], counted where they were written.
     pub eager_pages: u64,
     /// Present pages left to `deferred-init`.
     pub deferred_pages: u64,
@@ -137,12 +138,39 @@ pub struct InitOutcome {
     /// Present memory the boot CPU initialised, split at zone boundaries and
     /// ascending: what it hands to the buddy allocator.
     pub eager: Vec<EagerRange>,
+    /// Struct pages of memory the boot CPU wrote, per node and zone,
+    /// counted by the loops that write them (one per
+    /// `__init_single_page()`), not taken from the ranges: verification
+    /// compares them with [`eager`](Self::eager), so a page written twice
+    /// (the same bytes: invisible to a page scan) or skipped shows, as the
+    /// deferred windows' init counters show it for deferred memory.
+    pub eager_inits: Vec<ZoneInits>,
     /// Per-node ranges for `deferred-init` (empty unless `Deferred`).
     pub deferred: Vec<DeferredRange>,
 }
 
 /// A piece of present memory the eager part of a strategy initialises.
 pub type EagerRange = crate::ZoneRange;
+
+/// Struct pages written in one zone of one node ([`InitOutcome::eager_inits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneInits {
+    pub nid: NodeId,
+    pub zone: ZoneType,
+    pub nr_pages: u64,
+}
+
+/// Add `nr_pages` written in (`nid`, `zone`) to `inits`.
+fn count_inits(inits: &mut Vec<ZoneInits>, nid: NodeId, zone: ZoneType, nr_pages: u64) {
+    match inits.iter_mut().find(|c| c.nid == nid && c.zone == zone) {
+        Some(c) => c.nr_pages += nr_pages,
+        None => inits.push(ZoneInits {
+            nid,
+            zone,
+            nr_pages,
+        }),
+    }
+}
 
 /// How the `Deferred` strategy splits present memory into what the boot CPU
 /// initialises now and what it leaves, computed without touching struct
@@ -243,7 +271,8 @@ fn unbacked(pfn: Pfn) -> MemmapInitError {
 
 /// `memmap_init_range()` for one zone-clipped range: `__init_single_page()`
 /// on every PFN and `MIGRATE_MOVABLE` on each pageblock start. Usable by
-/// deferred workers for the ranges they own.
+/// deferred workers for the ranges they own. Returns the struct pages
+/// written, as [`init_pages`] counts them.
 pub fn init_pfn_range<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     pageblocks: &PageblockMaps,
@@ -254,22 +283,32 @@ pub fn init_pfn_range<B: MemmapBacking>(
     let pb = pageblocks
         .get(nid, zone)
         .ok_or(MemmapInitError::NoPageblockMap { nid, zone })?;
+    let mut written = 0;
     for piece in range.section_pieces() {
         let pages = memmap
             .pages_mut(piece)
             .ok_or_else(|| unbacked(piece.start))?;
-        init_pages(pages, piece.start, zone, nid);
+        written += init_pages(pages, piece.start, zone, nid);
     }
     pb.mark_movable(range);
-    Ok(range.nr_pages())
+    Ok(written)
 }
 
 /// `__init_single_page()` over a slice whose first page is `start_pfn`.
+/// Returns the pages initialised, counted one by one as they are.
 #[inline]
-pub fn init_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn, zone: ZoneType, nid: NodeId) {
+pub fn init_pages<P: PageLayout>(
+    pages: &mut [P],
+    start_pfn: Pfn,
+    zone: ZoneType,
+    nid: NodeId,
+) -> u64 {
+    let mut written = 0;
     for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
         page.init_single_page(pfn, zone, nid);
+        written += 1;
     }
+    written
 }
 
 /// `init_unavailable_range()` for every gap, section pieces present only.
@@ -352,15 +391,17 @@ pub fn mark_reserved_pages<B: MemmapBacking>(
     Ok(n)
 }
 
-/// Pre-5.8 per-PFN loop over each zone span.
+/// Pre-5.8 per-PFN loop over each zone span; counts each page it writes
+/// into `inits`.
 fn init_per_pfn<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
     pageblocks: &PageblockMaps,
-) -> Result<u64, MemmapInitError> {
-    let mut n = 0;
+    inits: &mut Vec<ZoneInits>,
+) -> Result<(), MemmapInitError> {
     for z in layout.zones().iter().filter(|z| z.is_populated()) {
+        let mut n = 0;
         let pb = pageblocks
             .get(z.nid, z.zone)
             .ok_or(MemmapInitError::NoPageblockMap {
@@ -382,8 +423,9 @@ fn init_per_pfn<B: MemmapBacking>(
             }
             n += 1;
         }
+        count_inits(inits, z.nid, z.zone, n);
     }
-    Ok(n)
+    Ok(())
 }
 
 /// Run `strategy` over `memmap`. Every present section must be backed
@@ -399,7 +441,7 @@ pub fn init_memmap<B: MemmapBacking>(
     let mut out = InitOutcome::default();
     match strategy {
         Strategy::PerPfn => {
-            out.stats.eager_pages = init_per_pfn(memmap, mb, layout, pageblocks)?;
+            init_per_pfn(memmap, mb, layout, pageblocks, &mut out.eager_inits)?;
             // The per-PFN walk initialises exactly the region walk's pages.
             out.eager = region_pieces(mb, layout).collect();
         }
@@ -425,10 +467,11 @@ pub fn init_memmap<B: MemmapBacking>(
     }
     if strategy != Strategy::PerPfn {
         for piece in &out.eager {
-            out.stats.eager_pages +=
-                init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+            let written = init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
+            count_inits(&mut out.eager_inits, piece.nid, piece.zone, written);
         }
     }
+    out.stats.eager_pages = out.eager_inits.iter().map(|c| c.nr_pages).sum();
     // A lazy vmemmap writes each section's holes when it maps the section.
     if !memmap.backing().initialises_holes() {
         out.stats.hole_pages = init_holes(memmap, layout)?;
@@ -537,6 +580,53 @@ mod tests {
         let pb = PageblockMaps::new(&layout);
         let out = init_memmap(strategy, &mut mm, mb, &layout, &pb).unwrap();
         (mm, out, pb)
+    }
+
+    /// `eager_inits` is what the write loops counted: per node and zone,
+    /// the memory pages whose struct pages the strategy wrote (counted
+    /// here from the struct pages themselves), and each rewrite counts
+    /// again, so a page initialised twice is one count too many.
+    #[test]
+    fn eager_inits_count_every_struct_page_written_per_zone() {
+        for strategy in Strategy::ALL {
+            eager_inits_count_every_write::<StructPage>(strategy);
+            eager_inits_count_every_write::<StructPage32>(strategy);
+        }
+    }
+
+    fn eager_inits_count_every_write<P: PageLayout>(strategy: Strategy) {
+        let mb = two_node_map();
+        let (mut mm, out, pb) = run::<P>(strategy, &mb);
+        let layout = ZoneLayout::new(&mb);
+        let mut written: Vec<ZoneInits> = Vec::new();
+        for z in layout.zones().iter().filter(|z| z.is_populated()) {
+            let n = (z.span.start..z.span.end)
+                .filter(|&pfn| mb.pfn_to_nid(pfn) == Some(z.nid))
+                .filter(|&pfn| {
+                    mm.page(pfn)
+                        .is_some_and(|p| p.links_match(pfn, z.zone, z.nid))
+                })
+                .filter(|&pfn| !out.deferred.iter().any(|d| d.pfns.contains(pfn)))
+                .count() as u64;
+            if n > 0 {
+                count_inits(&mut written, z.nid, z.zone, n);
+            }
+        }
+        let mut counted = out.eager_inits.clone();
+        for list in [&mut counted, &mut written] {
+            list.sort_by_key(|c| (c.nid, c.zone as usize));
+        }
+        assert_eq!(counted, written, "{strategy}");
+        assert_eq!(
+            out.stats.eager_pages,
+            written.iter().map(|c| c.nr_pages).sum::<u64>(),
+            "{strategy}"
+        );
+        // Written again through the same path: counted again.
+        if let Some(e) = out.eager.first() {
+            let again = init_pfn_range(&mut mm, &pb, e.pfns, e.zone, e.nid).unwrap();
+            assert_eq!(again, e.pfns.nr_pages(), "{strategy}");
+        }
     }
 
     #[test]

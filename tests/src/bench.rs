@@ -118,14 +118,6 @@ pub fn size_mib(size: &str) -> Result<u64, String> {
     }
 }
 
-fn summary_of(text: &str) -> Result<Value, String> {
-    let json = text
-        .lines()
-        .find_map(|l| l.trim_end_matches('\r').strip_prefix("memboot-summary: "))
-        .ok_or("no memboot-summary line: the boot did not finish")?;
-    serde_json::from_str(json).map_err(|e| format!("bad summary JSON: {e}"))
-}
-
 fn key(summary: &Value, name: &str) -> Result<u64, String> {
     summary[name]
         .as_u64()
@@ -140,7 +132,9 @@ fn measured(summary: &Value, name: &str) -> Option<u64> {
 
 /// A memboot boot's row from its log.
 fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, String> {
-    let s = summary_of(text)?;
+    // The last summary line: a boot whose first was cut writes a whole one
+    // after it (`log::summary_json`).
+    let s = crate::log::summary(text).map_err(|e| e.to_string())?;
     if s["status"] != "ok" {
         return Err(format!("the boot failed: status {}", s["status"]));
     }

@@ -367,6 +367,39 @@ pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
     }
 }
 
+/// The host memory run-qemu.sh's model says the boot `args` (plus `--
+/// kernel_opts`) needs, in MiB: QEMU's own plus the struct pages the boot
+/// writes (README "Large guests"), each constant an upper bound of what
+/// this host measured. Read from the `run-qemu.sh: host memory: the boot
+/// needs N MiB (…)` line of a `--dry-run` with the same arguments (no
+/// build, no QEMU), with the host's available memory pinned far above any
+/// need so that the line is printed whatever this host has free.
+pub fn host_memory_need_mib(args: &[&str], kernel_opts: &[&str]) -> u64 {
+    const NEED: &str = "run-qemu.sh: host memory: the boot needs ";
+    let mut all: Vec<&str> = vec!["--dry-run"];
+    all.extend_from_slice(args);
+    if !kernel_opts.is_empty() {
+        all.push("--");
+        all.extend_from_slice(kernel_opts);
+    }
+    let out = Command::new(repo_root().join("run-qemu.sh"))
+        .args(&all)
+        .env("MEMBOOT_HOST_AVAILABLE_MIB", u32::MAX.to_string())
+        .output()
+        .expect("run run-qemu.sh --dry-run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(NEED)?.split_once(" MiB")?.0.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "run-qemu.sh {} printed no `{NEED}N MiB` line (exit {:?}); its --dry-run output changed:\n{stderr}",
+                all.join(" "),
+                out.status.code()
+            )
+        })
+}
+
 /// [`boot`] without parsing the log: for tests of a log [`parse_log`]
 /// refuses (a cut summary line).
 pub fn boot_raw(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Run {

@@ -8,7 +8,8 @@
 //! - byte ranges, `… [mem 0xSTART-0xEND] rest` ([`mem_range`]);
 //! - the unstamped `memboot-summary:` line ([`summary_json`], [`summary`])
 //!   and `memboot-input:` line ([`boot_input`]);
-//! - run-qemu.sh's `run-qemu.sh: host peak RSS N MiB` ([`host_peak_rss_mib`]);
+//! - run-qemu.sh's `run-qemu.sh: host peak RSS N MiB` ([`host_peak_rss_mib`])
+//!   and its `run-qemu.sh: host: …` provenance line ([`host_cpus`]);
 //! - Linux's `On node N, zone Z: K pages in unavailable ranges`
 //!   ([`unavailable_ranges`]).
 
@@ -160,6 +161,16 @@ pub fn host_memory_state(text: &str) -> Option<String> {
     })
 }
 
+/// The host's CPU count from run-qemu.sh's provenance line at the head of
+/// a `--log`, `run-qemu.sh: host: MODEL, TSC N kHz, C CPUs, MemAvailable
+/// …`: the cores the guest's vCPUs ran on.
+pub fn host_cpus(text: &str) -> Option<u64> {
+    const HOST_PREFIX: &str = "run-qemu.sh: host: ";
+    let line = text.lines().find_map(|l| l.strip_prefix(HOST_PREFIX))?;
+    line.split(", ")
+        .find_map(|field| field.strip_suffix(" CPUs")?.parse().ok())
+}
+
 /// Linux's `On node N, zone Z: K pages in unavailable ranges` (mm/mm_init.c,
 /// also printed by memboot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -262,6 +273,21 @@ mod tests {
         assert_eq!(host_peak_rss_mib("run-qemu.sh: host peak RSS 12 KiB"), None);
         assert_eq!(host_peak_rss_mib("run-qemu.sh: host peak RSS  MiB"), None);
         assert_eq!(host_peak_rss_mib("no figure"), None);
+    }
+
+    #[test]
+    fn host_cpus_from_the_provenance_line() {
+        let log = "run-qemu.sh: command: ./run-qemu.sh -m 1G\n\
+                   run-qemu.sh: host: AMD EPYC, TSC 2596128 kHz, 2 CPUs, MemAvailable 23553 MiB at start\n\
+                   [    0.002144] memboot 0.1.0 booting\n";
+        assert_eq!(host_cpus(log), Some(2));
+        assert_eq!(
+            host_cpus("run-qemu.sh: host: Xeon, 2 CPUs, TSC 1 kHz, 64 CPUs, x\n"),
+            Some(2),
+            "the first field that is a count of CPUs"
+        );
+        assert_eq!(host_cpus("[    0.1] 16 CPUs, online\n"), None);
+        assert_eq!(host_cpus("run-qemu.sh: host: Xeon, many CPUs\n"), None);
     }
 
     #[test]

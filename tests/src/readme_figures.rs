@@ -1,22 +1,30 @@
-//! Every figure the README quotes from a measurement comes from a committed
-//! run, and says which: a README block (a paragraph, a list item with its
-//! continuation lines, a table, a fenced code block) that quotes measured
-//! figures names the files it came from, with a link or a code span to a
-//! path under `tests/bench-results/`. This module checks such blocks:
+//! Every figure the README (and any markdown file under `docs/`) quotes
+//! from a measurement comes from a committed run, and says which. A block
+//! (a paragraph, a list item with its continuation lines, a table, a
+//! fenced code block) that holds a figure with a unit of time, memory,
+//! rate, ratio or share (`12.7 s`, `116 ms`, `3636 MiB`, `2600 MHz`,
+//! `0.96×`, `0.3 %`; ranges and lists such as `12.6–12.7 s` or
+//! `116.9 / 115.4 ms`) must name the files it came from, with a link or a
+//! code span to a path under `tests/bench-results/`, unless every such
+//! figure is one of the few design constants in [`CONSTANTS`]. For a block
+//! that names files this module checks:
 //!
 //! - each named file exists;
-//! - each row of a table in the block is a row of one of the named files
-//!   (the README copies `bench.md` tables verbatim);
-//! - each figure with a unit in the block's text (`12.7 s`, `116 ms`,
-//!   `3636 MiB`, `0.96×`, `0.3 %`, ranges and lists such as `12.6–12.7 s` or
-//!   `116.9 / 115.4 ms`) is a number of a named file in some unit, rounded
-//!   as the README rounds it: `24.9 s` is supported by `24890 ms` or
-//!   `24890123456` (ns), `16.2 GiB` by `16551` (MiB).
+//! - a table copied from a named file (its header row is the file's: the
+//!   README copies `bench.md` tables verbatim) has each of its rows there;
+//!   any other table (the README's own summary) has each of its figures
+//!   in the named files;
+//! - each figure with a unit in the block's text is a number of a named
+//!   file in some unit, rounded as the README rounds it: `24.9 s` is
+//!   supported by `24890 ms` or `24890123456` (ns), `16.2 GiB` by `16551`
+//!   (MiB).
 //!
 //! The rounding rule accepts any source number that rounds to the figure
 //! after a unit conversion, so a figure can only pass if its file holds a
 //! value that says it; small round numbers (`2 s`) are weaker evidence than
 //! `12.67 s`, which is why blocks name specific logs, not whole directories.
+//! Figures in code (spans and fenced blocks) are not read: they are
+//! commands, options and log lines, and a log excerpt's block names its log.
 
 use std::path::{Path, PathBuf};
 
@@ -31,8 +39,67 @@ pub struct Problem {
     pub what: String,
 }
 
-/// A README block: its first line number and its text.
+/// The README's blocks: first line number and text. A table, a fenced
+/// code block or a list belongs with the paragraph that introduces it (one
+/// ending with ':'), and so does a line that is one code span (a bench
+/// table's `bench: …` heading) between the two: they are read as one
+/// block, whose named files the table's rows and the figures of the
+/// paragraph and of every item of the list come from.
 fn blocks(readme: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    // What the last block in `out` takes in: nothing, what an introducing
+    // paragraph introduces, or the next item of its list.
+    #[derive(PartialEq)]
+    enum Open {
+        No,
+        Introduced,
+        List,
+    }
+    let mut open = Open::No;
+    for (line, text) in raw_blocks(readme) {
+        let first = text.lines().next().unwrap_or("");
+        let trimmed = text.trim_end();
+        let table = first.starts_with('|');
+        let fence = first.trim_start().starts_with("```");
+        let item = first.starts_with("- ")
+            || first.starts_with("* ")
+            || first
+                .split_once(". ")
+                .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let heading = !trimmed.contains('\n')
+            && trimmed.len() > 1
+            && trimmed.starts_with('`')
+            && trimmed.ends_with('`');
+        let joins = match open {
+            Open::No => false,
+            Open::Introduced => table || fence || heading || item,
+            Open::List => item,
+        };
+        if joins {
+            let last = out.last_mut().expect("an open block");
+            last.1.push_str(&text);
+            open = if heading {
+                Open::Introduced
+            } else if item {
+                Open::List
+            } else {
+                Open::No
+            };
+            continue;
+        }
+        open = if trimmed.ends_with(':') {
+            Open::Introduced
+        } else {
+            Open::No
+        };
+        out.push((line, text));
+    }
+    out
+}
+
+/// Blocks as the markdown separates them: by blank lines, list items and
+/// fences.
+fn raw_blocks(readme: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut current: Option<(usize, String)> = None;
     let mut in_fence = false;
@@ -94,8 +161,9 @@ pub struct Figure {
     pub unit: &'static str,
 }
 
-const UNITS: [&str; 14] = [
-    "ns", "µs", "us", "ms", "s", "KiB", "MiB", "GiB", "KB", "MB", "GB", "%", "×", "x",
+const UNITS: [&str; 17] = [
+    "ns", "µs", "us", "ms", "s", "KiB", "MiB", "GiB", "KB", "MB", "GB", "kHz", "MHz", "GHz", "%",
+    "×", "x",
 ];
 
 /// `(factor, …)`: a source number `n` supports a figure in `unit` when
@@ -110,6 +178,9 @@ fn factors(unit: &str) -> &'static [f64] {
         "KiB" | "KB" => &[1.0, 1.0 / 1024.0],
         "MiB" | "MB" => &[1.0, 1.0 / 1024.0, 1.0 / 1048576.0],
         "GiB" | "GB" => &[1.0, 1.0 / 1024.0, 1.0 / 1048576.0, 1.0 / 1073741824.0],
+        "kHz" => &[1.0, 1e3],
+        "MHz" => &[1.0, 1e-3, 1e-6],
+        "GHz" => &[1.0, 1e-3, 1e-6, 1e-9],
         _ => &[1.0],
     }
 }
@@ -161,9 +232,15 @@ pub fn figures(text: &str) -> Vec<Figure> {
                 let decimals = num.split_once('.').map_or(0, |(_, d)| d.len());
                 pending.push((num, value, decimals));
                 i += len;
-                // A unit right after (one optional space)?
+                // A unit right after: one optional space, or a line break
+                // with the next line's indentation (`(12340` / `ms)`).
                 let after = &s[i..];
-                let after_space = after.strip_prefix(' ').unwrap_or(after);
+                let after_space = after
+                    .strip_prefix('\n')
+                    .map(|next| next.trim_start_matches(' '))
+                    .or_else(|| after.strip_prefix(' '))
+                    .unwrap_or(after);
+                let glued = after_space.len() == after.len();
                 if let Some(unit) = UNITS.iter().find(|u| {
                     after_space.starts_with(**u)
                         && after_space[u.len()..]
@@ -171,8 +248,13 @@ pub fn figures(text: &str) -> Vec<Figure> {
                             .next()
                             .is_none_or(|c| !c.is_alphanumeric())
                 }) {
-                    // `x` only as a ratio glued to its number (`0.96x`).
-                    if *unit != "x" || !after.starts_with(' ') {
+                    // `x` only as a ratio glued to its number (`0.96x`);
+                    // `×` between two numbers is a product (`255 × 64`).
+                    let product = *unit == "×"
+                        && after_space[unit.len()..]
+                            .trim_start_matches(' ')
+                            .starts_with(|c: char| c.is_ascii_digit());
+                    if (*unit != "x" || glued) && !product {
                         for (text, value, decimals) in pending.drain(..) {
                             out.push(Figure {
                                 text,
@@ -264,7 +346,63 @@ fn table_rows(block: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Check the README at `root`: every block that names committed results.
+/// Design constants a block may quote without naming a run: sizes fixed
+/// by Linux's layout, QEMU, memboot's design or the build hosts, not
+/// measured.
+/// `(figure, unit, what it is)`; keep it to what the README's design
+/// sections need, and give a measured figure its file instead.
+pub const CONSTANTS: [(&str, &str, &str); 9] = [
+    ("4", "KiB", "a page (PAGE_SIZE)"),
+    (
+        "64",
+        "KiB",
+        "the kernel log's ring; SMBIOS 2.1's table limit",
+    ),
+    ("2", "MiB", "a huge page: one vmemmap mapping"),
+    (
+        "4",
+        "MiB",
+        "a block window: 1024 pages, the largest buddy block",
+    ),
+    (
+        "8",
+        "MiB",
+        "QEMU's NUMA split granularity: run-qemu.sh's smallest node",
+    ),
+    (
+        "128",
+        "MiB",
+        "a memory section (x86_64 SECTION_SIZE_BITS = 27)",
+    ),
+    ("4", "GiB", "the 32-bit boundary, where DMA32 ends"),
+    ("16", "GiB", "a 1 TiB guest's struct pages: RAM/64"),
+    (
+        "24",
+        "GiB",
+        "the build hosts' RAM, which `Large guests` is sized for",
+    ),
+];
+
+/// Is `figure` one of the [`CONSTANTS`]?
+pub fn is_constant(figure: &Figure) -> bool {
+    CONSTANTS
+        .iter()
+        .any(|&(text, unit, _)| figure.text == text && figure.unit == unit)
+}
+
+/// The text of a block outside its table rows.
+fn prose_of(block: &str) -> String {
+    block
+        .lines()
+        .filter(|l| !l.starts_with('|'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Check a markdown document (the README, or a file under `docs/`) whose
+/// named paths are relative to the repository at `root`: every block that
+/// quotes a measured figure names committed results, and what it quotes is
+/// in them.
 pub fn check(root: &Path, readme: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (line, block) in blocks(readme) {
@@ -275,6 +413,21 @@ pub fn check(root: &Path, readme: &str) -> Vec<Problem> {
             .filter(|f| !root.join(f).is_dir())
             .collect();
         if files.is_empty() {
+            // Table cells count too: a table of figures is a measurement.
+            let measured: Vec<String> = figures(&block)
+                .iter()
+                .filter(|f| !is_constant(f))
+                .map(|f| format!("{} {}", f.text, f.unit))
+                .collect();
+            if !measured.is_empty() {
+                problems.push(Problem {
+                    line,
+                    what: format!(
+                        "{} quoted, but the block names no committed file under {RESULTS_DIR}: link the file the figures came from, drop figures no committed run holds, or add a design constant to readme_figures::CONSTANTS",
+                        measured.join(", ")
+                    ),
+                });
+            }
             continue;
         }
         let mut texts = Vec::new();
@@ -288,21 +441,36 @@ pub fn check(root: &Path, readme: &str) -> Vec<Problem> {
                 }),
             }
         }
+        let numbers: Vec<f64> = texts.iter().flat_map(|t| source_numbers(t)).collect();
+        // A table whose header row is a named file's is a copy of that
+        // file's table (a bench.md), row for row; any other table is the
+        // README's own summary, whose figures must each be in the files.
         let rows = table_rows(&block);
+        let in_files = |row: &str| texts.iter().any(|t| t.lines().any(|l| l == row));
+        let copied = rows.first().is_some_and(|header| in_files(header));
         for row in &rows {
-            if !row.starts_with("| size |") && !texts.iter().any(|t| t.lines().any(|l| l == *row)) {
+            if copied {
+                if !in_files(row) {
+                    problems.push(Problem {
+                        line,
+                        what: format!("table row not in {}: {row}", files.join(", ")),
+                    });
+                }
+                continue;
+            }
+            for fig in figures(row).iter().filter(|f| !supported(f, &numbers)) {
                 problems.push(Problem {
                     line,
-                    what: format!("table row not in {}: {row}", files.join(", ")),
+                    what: format!(
+                        "{} {} (table row {row}) is in none of {}",
+                        fig.text,
+                        fig.unit,
+                        files.join(", ")
+                    ),
                 });
             }
         }
-        let prose: String = block
-            .lines()
-            .filter(|l| !l.starts_with('|'))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let numbers: Vec<f64> = texts.iter().flat_map(|t| source_numbers(t)).collect();
+        let prose = prose_of(&block);
         for fig in figures(&prose) {
             if !supported(&fig, &numbers) {
                 problems.push(Problem {
@@ -349,6 +517,61 @@ mod tests {
         assert!(units("-m 1T over 16 nodes, 2 rounds, `took 5 s`, 64G").is_empty());
         assert_eq!(units("267 381 760 pages in 24 s"), [("24".into(), "s")]);
         assert_eq!(units("16,320 phases, 1.45 MB")[0].1, "MB");
+        // A unit on the next line still belongs to its number.
+        assert_eq!(units("the rest (12340\n  ms)"), [("12340".into(), "ms")]);
+        // `×` between numbers is a product, not a ratio.
+        assert!(units("255 CPUs × 64 nodes, 64 × 64").is_empty());
+        assert_eq!(units("12.5× faster"), [("12.5".into(), "×")]);
+    }
+
+    #[test]
+    fn tables_lists_and_headings_belong_to_the_paragraph_that_introduces_them() {
+        let text = "Intro ([log](tests/bench-results/a.log)):\n\n`bench: heading`\n\n\
+                    | size | x |\n|---|---|\n\nNot introduced.\n\n\
+                    From [b](tests/bench-results/b.md):\n\n- one\n- two\n  more\n\n\
+                    Steps:\n\n1. first\n2. second\n\nAfter.\n";
+        let got: Vec<usize> = blocks(text).iter().map(|b| b.0).collect();
+        let line_of = |t: &str| text.lines().position(|l| l.starts_with(t)).unwrap() + 1;
+        assert_eq!(
+            got,
+            [
+                line_of("Intro"),
+                line_of("Not introduced"),
+                line_of("From"),
+                line_of("Steps"),
+                line_of("After")
+            ]
+        );
+        let from = &blocks(text)[2].1;
+        assert!(from.contains("- two\n  more"), "{from}");
+    }
+
+    #[test]
+    fn a_summary_table_is_checked_figure_by_figure_and_a_copy_row_by_row() {
+        let dir = std::env::temp_dir().join(format!("readme-tables-{}", std::process::id()));
+        let results = dir.join(RESULTS_DIR);
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::write(
+            results.join("b.md"),
+            "| size | ms |\n|---|---|\n| 1T | 12.5 |\nratio 95.8\n",
+        )
+        .unwrap();
+        let named = "From [b](tests/bench-results/b.md):\n\n";
+        // A copy of the file's table: every row verbatim.
+        let copy = format!("{named}| size | ms |\n|---|---|\n| 1T | 12.6 |\n");
+        let found = check(&dir, &copy);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].what.starts_with("table row not in"));
+        // The README's own table: each figure in the file.
+        let own =
+            format!("{named}| files | caught |\n|---|---|\n| a.rs | 95.8 % |\n| b.rs | 97.1 % |\n");
+        let found = check(&dir, &own);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].what.starts_with("97.1 % (table row | b.rs"),
+            "{found:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -381,14 +604,58 @@ mod tests {
                       Unsourced: 99 s.\n\nMissing (`tests/bench-results/none.log`).\n";
         let problems = check(&dir, readme);
         let whats: Vec<&str> = problems.iter().map(|p| p.what.as_str()).collect();
-        assert_eq!(problems.len(), 3, "{whats:?}");
+        assert_eq!(problems.len(), 4, "{whats:?}");
         assert!(whats[0].starts_with("13.4 s is in none of"), "{whats:?}");
         assert!(whats[1].starts_with("table row not in") && whats[1].ends_with("| 1T | y |"));
         assert!(
-            whats[2].starts_with("tests/bench-results/none.log"),
+            whats[2].starts_with("99 s quoted, but the block names no committed file"),
             "{whats:?}"
         );
-        assert_eq!(problems[0].line, 5);
+        assert!(
+            whats[3].starts_with("tests/bench-results/none.log"),
+            "{whats:?}"
+        );
+        let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
+        let line_of = |text: &str| readme.lines().position(|l| l.starts_with(text)).unwrap() + 1;
+        assert_eq!(
+            lines,
+            [
+                line_of("Another"),
+                line_of("| 1T | x |"),
+                line_of("Unsourced"),
+                line_of("Missing")
+            ]
+        );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_block_without_a_file_may_quote_design_constants_only() {
+        let dir = std::env::temp_dir();
+        let problems = |text: &str| check(&dir, text);
+        // Every constant, in prose, passes without a file.
+        let constants: Vec<String> = CONSTANTS
+            .iter()
+            .map(|(figure, unit, _)| format!("{figure} {unit}"))
+            .collect();
+        let prose = format!("Design: {}.\n", constants.join(", "));
+        assert!(problems(&prose).is_empty(), "{:?}", problems(&prose));
+        // The same number in another unit is a figure, and so is a
+        // constant's unit with another number.
+        for figure in ["5 GiB", "3 KiB", "0.5 ×", "12 %", "2600.000 MHz"] {
+            let text = format!("Intro.\n\nIt took {figure} here.\n");
+            let found = problems(&text);
+            assert_eq!(found.len(), 1, "{figure}: {found:?}");
+            assert_eq!(found[0].line, 3);
+        }
+        // A table of figures is a measurement too.
+        let table = "| size | ms |\n|---|---|\n| 1T | 11254.4 ms |\n";
+        assert_eq!(problems(table).len(), 1);
+        // Code is not prose: a command's `--timeout 900 s` or a fenced log
+        // excerpt quotes no figure of its own.
+        assert!(problems("Run `sleep 5 s` first.\n").is_empty());
+        assert!(problems("```\n[ 0.1] took 5 ms\n```\n").is_empty());
+        // Numbers without a unit (sizes, counts, commits) are not figures.
+        assert!(problems("-m 1T over 16 nodes at 5b6e776, 262144 sections.\n").is_empty());
     }
 }

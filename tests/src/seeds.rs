@@ -7,8 +7,9 @@
 //! run's directory, one sub-directory per seed ([`Seed::dir`]):
 //! - boots: a `tests/bench.sh --svg` run (`DIR/SEED/logs/`, with its
 //!   `logs/report`), read with the bench's reader (`bench::read_dir`) and
-//!   the log parser (`log::summary`) for the keys the bench's rows do not
-//!   carry (`node_deferred_ns`, `memory_block_ns`);
+//!   the log parser for what the bench's rows do not carry: summary keys
+//!   (`node_deferred_ns`, `phases`, `memory_block_ns`), the CPUs' nodes
+//!   (`log::boot_input`) and the host's CPUs (`log::host_cpus`);
 //! - the sparse map: a host bench ([`sparse_bench`], `memboot-seeds
 //!   sparse`) over the memmap library's `init_memmap`, the code the
 //!   kernel's `memmap=perpfn` and `memmap=regions` run, on a synthetic
@@ -136,8 +137,8 @@ impl Run {
         Ok(rows)
     }
 
-    /// Each round's summary of `entry` (the log parser's `summary`).
-    fn summaries(&self, entry: &str) -> Result<Vec<Value>, String> {
+    /// Each round's log of `entry`, with its path.
+    fn logs(&self, entry: &str) -> Result<Vec<(std::path::PathBuf, String)>, String> {
         self.rows(entry)?
             .iter()
             .map(|r| {
@@ -146,7 +147,17 @@ impl Run {
                     .join(format!("{}-{entry}-{}.log", r.size, r.round));
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                crate::log::summary(&text).map_err(|e| format!("{}: {e}", path.display()))
+                Ok((path, text))
+            })
+            .collect()
+    }
+
+    /// Each round's summary of `entry` (the log parser's `summary`).
+    fn summaries(&self, entry: &str) -> Result<Vec<Value>, String> {
+        self.logs(entry)?
+            .iter()
+            .map(|(path, text)| {
+                crate::log::summary(text).map_err(|e| format!("{}: {e}", path.display()))
             })
             .collect()
     }
@@ -232,12 +243,89 @@ fn vmware_row(run: &Run) -> Result<[String; 4], String> {
     ])
 }
 
-/// Seed 2: `memmap=deferred` over 16 nodes, every node's deferred init
-/// and the slowest, against `memmap=regions` (every node on the boot CPU).
+/// What a boot had to run its nodes' deferred init side by side: vCPUs,
+/// the nodes that hold them, all nodes, and the host CPUs that ran the
+/// vCPUs (run-qemu.sh's `host:` line).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parallelism {
+    pub vcpus: u64,
+    pub nodes_with_cpus: usize,
+    pub nodes: u64,
+    pub host_cpus: u64,
+}
+
+impl Parallelism {
+    /// From a boot's log and its summary.
+    pub fn of(text: &str, summary: &Value) -> Result<Parallelism, String> {
+        let count = |key: &str| summary[key].as_u64().ok_or(format!("no summary key {key}"));
+        let mut cpu_nodes = crate::log::boot_input(text)
+            .map_err(|e| e.to_string())?
+            .cpu_nodes;
+        cpu_nodes.sort_unstable();
+        cpu_nodes.dedup();
+        Ok(Parallelism {
+            vcpus: count("cpus")?,
+            nodes_with_cpus: cpu_nodes.len(),
+            nodes: count("nodes")?,
+            host_cpus: crate::log::host_cpus(text)
+                .ok_or("no `run-qemu.sh: host: … N CPUs` line: boot through run-qemu.sh --log")?,
+        })
+    }
+
+    /// `16 vCPUs, one on each of the 16 nodes, run by 2 host CPUs`.
+    pub fn describe(&self) -> String {
+        let Parallelism {
+            vcpus,
+            nodes_with_cpus,
+            nodes,
+            host_cpus,
+        } = self;
+        let placed = if *nodes_with_cpus as u64 == *nodes && vcpus == nodes {
+            format!("{vcpus} vCPUs, one on each of the {nodes} nodes")
+        } else {
+            format!(
+                "{vcpus} vCPUs on {nodes_with_cpus} of the {nodes} nodes (the others memory-only)"
+            )
+        };
+        format!("{placed}, run by {host_cpus} host CPUs")
+    }
+}
+
+/// A boot's deferred phase from its summary's `phases`: the
+/// `deferred_init` entries' first start to last end (ns), and how many
+/// workers ran at once on average over it (their summed time ÷ that).
+pub fn deferred_phase(summary: &Value) -> Result<(u64, f64), String> {
+    let phases = summary["phases"].as_array().ok_or("no phases")?;
+    let (mut first, mut last, mut busy) = (u64::MAX, 0u64, 0u64);
+    for p in phases.iter().filter(|p| p["phase"] == "deferred_init") {
+        let at = |k: &str| {
+            p[k].as_u64()
+                .ok_or(format!("a deferred_init phase has no {k}"))
+        };
+        let (start, end) = (at("start_ns")?, at("end_ns")?);
+        first = first.min(start);
+        last = last.max(end);
+        busy += end.saturating_sub(start);
+    }
+    if last <= first {
+        return Err("no deferred_init phase: the boot deferred nothing".into());
+    }
+    let span = last - first;
+    Ok((span, busy as f64 / span as f64))
+}
+
+/// Seed 2: `memmap=deferred` over 16 nodes against `memmap=regions`
+/// (every node on the boot CPU). Deferred init's worth is its phase end
+/// to end, first worker start to last worker end, over the parallelism
+/// the run had (vCPUs, the nodes holding them, host CPUs: the row says
+/// which), not its slowest node: with fewer vCPUs than nodes the nodes
+/// run one after another.
 fn power_row(run: &Run) -> Result<[String; 4], String> {
+    let logs = run.logs("deferred")?;
     let summaries = run.summaries("deferred")?;
-    let (mut per_round, mut slowest, mut by_node) = (Vec::new(), Vec::new(), String::new());
-    for s in &summaries {
+    let (mut per_round, mut spans, mut by_node) = (Vec::new(), Vec::new(), String::new());
+    let (mut busy, mut parallelism) = (Vec::new(), None::<Parallelism>);
+    for ((path, text), s) in logs.iter().zip(&summaries) {
         let nodes: Vec<u64> = s["node_deferred_ns"]
             .as_array()
             .ok_or("deferred: no node_deferred_ns")?
@@ -250,16 +338,27 @@ fn power_row(run: &Run) -> Result<[String; 4], String> {
         };
         if by_node.is_empty() {
             let each: Vec<String> = nodes.iter().map(|&n| ms(n as f64)).collect();
-            by_node = format!(
-                "{} nodes, round 1 by node: {} ms",
-                nodes.len(),
-                each.join(", ")
-            );
+            by_node = format!("round 1 by node: {} ms", each.join(", "));
         }
         per_round.push(format!("{}–{}", ms(min as f64), ms(max as f64)));
-        slowest.push(max);
+        let (span, at_once) = deferred_phase(s).map_err(|e| format!("{}: {e}", path.display()))?;
+        spans.push(span);
+        busy.push(format!("{at_once:.1}"));
+        let this = Parallelism::of(text, s).map_err(|e| format!("{}: {e}", path.display()))?;
+        match &parallelism {
+            Some(p) if *p != this => {
+                return Err(format!(
+                    "{}: ran with {}, an earlier round with {}: one table cannot compare them",
+                    path.display(),
+                    this.describe(),
+                    p.describe()
+                ))
+            }
+            _ => parallelism = Some(this),
+        }
     }
-    let slow = Cell::of(&slowest);
+    let parallelism = parallelism.ok_or("deferred: no round")?;
+    let phase = Cell::of(&spans);
     let ready = |e| run.rounds_ms(e, |r| r.allocatable_ns);
     let (bad_ready, good_ready) = (ready("regions")?, ready("deferred")?);
     let bad = run.rounds_ms("regions", |r| Some(r.boot_cpu_memmap_ns))?;
@@ -269,19 +368,22 @@ fn power_row(run: &Run) -> Result<[String; 4], String> {
             bad.text, bad_ready.text
         ),
         format!(
-            "`memmap=deferred`, each node's deferred init: {} ms (each round's fastest–slowest); slowest node {}; memory ready {} ({by_node})",
+            "`memmap=deferred`: deferred phase end to end (first worker start → last worker end) {}, {} workers running at once on average; each node's deferred init {} ms (each round's fastest–slowest; {by_node}); memory ready {}",
+            phase.text,
+            busy.join(" / "),
             per_round.join(" / "),
-            slow.text,
             good_ready.text
         ),
         format!(
-            "{} ready; boot-CPU memmap ÷ slowest node {}",
+            "{} ready; boot-CPU memmap ÷ deferred phase end to end {}",
             times(bad_ready.mean_ns, good_ready.mean_ns),
-            times(bad.mean_ns, slow.mean_ns)
+            times(bad.mean_ns, phase.mean_ns)
         ),
         format!(
-            "boots: {} over 16 nodes ({}); per node = the summary's `node_deferred_ns`",
+            "boots: {} over {} nodes, {} ({}); deferred phase = the summary's `phases` (its deferred_init entries), per node = `node_deferred_ns`",
             run.sizes.join(" "),
+            parallelism.nodes,
+            parallelism.describe(),
             rounds(run)
         ),
     ])
@@ -493,6 +595,42 @@ mod tests {
         assert_eq!(Cell::of(&[2_500_000]).text, "2.5 ms");
         assert_eq!(times(6.0, 2.0), "3.0×");
         assert_eq!(times(6.0, 0.0), "–");
+    }
+
+    #[test]
+    fn the_deferred_phase_runs_from_the_first_worker_start_to_the_last_end() {
+        // Two workers side by side on node 0, then one on node 1 alone.
+        let (a, b, c, d) = (100u64, 1_100, 1_300, 2_100);
+        let phases = json!({"phases": [
+            {"phase": "eager_memmap", "cpu": 0, "start_ns": 0, "end_ns": a},
+            {"phase": "deferred_init", "cpu": 0, "node": 0, "start_ns": a, "end_ns": b},
+            {"phase": "deferred_init", "cpu": 1, "node": 0, "start_ns": a, "end_ns": c},
+            {"phase": "deferred_init", "cpu": 1, "node": 1, "start_ns": c, "end_ns": d},
+            {"phase": "verify", "cpu": 0, "start_ns": d, "end_ns": d + 5_000},
+        ]});
+        let (span, at_once) = deferred_phase(&phases).unwrap();
+        assert_eq!(span, d - a);
+        let busy = (b - a) + (c - a) + (d - c);
+        assert_eq!(at_once, busy as f64 / (d - a) as f64);
+        assert!(deferred_phase(&json!({"phases": []})).is_err());
+    }
+
+    #[test]
+    fn parallelism_says_where_the_vcpus_were() {
+        let p = |vcpus, nodes_with_cpus, nodes| Parallelism {
+            vcpus,
+            nodes_with_cpus,
+            nodes,
+            host_cpus: 2,
+        };
+        assert_eq!(
+            p(16, 16, 16).describe(),
+            "16 vCPUs, one on each of the 16 nodes, run by 2 host CPUs"
+        );
+        assert_eq!(
+            p(2, 2, 16).describe(),
+            "2 vCPUs on 2 of the 16 nodes (the others memory-only), run by 2 host CPUs"
+        );
     }
 
     #[test]

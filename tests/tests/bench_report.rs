@@ -387,3 +387,37 @@ fn linux_entry_names() {
         assert!(columns.contains(&"ready × Linux ready".to_string()));
     }
 }
+
+/// A boot whose summary line was cut writes a second, whole one after it
+/// (README "Output"): the row is the last line's, as `log::summary` reads
+/// it, never the first's.
+#[test]
+fn a_row_is_read_from_the_last_summary_line() {
+    let log = fixture("kernel/tests/fixtures/4g-deferred.log");
+    let at = log.find(memboot_tests::log::SUMMARY_PREFIX).unwrap();
+    let (before, summary_line) = (&log[..at], log[at..].lines().next().unwrap());
+    let json = summary_line
+        .strip_prefix(memboot_tests::log::SUMMARY_PREFIX)
+        .unwrap();
+
+    // A cut line, then the whole one: the row is the whole line's.
+    let cut = &summary_line[..summary_line.len() / 2];
+    let text = format!(
+        "{before}{cut}\r\n[    9.000000] memboot: the summary line was cut\r\n{summary_line}\r\n"
+    );
+    let row = bench::row_from_log(&text, "4G", "deferred", 1)
+        .unwrap_or_else(|e| panic!("a cut first line must not hide the last: {e}"));
+    assert_eq!(row.boot_ns, summary_u64(&log, "total_ns"));
+    assert_eq!(row.boot_cpu_memmap_ns, summary_u64(&log, "memmap_boot_ns"));
+
+    // A whole line, then one whose status says the boot failed: the boot
+    // failed, whatever the first line said.
+    let mut failed: serde_json::Value = serde_json::from_str(json).unwrap();
+    failed["status"] = "summary".into();
+    let text = format!(
+        "{before}{summary_line}\r\n{}{failed}\r\n",
+        memboot_tests::log::SUMMARY_PREFIX
+    );
+    let err = bench::row_from_log(&text, "4G", "deferred", 1).unwrap_err();
+    assert!(err.contains("status \"summary\""), "{err}");
+}

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use memboot_tests::{boot, exit_code, Boot};
+use memboot_tests::{boot, exit_code, host_memory_need_mib, Boot};
 
 /// Pages a growth step initialises at most (one max-order block window).
 const WINDOW_PAGES: u64 = 1024;
@@ -124,15 +124,30 @@ fn assert_alloc_test(b: &Boot) {
     );
 }
 
+/// QEMU's peak RSS (run-qemu.sh's `host peak RSS` line) is within what
+/// run-qemu.sh's host-memory model says the same boot needs (its
+/// `--dry-run`): the bound it refuses boots by, each of whose constants is
+/// an upper bound of what this host measured. Returns the bound, in MiB.
+fn assert_host_rss_within_the_model(b: &Boot, args: &[&str], kernel_opts: &[&str]) -> u64 {
+    let rss_mib = b
+        .host_peak_rss_mib()
+        .unwrap_or_else(|| panic!("no `host peak RSS` line\n{}", b.describe()));
+    let need_mib = host_memory_need_mib(args, kernel_opts);
+    assert!(
+        rss_mib <= need_mib,
+        "QEMU peaked at {rss_mib} MiB, above the {need_mib} MiB run-qemu.sh's model gives this boot: raise the constant it underestimates (run-qemu.sh, \"Large guests\")\n{}",
+        b.describe()
+    );
+    need_mib
+}
+
 #[test]
 fn ondemand_1g_one_node() {
-    let b = boot(
-        &["-m", "1G", "--smp", "2"],
-        &["memmap=ondemand"],
-        Duration::from_secs(300),
-    );
+    let (args, opts) = (["-m", "1G", "--smp", "2"], ["memmap=ondemand"]);
+    let b = boot(&args, &opts, Duration::from_secs(300));
     assert_ondemand(&b, 1);
     assert_alloc_test(&b);
+    assert_host_rss_within_the_model(&b, &args, &opts);
     assert!(
         b.summary_u64("pool_pages") > 0,
         "untouched memory stays untouched"
@@ -232,13 +247,22 @@ fn ondemand_4t() {
 
 #[test]
 fn ondemand_32t_sixteen_nodes() {
-    let b = boot(
-        &["-m", "32T", "--smp", "2", "--nodes", "16"],
-        &["memmap=ondemand"],
-        Duration::from_secs(1200),
+    let (args, opts) = (
+        ["-m", "32T", "--smp", "2", "--nodes", "16"],
+        ["memmap=ondemand"],
     );
+    let b = boot(&args, &opts, Duration::from_secs(1200));
     assert_ondemand(&b, 16);
     assert_alloc_test(&b);
+    // QEMU's RSS within the model's bound, and that bound an order of
+    // magnitude below the struct pages a faithful mode would write
+    // (RAM/64), which this host could not back.
+    let need_mib = assert_host_rss_within_the_model(&b, &args, &opts);
+    let faithful_struct_pages_mib = (b.summary_u64("mem_bytes") >> 20) / 64;
+    assert!(
+        need_mib * 10 < faithful_struct_pages_mib,
+        "the model's {need_mib} MiB is not far below the {faithful_struct_pages_mib} MiB of struct pages"
+    );
     assert_eq!(b.summary_u64("vmemmap_bytes"), 512 << 30);
     assert_eq!(
         b.summary_u64("mem_bytes") >> 40,

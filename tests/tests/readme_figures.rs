@@ -1,21 +1,49 @@
-//! The README's measured figures against the committed runs they name
-//! (`memboot_tests::readme_figures`), and each committed bench table
-//! against the logs it was made from.
+//! The README's (and `docs/`'s) measured figures against the committed
+//! runs they name (`memboot_tests::readme_figures`), and each committed
+//! bench table against the logs it was made from.
+
+use std::path::{Path, PathBuf};
 
 use memboot_tests::bench::{self, Plan};
 use memboot_tests::readme_figures::{check, RESULTS_DIR};
 use memboot_tests::repo_root;
 
+/// The documents whose figures are checked: the README and every markdown
+/// file under `docs/` (results written up there), recursively.
+fn documents(root: &Path) -> Vec<PathBuf> {
+    fn markdown_under(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return; // no docs/ (yet)
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                markdown_under(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut docs = vec![root.join("README.md")];
+    markdown_under(&root.join("docs"), &mut docs);
+    docs.sort();
+    docs
+}
+
 #[test]
 fn every_figure_the_readme_quotes_is_in_the_run_it_names() {
     let root = repo_root();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let problems = check(&root, &readme);
-    let listing: Vec<String> = problems
-        .iter()
-        .map(|p| format!("README.md:{}: {}", p.line, p.what))
-        .collect();
-    assert!(problems.is_empty(), "{}", listing.join("\n"));
+    let mut listing = Vec::new();
+    for doc in documents(&root) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let name = doc.strip_prefix(&root).unwrap().display().to_string();
+        listing.extend(
+            check(&root, &text)
+                .iter()
+                .map(|p| format!("{name}:{}: {}", p.line, p.what)),
+        );
+    }
+    assert!(listing.is_empty(), "{}", listing.join("\n"));
 }
 
 /// A bench run committed with `--svg DIR` keeps its logs in `DIR/logs`

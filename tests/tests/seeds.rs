@@ -23,6 +23,35 @@ fn the_committed_seeds_table_is_rebuilt_from_its_logs() {
     }
 }
 
+/// Row 2 compares its deferred phase over the parallelism the run had, and
+/// says what that was: the vCPUs and host CPUs bench.sh wrote into the
+/// run's heading (from its own `--smp` and `nproc`) are the row's, which
+/// reads them from each boot's summary and run-qemu.sh's `host:` line.
+#[test]
+fn the_power_row_says_what_it_ran_with() {
+    let dir = repo_root().join("tests/bench-results/seeds");
+    let run = Run::read(&dir.join("power-16-nodes")).unwrap_or_else(|e| panic!("{e}"));
+    let field = |suffix: &str| -> String {
+        run.heading
+            .split([',', '('])
+            .find_map(|f| f.trim().strip_suffix(suffix))
+            .unwrap_or_else(|| panic!("no '{suffix}' in the heading: {}", run.heading))
+            .to_string()
+    };
+    let (vcpus, host_cpus) = (field(" vCPUs"), field(" CPUs)"));
+    let table = seeds::table(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("| 2 |"))
+        .expect("row 2");
+    assert!(
+        row.contains(&format!(" {vcpus} vCPUs"))
+            && row.contains(&format!("run by {host_cpus} host CPUs")),
+        "row 2 does not say it ran {vcpus} vCPUs on {host_cpus} host CPUs: {row}"
+    );
+    assert!(row.contains("deferred phase end to end"), "{row}");
+}
+
 #[test]
 fn every_seed_bench_run_is_rebuilt_from_its_logs() {
     let dir = repo_root().join("tests/bench-results/seeds");

@@ -15,7 +15,7 @@ use memmap::init::{EagerRange, InitOutcome};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
-use memmap::{Pfn, PfnRange};
+use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::options::{TestFault, Verify};
 
@@ -120,8 +120,11 @@ fn log_ok(log: &dyn Log, verified: &Verified, verify_ns: u64) {
 }
 
 /// The boot CPU's share is initialised exactly once: its ranges are
-/// disjoint and the strategy's count of pages written equals their size.
-/// (Deferred memory is proven by the per-chunk init counters instead.)
+/// disjoint, and in every node and zone the struct pages its strategy
+/// wrote, counted where each was written (`InitOutcome::eager_inits`),
+/// equal the pages of its ranges there. A page written twice writes the
+/// same bytes and passes the page scan; only this count sees it, as the
+/// per-chunk init counters see it for deferred memory.
 fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
     let mut sorted: Vec<PfnRange> = outcome.eager.iter().map(|e| e.pfns).collect();
     sorted.sort_unstable();
@@ -131,14 +134,37 @@ fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
             w[0].start, w[0].end, w[1].start, w[1].end
         )));
     }
-    let ranged: u64 = sorted.iter().map(|r| r.nr_pages()).sum();
-    if ranged != outcome.stats.eager_pages {
-        return Err(failed(format_args!(
-            "verify: the boot CPU initialised {} pages, its ranges hold {ranged}: a range was initialised twice or skipped",
-            outcome.stats.eager_pages
-        )));
+    let ranged_in = |nid: NodeId, zone: ZoneType| -> u64 {
+        outcome
+            .eager
+            .iter()
+            .filter(|e| e.nid == nid && e.zone == zone)
+            .map(|e| e.pfns.nr_pages())
+            .sum()
+    };
+    let written_in = |nid: NodeId, zone: ZoneType| -> u64 {
+        outcome
+            .eager_inits
+            .iter()
+            .filter(|c| c.nid == nid && c.zone == zone)
+            .map(|c| c.nr_pages)
+            .sum()
+    };
+    let zones = outcome
+        .eager
+        .iter()
+        .map(|e| (e.nid, e.zone))
+        .chain(outcome.eager_inits.iter().map(|c| (c.nid, c.zone)));
+    for (nid, zone) in zones {
+        let (written, ranged) = (written_in(nid, zone), ranged_in(nid, zone));
+        if written != ranged {
+            return Err(failed(format_args!(
+                "verify: node {nid} zone {}: the boot CPU wrote {written} struct pages of memory, its ranges hold {ranged}: a page was initialised twice or skipped",
+                zone.name()
+            )));
+        }
     }
-    Ok(ranged)
+    Ok(sorted.iter().map(|r| r.nr_pages()).sum())
 }
 
 /// A `test_fault=` that could not damage anything on this machine: the
@@ -231,4 +257,101 @@ fn last_free_eager_page(mb: &Memblock, eager: &[EagerRange]) -> Option<Pfn> {
         .flat_map(|(free, _)| eager.iter().filter_map(move |e| free.intersect(&e.pfns)))
         .last()
         .map(|free| free.end - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memmap::firmware::{FirmwareEntry, RegionKind};
+    use memmap::init::{init_memmap, init_pfn_range, sections_to_back, Strategy};
+    use memmap::memblock::MemblockConfig;
+    use memmap::page::StructPage;
+    use memmap::pageblock::PageblockMaps;
+    use memmap::store::VecBacking;
+
+    const MIB: u64 = 1 << 20;
+
+    type Booted = (Memmap<VecBacking<StructPage>>, InitOutcome, PageblockMaps);
+
+    /// `strategy`'s eager init over a map with two zones (DMA, DMA32) and a
+    /// hole, as stage 4 runs it.
+    fn booted(strategy: Strategy) -> Booted {
+        let (mb, _) = Memblock::from_firmware(
+            [
+                FirmwareEntry::new(0x1000, 0x9e000, RegionKind::Usable),
+                FirmwareEntry::new(MIB, 255 * MIB, RegionKind::Usable),
+                FirmwareEntry::new(260 * MIB, 100 * MIB, RegionKind::Usable),
+            ],
+            MemblockConfig::default(),
+        )
+        .unwrap();
+        let layout = ZoneLayout::new(&mb);
+        let mut memmap = Memmap::new(VecBacking::new(sections_to_back(&layout)));
+        let pageblocks = PageblockMaps::new(&layout);
+        let outcome = init_memmap(strategy, &mut memmap, &mb, &layout, &pageblocks).unwrap();
+        (memmap, outcome, pageblocks)
+    }
+
+    #[test]
+    fn every_strategy_writes_each_eager_page_once() {
+        for strategy in [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred] {
+            let (_, outcome, _) = booted(strategy);
+            let ranged: u64 = outcome.eager.iter().map(|e| e.pfns.nr_pages()).sum();
+            assert!(ranged > 0, "{strategy}");
+            assert_eq!(check_eager(&outcome), Ok(ranged), "{strategy}");
+        }
+        let (_, ondemand, _) = booted(Strategy::OnDemand);
+        assert_eq!(
+            check_eager(&ondemand),
+            Ok(0),
+            "nothing eager, nothing counted"
+        );
+    }
+
+    /// A range initialised a second time through the init path (as a bug
+    /// would), its writes counted as stage 4 counts them: same bytes, so
+    /// only the count can tell, and it names the node and zone.
+    #[test]
+    fn a_range_written_twice_fails_naming_its_zone() {
+        for strategy in [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred] {
+            let (mut memmap, mut outcome, pageblocks) = booted(strategy);
+            let e = *outcome.eager.last().unwrap();
+            let again = init_pfn_range(&mut memmap, &pageblocks, e.pfns, e.zone, e.nid).unwrap();
+            let zone = outcome
+                .eager_inits
+                .iter_mut()
+                .find(|c| c.nid == e.nid && c.zone == e.zone)
+                .unwrap();
+            zone.nr_pages += again;
+            let err = check_eager(&outcome).unwrap_err().message;
+            assert!(
+                err.contains(&format!("node {} zone {}:", e.nid, e.zone.name()))
+                    && err.contains("initialised twice or skipped"),
+                "{strategy}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_skipped_page_fails() {
+        let (_, mut outcome, _) = booted(Strategy::Regions);
+        let first = &mut outcome.eager_inits[0];
+        first.nr_pages -= 1;
+        let (nid, zone) = (first.nid, first.zone);
+        let err = check_eager(&outcome).unwrap_err().message;
+        assert!(
+            err.contains(&format!("node {nid} zone {}:", zone.name())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn overlapping_ranges_fail_whatever_the_counts() {
+        let (_, mut outcome, _) = booted(Strategy::Regions);
+        let e = outcome.eager[0];
+        outcome.eager.push(e);
+        outcome.eager_inits[0].nr_pages += e.pfns.nr_pages();
+        let err = check_eager(&outcome).unwrap_err().message;
+        assert!(err.contains("overlap"), "{err}");
+    }
 }

@@ -1,6 +1,8 @@
 //! Stage 4, eager memmap init on the boot CPU, as the `memmap=` mode says
 //! ([`super::mode::ModePlan::eager`]).
 
+use alloc::vec::Vec;
+
 use memmap::init::{
     init_memmap, split_deferred, touch_ranges, InitOutcome, InitStats, MemmapInitError,
 };
@@ -65,6 +67,8 @@ pub fn init<B: MemmapBacking>(
                     hole_pages: 0,
                 },
                 eager: split.eager,
+                // Touch writes no Linux state and is never verified.
+                eager_inits: Vec::new(),
                 deferred: split.deferred,
             })
         }

@@ -5,7 +5,7 @@
 #   ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--accel tcg|kvm] [--bios|--uefi]
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
-#                 [--calibrate-tsc] [--host-memory prefault|cold|warm]
+#                 [--calibrate-tsc] [--host-memory prefault|cold]
 #                 [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
 #                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
@@ -74,7 +74,7 @@ while [ $# -gt 0 ]; do
         --no-build) once "$1"; no_build=1; shift ;;
         --default-devices) once "$1"; default_devices=1; shift ;;
         --calibrate-tsc) once "$1"; calibrate_tsc=1; shift ;;
-        --host-memory) [ $# -ge 2 ] || die_usage "--host-memory needs prefault, cold or warm"; once "$1" "$2"; host_memory=$2; shift 2 ;;
+        --host-memory) [ $# -ge 2 ] || die_usage "--host-memory needs prefault or cold"; once "$1" "$2"; host_memory=$2; shift 2 ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -106,8 +106,8 @@ parse_count nodes --nodes 64 "nodes (memboot's limit)"
 parse_count timeout_s --timeout 999999999999999999 seconds
 case "$accel" in tcg|kvm) ;; *) die_usage "--accel '$accel': expected tcg or kvm" ;; esac
 case "$host_memory" in
-    ""|prefault|cold|warm) ;;
-    *) die_usage "--host-memory '$host_memory': expected prefault, cold or warm (README \"Host memory\")" ;;
+    ""|prefault|cold) ;;
+    *) die_usage "--host-memory '$host_memory': expected prefault or cold (README \"Host memory\")" ;;
 esac
 if [ -n "$linux_kernel" ]; then
     [ -f "$linux_kernel" ] || die_usage "--linux $linux_kernel: no such file"
@@ -561,7 +561,7 @@ if [ "$print_cmd" = 1 ]; then
     echo >&2
 fi
 if [ "$dry_run" = 1 ]; then
-    # For tests/bench.sh's warm-ups: does this boot back RAM/64 of host memory?
+    # Does this boot write every struct page, RAM/64 of host memory?
     if [ "$writes_all_struct_pages" = 1 ]; then
         echo "run-qemu.sh: struct pages: every one written ($struct_mib MiB of host memory)" >&2
     else
@@ -592,9 +592,15 @@ fi
 # decides memmap times more than the code does. The state is chosen
 # (--host-memory) and every log records it, with what the host did before.
 LAST_EXIT_FILE=${MEMBOOT_LAST_EXIT_FILE:-/tmp/memboot-last-guest-exit}
-# cold: the boot waits until the last guest exited this long ago, by then
-# this host had reported what that guest freed (README "Host memory").
-COLD_IDLE_S=${MEMBOOT_COLD_IDLE_S:-15}
+# cold: the boot waits until the last guest exited at least COLD_IDLE_S
+# ago and, where the host's kernel counts what it reported (REPORTED_KIB),
+# until its reporting is quiet: less than COLD_QUIET_MIB in COLD_QUIET_S.
+# Measured here (tests/bench-results/host-memory/): at 16G, 10 s of idle is
+# the shortest whose deferred init is within 5 % of a 60 s idle's; after a
+# 1T guest (16.5 GiB freed) reporting takes about 33 s, in passes of up to
+# ~1.5 GiB every ~2.6 s, then a few tens of MiB per 5 s.
+COLD_IDLE_S=${MEMBOOT_COLD_IDLE_S:-10} COLD_QUIET_MIB=512 COLD_QUIET_S=5 COLD_MAX_WAIT_S=300
+REPORTED_KIB=/sys/module/page_reporting/parameters/reported_kib
 # free_page_reporting: whether this host reports free pages to its
 # hypervisor, and how that was found.
 free_page_reporting() {
@@ -619,23 +625,31 @@ idle_s() {
     echo $(( (now - last) / 1000000000 )).$(( (now - last) / 100000000 % 10 ))
 }
 host_memory_lines=()
-warm_mib=0
 case "$host_memory" in
     prefault) host_memory_lines+=("prefault: all guest RAM backed before the guest starts (memory-backend-ram prealloc=on)") ;;
     cold)
+        waited_from=$SECONDS
         idle=$(idle_s)
         if [ -n "$idle" ] && (( ${idle%.*} < COLD_IDLE_S )); then
-            wait_s=$(( COLD_IDLE_S - ${idle%.*} ))
-            note "host memory cold: waiting ${wait_s}s (the last guest exited ${idle}s ago; cold needs ${COLD_IDLE_S}s)"
-            sleep "$wait_s"
+            note "host memory cold: waiting $(( COLD_IDLE_S - ${idle%.*} ))s (the last guest exited ${idle}s ago)"
+            sleep $(( COLD_IDLE_S - ${idle%.*} ))
         fi
-        host_memory_lines+=("cold: at least ${COLD_IDLE_S} s since the last guest exited") ;;
-    warm)
-        # What the boot writes (struct pages, QEMU's own; Linux's own) is
-        # touched and freed on the host right before QEMU starts, so it is
-        # backed when the guest first writes it.
-        warm_mib=$need_mib
-        host_memory_lines+=("warm: $warm_mib MiB touched and freed on the host right before QEMU started") ;;
+        quiet="its reporting progress is not exposed ($REPORTED_KIB)"
+        if [ -r "$REPORTED_KIB" ]; then
+            before=$(<"$REPORTED_KIB")
+            while sleep "$COLD_QUIET_S"; do
+                after=$(<"$REPORTED_KIB")
+                quiet="free page reporting quiet: $(( (after - before) >> 10 )) MiB reported in the last ${COLD_QUIET_S} s"
+                (( (after - before) >> 10 < COLD_QUIET_MIB )) && break
+                if (( SECONDS - waited_from > COLD_MAX_WAIT_S )); then
+                    quiet="free page reporting still busy after ${COLD_MAX_WAIT_S} s: $(( (after - before) >> 10 )) MiB in the last ${COLD_QUIET_S} s"
+                    note "host memory cold: $quiet; booting anyway"
+                    break
+                fi
+                before=$after
+            done
+        fi
+        host_memory_lines+=("cold: waited $(( SECONDS - waited_from )) s: ${COLD_IDLE_S} s since the last guest exited, then $quiet") ;;
     "") host_memory_lines+=("as the host left it (no --host-memory)") ;;
 esac
 idle=$(idle_s)
@@ -662,9 +676,7 @@ note "booting: -m ${mem_mib}M, $smp vCPUs, $nodes node(s)$( ((nodes > 1)) && pri
 # around it passes the serial output on and times it from QEMU's start
 # (entry latency, QEMU start to memory ready: the log's last lines).
 run=(/usr/bin/time -f '%M %R' -o "$tmpdir/time" timeout --kill-after=10 "$timeout_s" "${qemu[@]}")
-tap=("$tap_tool" --log "$log")
-(( warm_mib > 0 )) && tap+=(--warm-mib "$warm_mib")
-"${tap[@]}" -- "${run[@]}" </dev/null
+"$tap_tool" --log "$log" -- "${run[@]}" </dev/null
 status=$?
 date +%s%N >"$LAST_EXIT_FILE" 2>/dev/null || note "cannot write $LAST_EXIT_FILE (the next boot's idle time)"
 # GNU time writes "Command exited with non-zero status N" before the figures.

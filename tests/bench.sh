@@ -4,7 +4,7 @@
 # print where the time went. A benchmark, not a test: it asserts nothing but
 # that each boot succeeded.
 #
-#   tests/bench.sh --host-memory prefault|cold|warm [--sizes "64G 1T"] [--smp N]
+#   tests/bench.sh --host-memory prefault|cold [--sizes "64G 1T"] [--smp N]
 #                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
 #                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
 #                  [-- EXTRA_RUN_QEMU_ARGS...]
@@ -64,9 +64,9 @@ while [ $# -gt 0 ]; do
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
 case "$host_memory" in
-    prefault|cold|warm) ;;
-    "") echo "bench.sh: --host-memory prefault|cold|warm is required: the state every boot starts in (README \"Host memory\")" >&2; exit 64 ;;
-    *) echo "bench.sh: --host-memory '$host_memory': expected prefault, cold or warm" >&2; exit 64 ;;
+    prefault|cold) ;;
+    "") echo "bench.sh: --host-memory prefault|cold is required: the state every boot starts in (README \"Host memory\")" >&2; exit 64 ;;
+    *) echo "bench.sh: --host-memory '$host_memory': expected prefault or cold" >&2; exit 64 ;;
 esac
 say() { echo "bench: $*" >&2; }
 

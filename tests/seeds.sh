@@ -5,7 +5,7 @@
 # next to the figures the original report gave (tests/src/seeds.rs).
 #
 #   tests/seeds.sh [--svg DIR | --keep DIR] [--rounds N] [--quick]
-#                  [--host-memory prefault|cold|warm]
+#                  [--host-memory prefault|cold]
 #
 #   1 vmware-5.8      1T, one node: memmap=regions vs memmap=deferred
 #   2 power-16-nodes  1T over 16 nodes with 16 vCPUs, one per node:

@@ -149,13 +149,13 @@ pub fn host_minor_faults(text: &str) -> Option<u64> {
 }
 
 /// The host-memory state a boot started in: the first word after
-/// `run-qemu.sh: host memory: ` (`prefault`, `cold`, `warm`, or `as` for a
-/// boot without `--host-memory`); `None` in logs from before the states.
+/// `run-qemu.sh: host memory: ` (`prefault`, `cold`, or `as` for a boot
+/// without `--host-memory`); `None` in logs from before the states.
 pub fn host_memory_state(text: &str) -> Option<String> {
     text.lines().find_map(|line| {
         let rest = line.strip_prefix("run-qemu.sh: host memory: ")?;
         let state = rest.split([':', ' ']).next()?;
-        ["prefault", "cold", "warm", "as"]
+        ["prefault", "cold", "as"]
             .contains(&state)
             .then(|| state.to_string())
     })

@@ -980,22 +980,23 @@ fn prefault_backs_and_charges_all_guest_ram() {
         "{}",
         prefault.stderr
     );
-    for state in ["cold", "warm"] {
-        let out = script(
-            &["--dry-run", "-m", "16G", "--host-memory", state],
-            16 << 10,
-        );
-        assert_eq!(out.code, 0, "{state}: {}", out.stderr);
-    }
+    let cold = script(
+        &["--dry-run", "-m", "16G", "--host-memory", "cold"],
+        16 << 10,
+    );
+    assert_eq!(cold.code, 0, "{}", cold.stderr);
 }
 
 #[test]
 fn host_memory_states_are_named() {
-    let out = script(&["--dry-run", "--host-memory", "hot"], 1 << 30);
-    assert_eq!(out.code, 64, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("expected prefault, cold or warm"),
-        "{}",
-        out.stderr
-    );
+    // No warm state: it could not be made repeatable (README "Host memory").
+    for state in ["hot", "warm"] {
+        let out = script(&["--dry-run", "--host-memory", state], 1 << 30);
+        assert_eq!(out.code, 64, "{}", out.stderr);
+        assert!(
+            out.stderr.contains("expected prefault or cold"),
+            "{}",
+            out.stderr
+        );
+    }
 }

@@ -1,14 +1,9 @@
-//! `memboot-tap --log FILE [--warm-mib N] -- COMMAND...`: run COMMAND
+//! `memboot-tap --log FILE -- COMMAND...`: run COMMAND
 //! (run-qemu.sh's QEMU line), pass its standard output on to ours and
 //! append it to FILE as it arrives, time it on the host from COMMAND's
 //! start (`memboot_tests::tap`) and end with the timing lines, on standard
 //! error and in FILE. Exits with COMMAND's status (128 + N if signal N
 //! ended it).
-//!
-//! `--warm-mib N` (run-qemu.sh `--host-memory warm`): first touch N MiB of
-//! fresh anonymous memory and free it, so that the host memory COMMAND
-//! gets next is backed (not yet reported to the hypervisor, if this host
-//! reports free pages).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Write};
@@ -22,28 +17,11 @@ const EXIT_USAGE: i32 = 64;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (log, warm_mib, command) = match args.as_slice() {
-        [flag, log, dashes, command @ ..]
-            if flag == "--log" && dashes == "--" && !command.is_empty() =>
-        {
-            (log, Some(0), command)
-        }
-        [flag, log, warm, mib, dashes, command @ ..]
-            if flag == "--log" && warm == "--warm-mib" && dashes == "--" && !command.is_empty() =>
-        {
-            (log, mib.parse::<usize>().ok(), command)
-        }
-        _ => (&String::new(), None, &[][..]),
+    let [flag, log, dashes, command @ ..] = args.as_slice() else {
+        usage()
     };
-    let Some(warm_mib) = warm_mib.filter(|_| !command.is_empty()) else {
-        eprintln!("usage: memboot-tap --log FILE [--warm-mib N] -- COMMAND [ARGS...]");
-        std::process::exit(EXIT_USAGE);
-    };
-    if warm_mib > 0 {
-        if let Err(e) = touch_and_free(warm_mib) {
-            eprintln!("memboot-tap: --warm-mib {warm_mib}: {e}");
-            std::process::exit(2);
-        }
+    if flag != "--log" || dashes != "--" || command.is_empty() {
+        usage()
     }
     std::process::exit(match run(log, command) {
         Ok(code) => code,
@@ -54,32 +32,9 @@ fn main() {
     });
 }
 
-/// Touch `mib` MiB of fresh anonymous memory, a byte per page, and give
-/// it back.
-fn touch_and_free(mib: usize) -> std::io::Result<()> {
-    let bytes = mib << 20;
-    // SAFETY: a private anonymous mapping of our own, written only within
-    // its length and unmapped before anything else can see it.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        for offset in (0..bytes).step_by(4096) {
-            std::ptr::write_volatile(p.cast::<u8>().add(offset), 1);
-        }
-        if libc::munmap(p, bytes) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+fn usage() -> ! {
+    eprintln!("usage: memboot-tap --log FILE -- COMMAND [ARGS...]");
+    std::process::exit(EXIT_USAGE);
 }
 
 fn run(log_path: &str, command: &[String]) -> std::io::Result<i32> {

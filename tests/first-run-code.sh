@@ -9,9 +9,9 @@
 #
 # Boots the built image (run-qemu.sh --no-build: build it first) with QEMU's
 # `-d in_asm,nochain` log, takes the kernel's instructions in the order QEMU
-# translated them up to the first one of `pipeline::s6_pool::run` (the stage
-# that stamps memory ready), and prints the number of distinct instructions,
-# then the functions (symbols of the kernel ELF, inlined code counted in its
+# translated them up to the first one of `Facts::memory_ready` (what stamps
+# memory ready), and prints the number of distinct instructions, then the
+# functions (symbols of the kernel ELF, inlined code counted in its
 # caller) with the most. Defaults: -m 64G --nodes 16, the top 25, options
 # `memmap=ondemand alloc_test=0 verify=off`. A measurement, not a test.
 set -euo pipefail
@@ -31,11 +31,16 @@ opts=("$@")
 
 elf=$ROOT/target/kernel/x86_64-unknown-none/release/memboot-kernel
 [ -f "$elf" ] || { echo "first-run-code.sh: no kernel at $elf: run ./run-qemu.sh --build-only first" >&2; exit 4; }
-# The bootloader loads the (position-independent) kernel at this base.
-base=0x10000000000
-stop_sym='memboot_kernel::pipeline::s6_pool::run'
-stop=$(nm -C --defined-only "$elf" | awk -v s="$stop_sym" '{ sym=$0; sub(/^[0-9a-f]+ [a-zA-Z] /, "", sym) } !found && sym == s { print $1; found = 1 }')
+# The kernel runs where it is linked (kernel/linker.ld), in the top 2 GiB:
+# addresses 0xffffffffXXXXXXXX, handled as offsets from __text_start (awk's
+# numbers are doubles, exact only to 2^53, and some awks print %d in 32 bits).
+sym_addr() { # sym_addr NAME: the symbol's address, 16 hex digits
+    nm -C --defined-only "$elf" | awk -v s="$1" '{ sym=$0; sub(/^[0-9a-f]+ [a-zA-Z] /, "", sym) } !found && sym == s { print $1; found = 1 }'
+}
+stop_sym='memboot_kernel::pipeline::facts::Facts::memory_ready'
+stop=$(sym_addr "$stop_sym") text_start=$(sym_addr __text_start) text_end=$(sym_addr __text_end)
 [ -n "$stop" ] || { echo "first-run-code.sh: no symbol $stop_sym in $elf" >&2; exit 4; }
+[ -n "$text_start" ] && [ -n "$text_end" ] || { echo "first-run-code.sh: no __text_start/__text_end in $elf" >&2; exit 4; }
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -46,24 +51,29 @@ eval "$cmd -d in_asm,nochain -D $work/in_asm.log" > "$work/boot.log" 2>&1 || tru
 grep -q 'every page allocatable' "$work/boot.log" \
     || { echo "first-run-code.sh: the boot never reported memory ready; its log:" >&2; tail -20 "$work/boot.log" >&2; exit 2; }
 
-# Distinct kernel instructions (ELF offsets), in translation order, up to
-# the stop symbol's first instruction.
-awk -v base="$base" -v stop="$stop" '
+# Distinct kernel instructions (offsets from __text_start), in translation
+# order, up to the stop symbol's first instruction.
+awk -v lo_hex="$text_start" -v hi_hex="$text_end" -v stop_hex="$stop" '
     function hex(s,   i, c, v) { v = 0; s = tolower(s); sub(/^0x/, "", s)
         for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)) - 1; v = v * 16 + c }
         return v }
-    BEGIN { lo = hex(base); hi = lo + 16 * 1048576; stop_off = hex(stop) }
-    /^0x[0-9a-f]+:/ { a = hex(substr($1, 1, length($1) - 1))
-        if (a < lo || a >= hi) next
+    function low32(s) { sub(/^0x/, "", s); return length(s) == 16 && substr(s, 1, 8) == "ffffffff" ? hex(substr(s, 9)) : -1 }
+    BEGIN { lo = low32(lo_hex); hi = low32(hi_hex) - lo; stop_off = low32(stop_hex) - lo }
+    /^0x[0-9a-f]+:/ { a = low32(substr($1, 1, length($1) - 1))
+        if (a < lo) next
         off = a - lo
+        if (off >= hi) next
         if (off == stop_off) done = 1
         if (done) next
         if (!(off in seen)) { seen[off] = 1; printf "%d\n", off } }
 ' "$work/in_asm.log" | sort -n > "$work/offsets"
 
-# Symbols as (start, size, name), sorted by start (decimal: any awk).
+# Symbols as (start, size, name), sorted by start, as offsets from
+# __text_start (decimal: any awk).
 nm -C --defined-only -S "$elf" | while read -r start len kind name; do
-    case "$kind" in t | T | w | W) printf '%d %d %s\n' "0x$start" "0x$len" "$name" ;; esac
+    case "$kind:$start" in
+        [tTwW]:ffffffff*) printf '%d %d %s\n' "$(( 0x${start:8} - 0x${text_start:8} ))" "0x$len" "$name" ;;
+    esac
 done | sort -n > "$work/syms"
 
 total=$(wc -l < "$work/offsets")

@@ -599,6 +599,7 @@ LAST_EXIT_FILE=${MEMBOOT_LAST_EXIT_FILE:-/tmp/memboot-last-guest-exit}
 # the shortest whose deferred init is within 5 % of a 60 s idle's; after a
 # 1T guest (16.5 GiB freed) reporting takes about 33 s, in passes of up to
 # ~1.5 GiB every ~2.6 s, then a few tens of MiB per 5 s.
+# MEMBOOT_COLD_IDLE_S overrides the idle (the quiet check stays).
 COLD_IDLE_S=${MEMBOOT_COLD_IDLE_S:-10} COLD_QUIET_MIB=512 COLD_QUIET_S=5 COLD_MAX_WAIT_S=300
 REPORTED_KIB=/sys/module/page_reporting/parameters/reported_kib
 # free_page_reporting: whether this host reports free pages to its

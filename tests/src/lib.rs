@@ -77,12 +77,19 @@ pub struct Run {
 /// Run `run-qemu.sh ARGS`, killing it (and QEMU) after `wall`.
 pub fn run_script(args: &[&str], wall: Duration) -> Run {
     let mut cmd = Command::new(repo_root().join("run-qemu.sh"));
-    cmd.args(args)
-        .stdin(Stdio::null())
+    cmd.args(args);
+    run_bounded(cmd, wall)
+}
+
+/// Run `cmd` in a process group of its own, killing the group (QEMU
+/// included) after `wall`.
+pub fn run_bounded(mut cmd: Command, wall: Duration) -> Run {
+    let what = format!("{cmd:?}");
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = GroupChild(cmd.spawn().expect("spawn run-qemu.sh"));
+    let mut child = GroupChild(cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}")));
     let mut out = child.0.stdout.take().unwrap();
     let mut err = child.0.stderr.take().unwrap();
     let out_reader = std::thread::spawn(move || {
@@ -97,7 +104,7 @@ pub fn run_script(args: &[&str], wall: Duration) -> Run {
     });
     let deadline = Instant::now() + wall;
     let status = loop {
-        if let Some(status) = child.0.try_wait().expect("wait run-qemu.sh") {
+        if let Some(status) = child.0.try_wait().expect("wait for the child") {
             break Some(status);
         }
         if Instant::now() >= deadline {
@@ -111,8 +118,7 @@ pub fn run_script(args: &[&str], wall: Duration) -> Run {
     let stderr = err_reader.join().unwrap();
     if timed_out {
         panic!(
-            "run-qemu.sh {} exceeded the test's wall-clock bound of {wall:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}",
-            args.join(" ")
+            "{what} exceeded the test's wall-clock bound of {wall:?}\n--- stdout ---\n{stdout}\n--- stderr ---\n{stderr}"
         );
     }
     let exit_code = status.and_then(|s| s.code()).unwrap_or(-1);

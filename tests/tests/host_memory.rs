@@ -1,0 +1,92 @@
+//! The host-memory states end to end: a one-boot bench run in each state
+//! (`tests/bench.sh --host-memory STATE`), whose tables name the state and
+//! whose boot log records it, with the host's free page reporting, its idle
+//! since the last guest and QEMU's minor faults. Nothing here is timed.
+
+use std::process::Command;
+use std::time::Duration;
+
+use memboot_tests::{ensure_built, exit_code, repo_root, run_bounded};
+
+/// A bench run of one 1G `deferred` boot in `state`; returns bench.md and
+/// the boot's log.
+fn bench_in(state: &str) -> (String, String) {
+    ensure_built();
+    let dir = std::env::temp_dir().join(format!(
+        "memboot-host-memory-{state}-{}",
+        std::process::id()
+    ));
+    let mut cmd = Command::new(repo_root().join("tests/bench.sh"));
+    cmd.args([
+        "--host-memory",
+        state,
+        "--sizes",
+        "1G",
+        "--modes",
+        "deferred",
+    ])
+    .args(["--rounds", "1", "--keep"])
+    .arg(&dir)
+    // cold's idle is the bench's business, not the test's: the boot
+    // still waits for the host's page reporting to be quiet.
+    .env("MEMBOOT_COLD_IDLE_S", "0");
+    let run = run_bounded(cmd, Duration::from_secs(600));
+    assert_eq!(run.exit_code, exit_code::OK, "{run:?}");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
+    };
+    let out = (read("bench.md"), read("1G-deferred-1.log"));
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// What every state's run must show.
+fn assert_named(state: &str, bench: &str, log: &str) {
+    assert!(bench.contains(&format!("host memory {state},")), "{bench}");
+    assert!(
+        bench.contains(&format!("comparison, host memory {state}:")),
+        "{bench}"
+    );
+    assert_eq!(
+        memboot_tests::log::host_memory_state(log).as_deref(),
+        Some(state),
+        "{log}"
+    );
+    for line in [
+        "run-qemu.sh: host memory: idle ",
+        "run-qemu.sh: host memory: free page reporting o",
+        "run-qemu.sh: host timing: entry latency ",
+        "run-qemu.sh: host timing: memory ready ",
+    ] {
+        assert!(log.contains(line), "no '{line}' in\n{log}");
+    }
+    assert!(
+        memboot_tests::log::host_minor_faults(log).is_some_and(|n| n > 0),
+        "{log}"
+    );
+}
+
+#[test]
+fn prefault_backs_guest_ram_before_the_boot() {
+    let (bench, log) = bench_in("prefault");
+    assert_named("prefault", &bench, &log);
+    let qemu = log
+        .lines()
+        .find(|l| l.starts_with("run-qemu.sh: qemu: "))
+        .expect("the QEMU line");
+    assert!(
+        qemu.contains("prealloc=on") && !qemu.contains("reserve=off"),
+        "{qemu}"
+    );
+}
+
+#[test]
+fn cold_waits_and_says_how_long() {
+    let (bench, log) = bench_in("cold");
+    assert_named("cold", &bench, &log);
+    assert!(
+        log.contains("run-qemu.sh: host memory: cold: waited "),
+        "{log}"
+    );
+}

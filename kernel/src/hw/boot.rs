@@ -568,8 +568,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
 
 /// The kernel image's code, data and bss sizes, from its section bounds.
 fn kernel_image_sizes() -> ImageSizes {
-    let s = crate::hw::pvh::image_sections();
-    ImageSizes::of_sections(&s)
+    ImageSizes::of_sections(&crate::hw::image::sections())
 }
 
 /// The memory-init pipeline on this machine's hardware, from `input`

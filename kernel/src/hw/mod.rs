@@ -16,6 +16,7 @@ pub mod exit;
 pub mod fw_cfg;
 pub mod heap;
 pub mod held_report;
+pub mod image;
 pub mod interrupts;
 pub mod pvh;
 pub mod seams;

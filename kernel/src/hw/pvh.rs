@@ -16,7 +16,6 @@
 use core::arch::{asm, global_asm};
 
 use bootloader_api::info::MemoryRegion;
-use memboot_kernel::kernel_image::ImageSections;
 use memboot_kernel::pvh::{
     build_page_tables, image_phys, region_of_entry, Layout, MemoryMap, PvhError, StartInfo,
     DIRECT_MAP_BASE, EARLY_MAPPED_BYTES, KERNEL_VIRT_BASE, MAX_E820_ENTRIES, MEMMAP_ENTRY_BYTES,
@@ -26,7 +25,7 @@ use memboot_kernel::pvh::{
 use memboot_kernel::boot_error::BootError;
 
 use crate::hw::boot::{self, Entry, Handoff};
-use crate::hw::{interrupts, serial, tsc};
+use crate::hw::{image, interrupts, serial, tsc};
 
 /// The early stack, for [`pvh_main`] until it switches to the guard-paged
 /// one.
@@ -151,32 +150,6 @@ pvh_early_stack_top:
     options(att_syntax)
 );
 
-extern "C" {
-    // linker.ld's section bounds; only their addresses are used.
-    static __text_start: u8;
-    static __text_end: u8;
-    static __rodata_start: u8;
-    static __rodata_end: u8;
-    static __data_start: u8;
-    static __data_end: u8;
-    static __bss_start: u8;
-    static __bss_end: u8;
-}
-
-/// The image's sections as linked.
-pub fn image_sections() -> ImageSections {
-    let addr = |s: &u8| s as *const u8 as u64;
-    // SAFETY: linker symbols: only their addresses are taken, never read.
-    unsafe {
-        ImageSections {
-            text: addr(&__text_start)..addr(&__text_end),
-            rodata: addr(&__rodata_start)..addr(&__rodata_end),
-            data: addr(&__data_start)..addr(&__data_end),
-            bss: addr(&__bss_start)..addr(&__bss_end),
-        }
-    }
-}
-
 /// The firmware map, kept for the rest of the boot.
 static MAP: spin::Once<MemoryMap> = spin::Once::new();
 
@@ -222,7 +195,7 @@ fn plan(start_info_phys: u64) -> Result<(Layout, &'static MemoryMap, u64), PvhEr
     if !has_1gib_pages() {
         return Err(PvhError::No1GiBPages);
     }
-    let layout = Layout::plan(image_phys(&image_sections()), map.end());
+    let layout = Layout::plan(image_phys(&image::sections()), map.end());
     layout.check(&map)?;
     // The start info and its memory map need no reservation: what the boot
     // needs of them is copied above (QEMU's option ROM leaves them in low
@@ -243,7 +216,7 @@ fn write_page_tables(layout: &Layout) -> u64 {
         core::ptr::write_bytes(first, 0, nr);
         core::slice::from_raw_parts_mut(first, nr)
     };
-    build_page_tables(layout, &image_sections(), nx_enabled(), pages);
+    build_page_tables(layout, &image::sections(), nx_enabled(), pages);
     layout.tables.start
 }
 

@@ -410,8 +410,8 @@ fn dry_run(args: &[&str]) -> Vec<String> {
 /// arguments are what a guest boots and reports through, each a flag and
 /// its value.
 fn split_boot_args(cmd: &[String]) -> (Vec<String>, Vec<(String, String)>) {
-    const BOOT_FLAGS: [&str; 8] = [
-        "-serial", "-device", "-vga", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
+    const BOOT_FLAGS: [&str; 9] = [
+        "-serial", "-device", "-bios", "-vga", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
     ];
     let (mut machine, mut boot) = (Vec::new(), Vec::new());
     let mut it = cmd.iter();
@@ -448,7 +448,7 @@ fn linux_and_memboot_get_the_same_machine() {
         let flags = |b: &[(String, String)]| b.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
         assert_eq!(
             flags(&memboot_boot),
-            ["-serial", "-device", "-kernel", "-fw_cfg"],
+            ["-serial", "-device", "-bios", "-kernel", "-fw_cfg"],
             "{shape:?}"
         );
         // The disk images: the same machine, and the VGA device their
@@ -463,10 +463,18 @@ fn linux_and_memboot_get_the_same_machine() {
         );
         assert_eq!(
             flags(&linux_boot),
-            ["-serial", "-kernel", "-initrd", "-append"],
+            ["-serial", "-bios", "-kernel", "-initrd", "-append"],
             "{shape:?}"
         );
-        let append = &linux_boot[3].1;
+        // A -kernel boot gets the same firmware, whichever kernel it is.
+        let firmware = |b: &[(String, String)]| b.iter().find(|(f, _)| f == "-bios").cloned();
+        assert_eq!(firmware(&memboot_boot), firmware(&linux_boot), "{shape:?}");
+        assert_eq!(
+            firmware(&bios_boot),
+            None,
+            "{shape:?}: the BIOS image needs SeaBIOS"
+        );
+        let append = &linux_boot[4].1;
         // memboot gets the TSC rate Linux gets, so neither calibrates.
         let value_after = |text: &str, key: &str| -> String {
             let at = text
@@ -477,7 +485,7 @@ fn linux_and_memboot_get_the_same_machine() {
                 .take_while(char::is_ascii_digit)
                 .collect()
         };
-        let memboot_cmdline = &memboot_boot[3].1;
+        let memboot_cmdline = &memboot_boot[4].1;
         assert_eq!(
             value_after(memboot_cmdline, "tsc_khz="),
             value_after(append, "tsc_early_khz="),

@@ -18,7 +18,8 @@
 # e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
 # or a guest whose host-memory need would not fit this host ("Large guests").
 # --linux boots a stock Linux kernel on the same virtual machine (tests/bench.sh
-# --linux); exit 0 when it powered the machine off, 2 otherwise.
+# --linux); exit 0 when it powered the machine off, 1 when it panicked,
+# 2 otherwise.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -546,9 +547,10 @@ host_tsc_khz() {
 }
 # linux_boot_args: a stock Linux kernel and initramfs through QEMU's -kernel
 # on the same serial port. The command line asks for what the bench parses:
-# timestamps, every message, initcall timings.
+# timestamps, every message, initcall timings; and panic=-1, so a panic
+# reboots at once and -no-reboot ends the boot instead of the timeout.
 linux_boot_args() {
-    local cmdline="console=ttyS0 printk.time=1 ignore_loglevel initcall_debug" khz
+    local cmdline="console=ttyS0 printk.time=1 ignore_loglevel initcall_debug panic=-1" khz
     if [ "$accel" = tcg ]; then
         khz=$(host_tsc_khz)
         [ -n "$khz" ] && cmdline+=" tsc_early_khz=$khz"
@@ -698,7 +700,10 @@ if [[ "${minor_faults:-}" =~ ^[0-9]+$ ]]; then
 fi
 if [ -n "$linux_kernel" ]; then
     case "$status" in
-        0) note "Linux powered the machine off"; exit "$EXIT_OK" ;;
+        0) if grep -q "Kernel panic - not syncing" "$log"; then
+               note "Linux panicked (see its 'Kernel panic' line above)"; exit "$EXIT_KERNEL"
+           fi
+           note "Linux powered the machine off"; exit "$EXIT_OK" ;;
         124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;
         *) note "QEMU exited with status $status: Linux did not power off"; exit "$EXIT_QEMU" ;;
     esac

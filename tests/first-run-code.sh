@@ -58,11 +58,11 @@ awk -v lo_hex="$text_start" -v hi_hex="$text_end" -v stop_hex="$stop" '
         for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)) - 1; v = v * 16 + c }
         return v }
     function low32(s) { sub(/^0x/, "", s); return length(s) == 16 && substr(s, 1, 8) == "ffffffff" ? hex(substr(s, 9)) : -1 }
-    BEGIN { lo = low32(lo_hex); hi = low32(hi_hex) - lo; stop_off = low32(stop_hex) - lo }
+    BEGIN { lo = low32(lo_hex); text_bytes = low32(hi_hex) - lo; stop_off = low32(stop_hex) - lo }
     /^0x[0-9a-f]+:/ { a = low32(substr($1, 1, length($1) - 1))
         if (a < lo) next
         off = a - lo
-        if (off >= hi) next
+        if (off >= text_bytes) next
         if (off == stop_off) done = 1
         if (done) next
         if (!(off in seen)) { seen[off] = 1; printf "%d\n", off } }

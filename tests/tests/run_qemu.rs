@@ -466,15 +466,21 @@ fn linux_and_memboot_get_the_same_machine() {
             ["-serial", "-bios", "-kernel", "-initrd", "-append"],
             "{shape:?}"
         );
+        let value = |b: &[(String, String)], flag: &str| {
+            b.iter().find(|(f, _)| f == flag).map(|(_, v)| v.clone())
+        };
         // A -kernel boot gets the same firmware, whichever kernel it is.
-        let firmware = |b: &[(String, String)]| b.iter().find(|(f, _)| f == "-bios").cloned();
-        assert_eq!(firmware(&memboot_boot), firmware(&linux_boot), "{shape:?}");
         assert_eq!(
-            firmware(&bios_boot),
+            value(&memboot_boot, "-bios"),
+            value(&linux_boot, "-bios"),
+            "{shape:?}"
+        );
+        assert_eq!(
+            value(&bios_boot, "-bios"),
             None,
             "{shape:?}: the BIOS image needs SeaBIOS"
         );
-        let append = &linux_boot[4].1;
+        let append = &value(&linux_boot, "-append").unwrap();
         // memboot gets the TSC rate Linux gets, so neither calibrates.
         let value_after = |text: &str, key: &str| -> String {
             let at = text
@@ -485,7 +491,7 @@ fn linux_and_memboot_get_the_same_machine() {
                 .take_while(char::is_ascii_digit)
                 .collect()
         };
-        let memboot_cmdline = &memboot_boot[4].1;
+        let memboot_cmdline = &value(&memboot_boot, "-fw_cfg").unwrap();
         assert_eq!(
             value_after(memboot_cmdline, "tsc_khz="),
             value_after(append, "tsc_early_khz="),

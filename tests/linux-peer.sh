@@ -4,7 +4,7 @@
 # memboot (tests/bench.sh --linux). Nothing is installed into the host: the
 # packages are unpacked with `dpkg-deb` into the cache directory.
 #
-#   tests/linux-peer.sh [CACHE_DIR]    (default: target/linux-peer)
+#   tests/linux-peer.sh [--symbols] [CACHE_DIR]  (default: target/linux-peer)
 #
 # The peers, one per kernel series (major.minor), oldest first:
 #   - Debian 12 (bookworm): the kernel linux-image-amd64 depends on, through
@@ -29,13 +29,24 @@
 # once its packages are downloaded, and later runs reuse it without apt;
 # delete CACHE_DIR/resolved to look for newer kernels.
 #
+# --symbols: also each peer's real System.map. Debian's kernel packages ship
+# a stub; the real map is in linux-image-RELEASE-dbg (for the split 7.x
+# kernels too), a ~1 GB package of debug symbols. It is fetched at exactly
+# the peer's version with the apt that resolved the peer, only the map is
+# streamed out of it into CACHE_DIR/linux-RELEASE/System.map, checked (a
+# `T start_kernel` or `T _stext` line, over 10000 lines), and the .deb is
+# deleted; the map's presence is the record, so later runs skip it. A peer
+# whose -dbg apt has no trace of is an error, except the trixie-backports
+# one, which keeps its stub.
+#
 # Prints, per peer (SERIES: 6.1, 6.12, …, in the order above):
 #   kernel-SERIES PATH      the distribution's bzImage
 #   vmlinux-SERIES PATH     the same kernel uncompressed: an ELF with a PVH
 #                           entry note that QEMU's -kernel boots directly,
 #                           without the bzImage's decompressor and its KASLR
-#   system-map-SERIES PATH  the package's System.map (Debian ships a stub
-#                           naming the -dbg package that has the real one)
+#   system-map-SERIES PATH  the real System.map when --symbols fetched it
+#                           (this run or an earlier one), else the package's
+#                           stub (naming the -dbg package with the real one)
 #   config-SERIES PATH      the kernel's build configuration
 # and last `initrd PATH`, one initramfs for all: its /init mounts /proc,
 # prints a marker with the uptime, prints the kernel log between markers
@@ -46,11 +57,19 @@
 set -euo pipefail
 shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cache=${1:-$ROOT/target/linux-peer}
-mkdir -p "$cache"
-cache=$(cd "$cache" && pwd)
 die() { echo "linux-peer.sh: $*" >&2; exit 4; }
 say() { echo "linux-peer.sh: $*" >&2; }
+symbols=0 cache=
+for arg in "$@"; do
+    case "$arg" in
+    --symbols) symbols=1 ;;
+    -*) die "unknown option $arg (usage: tests/linux-peer.sh [--symbols] [CACHE_DIR])" ;;
+    *) [ -z "$cache" ] || die "one CACHE_DIR only, not $cache and $arg"; cache=$arg ;;
+    esac
+done
+cache=${cache:-$ROOT/target/linux-peer}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
 command -v apt-get >/dev/null && command -v dpkg >/dev/null \
     || die "needs apt-get and dpkg (a Debian host)"
 mirror=${LINUX_PEER_MIRROR:-http://deb.debian.org/debian}
@@ -143,13 +162,24 @@ kernel_of() {
         case "${p%%=*}" in "linux-binary-$release" | "linux-base-$release") echo "$p" ;; esac
     done
 }
+# refresh APT: APT's lists updated, once a run, before concluding that
+# they lack a package.
+machine_updated=0
+refresh() {
+    if [ "$1" = private ]; then
+        private_update
+    elif [ "$machine_updated" = 0 ]; then
+        apt-get update -qq >&2 || die "apt-get update failed (check the network)"
+        machine_updated=1
+    fi
+}
 # resolve_machine PACKAGE: PACKAGE=candidate from the machine's sources,
 # after the machine's apt-get update if its lists have none.
 resolve_machine() {
     local version
     version=$(candidate machine "$1")
     if [ -z "$version" ]; then
-        apt-get update -qq >&2 || die "apt-get update failed (check the network)"
+        refresh machine
         version=$(candidate machine "$1")
     fi
     [ -n "$version" ] || die "the machine's apt sources have no $1"
@@ -289,11 +319,57 @@ kernel_file() {
     die "no $3 for $2 in $1 (/boot/$3-$2 or /usr/lib/modules/$2/$3)"
 }
 
+# dbg_of APT NAME=VERSION...: sets `dbg` to NAME-dbg=VERSION for the
+# first of the peer's packages that APT has a -dbg package of at exactly
+# that version (linux-image-RELEASE-dbg, the one the stubs name, also where
+# linux-binary-RELEASE holds the kernel), looking again after updating
+# APT's lists; to nothing when there is none.
+dbg_of() {
+    local apt=$1 p try
+    shift
+    dbg=
+    for try in 1 2; do
+        for p in "$@"; do
+            if $apt apt-cache show "${p%%=*}-dbg=${p#*=}" >/dev/null 2>&1; then
+                dbg=${p%%=*}-dbg=${p#*=}
+                return
+            fi
+        done
+        [ "$try" = 2 ] || refresh "$apt"
+    done
+}
+# real_map DIR RELEASE APT NAME=VERSION...: DIR/System.map, the real map
+# out of the peer's -dbg package (dbg_of), which is deleted once the map is
+# checked; the map's presence records that. No map when APT has no such
+# package.
+real_map() {
+    local dir=$1 release=$2 apt=$3 deb start st=0 lines
+    shift 3
+    [ -f "$dir/System.map" ] && return
+    dbg_of "$apt" "$@"
+    [ -n "$dbg" ] || return 0
+    download "$apt" "$dbg"
+    deb=$(deb_of "$dbg")
+    start=$EPOCHREALTIME
+    # Only the map, streamed: it comes early in the archive, and tar stops
+    # at its first match (--occurrence); dpkg-deb, cut off, fails (SIGPIPE).
+    { dpkg-deb --fsys-tarfile "$deb" 2>"$scratch/dpkg-deb.err" || :; } \
+        | tar -x -O --occurrence=1 --wildcards './usr/lib/debug/*System.map*' \
+            >"$scratch/System.map" 2>"$scratch/tar.err" || st=$?
+    [ "$st" = 0 ] || die "no ./usr/lib/debug/*System.map* in $deb ($(cat "$scratch/tar.err" "$scratch/dpkg-deb.err")): look where it is with dpkg-deb -c"
+    lines=$(awk '$2 == "T" && ($3 == "start_kernel" || $3 == "_stext") { real = 1 }
+        END { if (real && NR > 10000) print NR }' "$scratch/System.map")
+    [ -n "$lines" ] || die "the System.map in $deb is not a real one (no T start_kernel or T _stext line, or 10000 lines or fewer): look at it with dpkg-deb -c"
+    mv "$scratch/System.map" "$dir/System.map"
+    say "$release: the real System.map, $lines lines, out of ${deb##*/} in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s; the .deb is deleted"
+    rm -f "$deb"
+}
+
 # Every peer's packages first, then the files made from them.
 peers=()
-add_peer() { # add_peer SOURCE PACKAGE=VERSION...: a kernel of a series not yet listed
-    local source=$1 image=$2 release series p
-    shift
+add_peer() { # add_peer SOURCE APT PACKAGE=VERSION...: a kernel of a series not yet listed
+    local source=$1 apt=$2 image=$3 release series p
+    shift 2
     release=${image%%=*}
     release=${release#linux-image-}
     [[ "$release" =~ ^([0-9]+\.[0-9]+)[.+-] ]] || die "$source: cannot read a kernel series from ${image%%=*}"
@@ -304,7 +380,7 @@ add_peer() { # add_peer SOURCE PACKAGE=VERSION...: a kernel of a series not yet 
             return
         fi
     done
-    peers+=("$series $release $*")
+    peers+=("$series $release $source $apt $*")
 }
 resolve_bookworm() {
     local meta
@@ -323,15 +399,15 @@ resolve_backports() { private_update; kernel_of private linux-image-amd64/trixie
 resolved bookworm machine resolve_bookworm
 [ -n "$packages" ] || die "the machine's linux-image-amd64 depends on no versioned linux-image package"
 # shellcheck disable=SC2086 # one package a word
-add_peer bookworm $packages
+add_peer bookworm machine $packages
 resolved trixie private resolve_trixie
 [ -n "$packages" ] || die "trixie's linux-image-amd64 depends on no versioned linux-image package"
 # shellcheck disable=SC2086
-add_peer trixie $packages
+add_peer trixie private $packages
 resolved trixie-backports private resolve_backports
 if [ -n "$packages" ]; then
     # shellcheck disable=SC2086
-    add_peer trixie-backports $packages
+    add_peer trixie-backports private $packages
 else
     say "trixie-backports has no linux-image-amd64: no newer peer"
 fi
@@ -340,10 +416,21 @@ busybox=$packages
 
 out=()
 for p in "${peers[@]}"; do
-    read -r series release packages <<<"$p"
+    read -r series release source apt packages <<<"$p"
     dir=$cache/linux-$release
     # shellcheck disable=SC2086
     unpack "$dir" $packages
+    if [ "$symbols" = 1 ]; then
+        # shellcheck disable=SC2086
+        real_map "$dir" "$release" "$apt" $packages
+    fi
+    if [ "$symbols" = 1 ] && [ ! -f "$dir/System.map" ]; then
+        [ "$source" = trixie-backports ] \
+            || die "$source: apt has no -dbg package of $packages (linux-image-$release-dbg at that version): delete $cache/resolved to pick a kernel that has one"
+        say "$source: apt has no -dbg package of $packages (linux-image-$release-dbg at that version): Linux $series keeps its stub System.map"
+    fi
+    map=$dir/System.map
+    [ -f "$map" ] || map=$(kernel_file "$dir" "$release" System.map)
     kernel=$(kernel_file "$dir" "$release" vmlinuz)
     vmlinux=$dir/vmlinux
     if [ ! -f "$vmlinux" ] || [ "$kernel" -nt "$vmlinux" ]; then
@@ -351,7 +438,7 @@ for p in "${peers[@]}"; do
         mv "$scratch/vmlinux" "$vmlinux"
     fi
     out+=("kernel-$series $kernel" "vmlinux-$series $vmlinux"
-        "system-map-$series $(kernel_file "$dir" "$release" System.map)"
+        "system-map-$series $map"
         "config-$series $(kernel_file "$dir" "$release" config)")
 done
 

@@ -6,12 +6,15 @@
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
 #                 [--calibrate-tsc] [--host-memory prefault|cold]
-#                 [-- KERNEL_OPTIONS...]
+#                 [--profile FILE] [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
 #                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
 #                 vmlinux with a PVH note, booted through its PVH entry)
 # memboot boots through its PVH entry (QEMU's -kernel) unless --bios or
 # --uefi boots its disk image through rust-osdev/bootloader instead.
+# --profile FILE: count guest instructions with the memboot-profile TCG
+# plugin (README "Instruction profile"); FILE gets the profile as JSON, the
+# log's tail its phase figures. Slower: never a timing.
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
@@ -32,7 +35,7 @@ QEMU_KERNEL_OK=33 QEMU_KERNEL_FAIL=35
 LARGE_GUEST_MIB=$((64 * 1024))
 
 usage() {
-    sed -n '4,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '4,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit "$EXIT_USAGE"
 }
 die_usage() { echo "run-qemu.sh: $*" >&2; exit "$EXIT_USAGE"; }
@@ -42,7 +45,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg boot_path=pvh timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
-linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0 host_memory=""
+linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0 host_memory="" profile=""
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
 # wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
         --default-devices) once "$1"; default_devices=1; shift ;;
         --calibrate-tsc) once "$1"; calibrate_tsc=1; shift ;;
         --host-memory) [ $# -ge 2 ] || die_usage "--host-memory needs prefault or cold"; once "$1" "$2"; host_memory=$2; shift 2 ;;
+        --profile) [ $# -ge 2 ] || die_usage "--profile needs a file"; once "$1" "$2"; profile=$2; shift 2 ;;
         -h|--help) usage ;;
         --) shift; kernel_opts=("$@"); break ;;
         *) die_usage "unknown argument '$1' (see --help)" ;;
@@ -118,6 +122,7 @@ if [ -n "$linux_kernel" ]; then
 elif [ -n "$linux_initrd" ]; then
     die_usage "--initrd is for --linux"
 fi
+[ -z "$profile" ] || [ "$accel" = tcg ] || die_usage "--profile counts instructions with a TCG plugin: drop --accel $accel"
 
 # parse_size VAR VALUE UNIT_SHIFT: VALUE, a decimal number with an optional
 # K/M/G/T suffix (B: bytes; no suffix: units of 1 << UNIT_SHIFT bytes), into
@@ -370,6 +375,13 @@ boot_elf=$image_dir/memboot-kernel.elf
 tools_dir=$ROOT/target/release
 tap_tool=$tools_dir/memboot-tap
 plot_tool=$tools_dir/memboot-plot
+# --profile's TCG plugin and its report tool (profile/, GPL: QEMU's API).
+profile_plugin=$tools_dir/libmemboot_profile.so
+profile_tool=$tools_dir/memboot-profile
+build_profiler() {
+    (cd "$ROOT" && RUSTUP_TOOLCHAIN=$toolchain cargo build -q --release -p memboot-profile) \
+        || die_setup "memboot-profile build failed"
+}
 # build_tools BIN...: the host tools, from the tests crate.
 build_tools() {
     local bins=() b
@@ -407,6 +419,7 @@ build() {
     else
         build_tools memboot-tap
     fi
+    [ -z "$profile" ] && [ "$build_only" = 0 ] || build_profiler
     exec 8>&-
 }
 # draw_timeline: the boot timeline of this boot's serial log (--svg FILE).
@@ -424,6 +437,7 @@ if [ "$dry_run" = 0 ]; then
     ensure_qemu
     if [ "$no_build" = 1 ]; then
         [ -x "$tap_tool" ] || die_setup "--no-build: no $tap_tool (run with --build-only first)"
+        [ -z "$profile" ] || [ -x "$profile_tool" ] || die_setup "--no-build: no $profile_tool (run with --build-only first)"
         if [ -z "$linux_kernel" ]; then
             booted=$boot_elf
             [ "$boot_path" = pvh ] || booted=$image_dir/memboot-$boot_path.img
@@ -431,6 +445,7 @@ if [ "$dry_run" = 0 ]; then
         fi
     elif [ -n "$linux_kernel" ]; then
         build_tools memboot-tap # a stock kernel: nothing of memboot's to build
+        [ -z "$profile" ] || build_profiler
     else
         ensure_rust
         build
@@ -563,6 +578,31 @@ trap 'rm -rf "$tmpdir"' EXIT
 qemu=(qemu-system-x86_64)
 qemu_machine_args "$smp" "$accel" "${node_mib[@]}"
 if [ -n "$linux_kernel" ]; then linux_boot_args; else memboot_boot_args; fi
+# profile_args: the plugin on QEMU's command line, its entry addresses from
+# the kernel's symbols: memboot's unstripped ELF (it runs where it is
+# linked on every entry path; the boot logs its text address, checked
+# after the boot), or the System.map beside the Linux image
+# (tests/linux-peer.sh --symbols puts each peer's real one there).
+profile_args() {
+    profile_kind=memboot profile_map=$tmpdir/memboot.map
+    if [ -n "$linux_kernel" ]; then
+        profile_kind=linux profile_map=$(dirname "$linux_kernel")/System.map
+        [ -f "$profile_map" ] || die_setup "--profile: no $profile_map beside the Linux image (tests/linux-peer.sh --symbols fetches it)"
+    elif [ "$dry_run" = 0 ]; then
+        nm -n -C "$kernel_elf" >"$profile_map" || die_setup "--profile: nm could not read $kernel_elf"
+    else
+        profile_map=$kernel_elf.map # --dry-run reads nothing
+    fi
+    local args
+    if [ "$dry_run" = 1 ]; then
+        args="out=$tmpdir/profile.raw,..."
+    else
+        args=$("$profile_tool" plugin-args --kernel "$profile_kind" --map "$profile_map" --out "$tmpdir/profile.raw") \
+            || die_setup "--profile: no plugin arguments for this kernel (see above)"
+    fi
+    qemu+=(-plugin "$profile_plugin,$args")
+}
+[ -z "$profile" ] || profile_args
 
 if [ "$print_cmd" = 1 ]; then
     printf '%q ' "${qemu[@]}" >&2
@@ -697,6 +737,23 @@ fi
 if [[ "${minor_faults:-}" =~ ^[0-9]+$ ]]; then
     note "host minor page faults $minor_faults (QEMU's)"
     echo "run-qemu.sh: host minor page faults $minor_faults (QEMU's)" >>"$log"
+fi
+# The profile: written when QEMU exits (the plugin's at-exit callback),
+# named by function here; its figures go to the log's tail.
+if [ -n "$profile" ]; then
+    if [ -f "$tmpdir/profile.raw" ] \
+        && "$profile_tool" report --kernel "$profile_kind" --map "$profile_map" --raw "$tmpdir/profile.raw" \
+            --log "$log" --out "$profile" >"$tmpdir/profile.lines"; then
+        cat "$tmpdir/profile.lines" >&2
+        cat "$tmpdir/profile.lines" >>"$log"
+        note "profile written to $profile"
+    else
+        note "--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)"
+        # A boot that failed says so by its own code; one that did not, by this.
+        if [ "$status" = "$QEMU_KERNEL_OK" ] || { [ -n "$linux_kernel" ] && [ "$status" = 0 ]; }; then
+            exit "$EXIT_SETUP"
+        fi
+    fi
 fi
 if [ -n "$linux_kernel" ]; then
     case "$status" in

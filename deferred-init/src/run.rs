@@ -403,7 +403,10 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     }
 
     /// Run, one after the other, the workers the plan put on `cpu`: the body
-    /// of an [`Executor::on_each_cpu`] job.
+    /// of an [`Executor::on_each_cpu`] job. Out of line: the instruction
+    /// profile's deferred-init phase starts at this function's entry
+    /// (`memboot-profile`'s phase table).
+    #[inline(never)]
     pub fn run_cpu_workers(&self, cpu: CpuId, clock: &dyn Clock) {
         for i in self.cpu_workers(cpu).collect::<Vec<_>>() {
             // Indices come from the plan's own worker list, so this cannot fail.

@@ -493,6 +493,14 @@ fn print_entry(entry: Entry) {
         ns / 1000 % 1000,
         tsc::entry_tsc()
     );
+    // Where the code runs: what an instruction profile (memboot-profile)
+    // names functions by, with the ELF's symbols.
+    let text = super::image::sections().text;
+    kprintln!(
+        "memboot: image text [{:#x}-{:#x}]",
+        text.start,
+        text.end - 1
+    );
 }
 
 /// The boot after the console and exception handlers are up.

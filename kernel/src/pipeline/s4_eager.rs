@@ -46,7 +46,10 @@ pub fn run<B: MemmapBacking>(
     Ok(outcome)
 }
 
-/// Initialise the boot CPU's share of struct pages.
+/// Initialise the boot CPU's share of struct pages. Out of line: the
+/// instruction profile's boot-CPU memmap phase starts at this function's
+/// entry (`memboot-profile`'s phase table).
+#[inline(never)]
 pub fn init<B: MemmapBacking>(
     work: EagerWork,
     memmap: &mut Memmap<B>,

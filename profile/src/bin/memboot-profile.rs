@@ -1,0 +1,102 @@
+//! memboot-profile: the plugin's arguments for a kernel, and its raw
+//! output named by function.
+//!
+//!   memboot-profile plugin-args --kernel memboot|linux --map MAP --out RAW
+//!       prints the `-plugin` arguments (after the .so and a comma)
+//!   memboot-profile report --kernel memboot|linux --map MAP --raw RAW --out JSON
+//!                          [--log SERIAL_LOG] [--pages PHASE=N]...
+//!       writes the profile as JSON and prints its `memboot-profile:` lines;
+//!       a memboot log gives each phase's struct pages (boot_log), --pages
+//!       gives them for Linux
+//!
+//! MAP: a System.map (Linux's real one, tests/linux-peer.sh --symbols) or
+//! `nm -n -C` of memboot's unstripped ELF.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use memboot_profile::boot_log;
+use memboot_profile::phases::Kernel;
+use memboot_profile::raw::Raw;
+use memboot_profile::report::Profile;
+use memboot_profile::symbols::Symbols;
+
+fn run(args: &[String]) -> Result<(), String> {
+    let (cmd, rest) = args
+        .split_first()
+        .ok_or("no command: plugin-args or report (see the source's header)")?;
+    let mut opts: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut it = rest.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or(format!("{flag} needs a value"))?;
+        opts.entry(flag.as_str()).or_default().push(value);
+    }
+    let one = |flag: &str| -> Result<&str, String> {
+        match opts.get(flag).map(Vec::as_slice) {
+            Some([v]) => Ok(v),
+            _ => Err(format!("{cmd}: give {flag} once")),
+        }
+    };
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+    let map = Symbols::parse_system_map(&read(one("--map")?)?)
+        .map_err(|e| format!("{}: {e}", one("--map").unwrap()))?;
+    match cmd.as_str() {
+        "plugin-args" => {
+            println!(
+                "{}",
+                Kernel::parse(one("--kernel")?)?.plugin_args(&map, one("--out")?)?
+            );
+        }
+        "report" => {
+            let raw = Raw::parse(&read(one("--raw")?)?)?;
+            let kernel = Kernel::parse(one("--kernel")?)?;
+            let mut pages = HashMap::new();
+            if let (Kernel::Memboot, Ok(log)) = (kernel, one("--log")) {
+                pages = boot_log::memboot_pages(&read(log)?, &map)
+                    .map_err(|e| format!("{log}: {e}"))?;
+            }
+            for p in opts.get("--pages").into_iter().flatten() {
+                let (name, n) = p
+                    .split_once('=')
+                    .ok_or(format!("--pages {p}: expected PHASE=N"))?;
+                pages.insert(
+                    name.to_string(),
+                    n.parse()
+                        .map_err(|_| format!("--pages {p}: N is not a number"))?,
+                );
+            }
+            let profile = Profile::new(one("--kernel")?, &raw, &map, &pages);
+            if profile
+                .phases
+                .iter()
+                .any(|p| p.opens == 0 && p.unanchored == 0)
+            {
+                eprintln!(
+                    "memboot-profile: note: a phase never started in this boot (its figures are 0)"
+                );
+            }
+            let out = one("--out")?;
+            std::fs::write(
+                out,
+                serde_json::to_string_pretty(&profile).expect("a profile serialises") + "\n",
+            )
+            .map_err(|e| format!("{out}: {e}"))?;
+            for line in profile.log_lines() {
+                println!("{line}");
+            }
+        }
+        _ => return Err(format!("unknown command {cmd}: plugin-args or report")),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memboot-profile: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! memboot-profile: guest instructions per phase and per function, counted
+//! by a QEMU TCG plugin, the same on any host.
+//!
+//! - [`plugin`]: the plugin QEMU loads; counts by guest address into a raw
+//!   file ([`raw`]).
+//! - [`phases`]: which functions open each phase, per kernel.
+//! - [`symbols`] and [`report`]: the raw counts named by function, the
+//!   phases' figures per struct page ([`boot_log`]: memboot's pages), as
+//!   JSON and as log lines.
+//! - [`insn`] and [`tracker`]: how a phase is followed through calls,
+//!   returns, interrupts and (for Linux) thread migration.
+
+pub mod boot_log;
+pub mod insn;
+pub mod phases;
+pub mod plugin;
+pub mod raw;
+pub mod report;
+pub mod symbols;
+pub mod tracker;

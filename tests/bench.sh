@@ -7,7 +7,7 @@
 #   tests/bench.sh --host-memory prefault|cold [--sizes "64G 1T"] [--smp N]
 #                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
 #                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
-#                  [-- EXTRA_RUN_QEMU_ARGS...]
+#                  [--profile] [-- EXTRA_RUN_QEMU_ARGS...]
 #
 # --host-memory: the host-memory state every boot starts in (run-qemu.sh
 # --host-memory; README "Host memory"). Whether the host memory a boot
@@ -33,6 +33,12 @@
 # ratio columns divide by each of them. --modes may also name Linux entries
 # (see boot_args below), to compare ways of booting one:
 # --modes "linux-6.12-bzimage linux-6.12-bzimage+nokaslr linux-6.12".
+# --profile: every boot under the memboot-profile TCG plugin (run-qemu.sh
+# --profile; Linux peers with their real System.map, tests/linux-peer.sh
+# --symbols), and the tables of guest instructions, stores and bytes per
+# struct page with each phase's top functions (README "Instruction
+# profile"). Its times are the plugin's, not the kernels': read the profile
+# tables of such a run, not its time table.
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
@@ -41,7 +47,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
-linux=0 json="" svg_dir="" keep="" host_memory=""
+linux=0 json="" svg_dir="" keep="" host_memory="" profile=0
 extra=()
 # The header comment above, whatever its length.
 usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
@@ -57,6 +63,7 @@ while [ $# -gt 0 ]; do
         --svg) svg_dir=$2; shift 2 ;;
         --keep) keep=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
+        --profile) profile=1; shift ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
@@ -79,7 +86,9 @@ entries=$modes
 peer="" peer_series=()
 peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
 if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
-    peer=$("$ROOT/tests/linux-peer.sh")
+    peer_args=()
+    [ "$profile" = 1 ] && peer_args=(--symbols)
+    peer=$("$ROOT/tests/linux-peer.sh" "${peer_args[@]}")
     mapfile -t peer_series < <(awk '$1 ~ /^vmlinux-/ { print substr($1, 9) }' <<<"$peer")
     [ ${#peer_series[@]} -gt 0 ] || { say "tests/linux-peer.sh printed no vmlinux-SERIES line"; exit 1; }
     initrd=$(peer_file initrd)
@@ -133,10 +142,11 @@ for e in $entries; do boot_args "$e" >/dev/null; done
 
 # boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
 boot() {
-    local args
+    local args profiled=()
     mapfile -t args < <(boot_args "$2")
+    [ "$profile" = 1 ] && profiled=(--profile "${3%.log}.profile.json")
     if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
-            "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
+            "${profiled[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
         exit 1
@@ -178,7 +188,9 @@ accel=tcg
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[i]}" = --accel ] && accel=${extra[i + 1]:-tcg}; done
 host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 host_mhz=$(awk -F': ' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo)
-heading="bench: ${accel^^}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+profiled=""
+[ "$profile" = 1 ] && profiled=", every boot under the memboot-profile plugin (times are the plugin's)"
+heading="bench: ${accel^^}${profiled}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
 [ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
 report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
 [ -n "$json" ] && report+=(--json "$json")
@@ -203,6 +215,7 @@ if [ -n "$svg_dir" ]; then
     rm -rf "$svg_dir/logs"; mkdir -p "$svg_dir/logs"
     cp "$out"/*.log "$svg_dir/logs/"
     cp "$out"/*.skip "$svg_dir/logs/" 2>/dev/null || true
+    cp "$out"/*.profile.json "$svg_dir/logs/" 2>/dev/null || true
     printf '%q ' "$0" "${bench_args[@]}" >"$svg_dir/logs/command"; echo >>"$svg_dir/logs/command"
     # What memboot-bench report was given, one `key value` a line, so the
     # table can be rebuilt from the logs alone (tests/tests/readme_figures.rs).

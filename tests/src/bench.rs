@@ -251,7 +251,7 @@ pub fn is_peer(entry: &str) -> bool {
 }
 
 /// How the ratio columns name a peer: "Linux 6.12"; the old `linux`, "Linux".
-fn peer_label(entry: &str) -> String {
+pub fn peer_label(entry: &str) -> String {
     match linux_series(entry) {
         Some(series) => format!("Linux {series}"),
         None => "Linux".to_string(),

@@ -32,6 +32,8 @@ pub mod model;
 #[path = "../../kernel/tests/common/model_input.rs"]
 pub mod model_input;
 pub mod plot;
+/// The bench's instruction-profile tables (`tests/bench.sh --profile`).
+pub mod profile_table;
 pub mod readme_figures;
 pub mod seeds;
 pub mod tap;

@@ -1,7 +1,8 @@
 //! `memboot-bench report DIR --sizes "64G 1T" --entries "deferred ondemand linux-6.1 linux-6.12"
 //!  --rounds N [--heading TEXT] [--json FILE]`: the table of a tests/bench.sh
 //! run (see `memboot_tests::bench`; the committed runs' `linux` entry is
-//! Linux 6.1). Exit 2 when a log cannot be read, 64 on
+//! Linux 6.1), and its instruction-profile tables when the run has
+//! profiles (`memboot_tests::profile_table`). Exit 2 when a log cannot be read, 64 on
 //! bad arguments. `memboot-bench mib SIZE` prints SIZE in MiB.
 
 use std::path::PathBuf;
@@ -93,6 +94,14 @@ fn main() -> ExitCode {
     print!("{}", bench::table(&results, &plan, &args.heading));
     if let Some(comparison) = bench::comparison(&results, &plan) {
         print!("{comparison}");
+    }
+    match memboot_tests::profile_table::tables(&args.dir, &plan) {
+        Ok(Some(tables)) => print!("{tables}"),
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("memboot-bench: {e}");
+            return ExitCode::from(2);
+        }
     }
     if let Some(path) = &args.json {
         let meta = serde_json::json!({

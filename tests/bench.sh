@@ -169,6 +169,7 @@ order_log=()
 for size in $sizes; do
     booted=()
     for e in $entries; do fits "$size" "$e" && booted+=("$e") || say "-m $size $e: $(cat "$out/$size-$e.skip")"; done
+    [ ${#booted[@]} -gt 0 ] || continue # every entry refused at this size
     for ((round = 1; round <= rounds; round++)); do
         order=("${booted[@]}")
         (( round % 2 == 0 )) && mapfile -t order < <(printf '%s\n' "${booted[@]}" | tac)

@@ -1,5 +1,5 @@
 //! Which x86-64 instructions move the stack pointer in a way the phase
-//! tracker follows (`tracker`): calls, returns and `iretq`. The plugin API
+//! tracker follows (`tracker`): calls, returns, register pops and `leave`. The plugin API
 //! of QEMU 7.2 cannot read registers, so the tracker estimates each vCPU's
 //! stack pointer from the addresses these instructions store to or load
 //! from; everything else is `Other`.
@@ -14,9 +14,9 @@ pub enum StackOp {
     Ret {
         pop_bytes: u16,
     },
-    /// `iretq`: loads the interrupted context from the stack frame the
-    /// interrupt pushed just below the interrupted stack pointer.
-    Iret,
+    /// `pop %reg` (not `%rsp`, whose new value is the one loaded) and
+    /// `leave`: load at the stack pointer, then pop that slot.
+    Pop,
     Other,
 }
 
@@ -33,7 +33,9 @@ impl StackOp {
                 _ => break,
             }
         }
-        if let Some(0x40..=0x4f) = bytes.get(i) {
+        let mut rex_b = false;
+        if let Some(&rex @ 0x40..=0x4f) = bytes.get(i) {
+            rex_b = rex & 1 != 0;
             i += 1;
         }
         match bytes.get(i..) {
@@ -44,7 +46,8 @@ impl StackOp {
             Some([0xc2, lo, hi, ..]) => StackOp::Ret {
                 pop_bytes: u16::from_le_bytes([*lo, *hi]),
             },
-            Some([0xcf, ..]) => StackOp::Iret,
+            Some([0x58..=0x5b | 0x5d..=0x5f | 0xc9, ..]) => StackOp::Pop,
+            Some([0x5c, ..]) if rex_b => StackOp::Pop, // pop %r12
             _ => StackOp::Other,
         }
     }
@@ -55,9 +58,7 @@ impl StackOp {
         match (self, is_store) {
             (StackOp::Call, true) => Some(vaddr),
             (StackOp::Ret { pop_bytes }, false) => Some(vaddr + 8 + u64::from(pop_bytes)),
-            // Any of the frame's slots is below the interrupted stack
-            // pointer and on the same stack: enough for `tracker`.
-            (StackOp::Iret, false) => Some(vaddr + 8),
+            (StackOp::Pop, false) => Some(vaddr + 8),
             _ => None,
         }
     }
@@ -113,10 +114,19 @@ mod tests {
             (&[0xc3], Ret { pop_bytes: 0 }),              // ret
             (&[0xf3, 0xc3], Ret { pop_bytes: 0 }),        // repz ret
             (&[0xc2, 0x10, 0x00], Ret { pop_bytes: 16 }), // ret $16
-            (&[0x48, 0xcf], Iret),                        // iretq
-            (&[0xe9, 0, 0, 0, 0], Other),                 // jmp rel32 (a return thunk jump)
-            (&[0x48, 0x89, 0xe5], Other),                 // mov %rsp,%rbp
-            (&[0xf3, 0x48, 0xab], Other),                 // rep stos %rax,(%rdi)
+            // iretq: QEMU reports its helper's loads for it, the frame's
+            // and the descriptor tables' alike, so they tell no stack
+            // pointer; the register pops before it put the estimate back
+            // on the interrupted stack.
+            (&[0x48, 0xcf], Other),
+            (&[0x5d], Pop),               // pop %rbp
+            (&[0x41, 0x5f], Pop),         // pop %r15
+            (&[0x41, 0x5c], Pop),         // pop %r12
+            (&[0x5c], Other),             // pop %rsp: a stack switch
+            (&[0xc9], Pop),               // leave
+            (&[0xe9, 0, 0, 0, 0], Other), // jmp rel32 (a return thunk jump)
+            (&[0x48, 0x89, 0xe5], Other), // mov %rsp,%rbp
+            (&[0xf3, 0x48, 0xab], Other), // rep stos %rax,(%rdi)
             (&[], Other),
             (&[0x66], Other),
         ];
@@ -131,7 +141,7 @@ mod tests {
         assert_eq!(Call.rsp_after(0x1000, false), None); // call *mem's load of the target
         assert_eq!(Ret { pop_bytes: 0 }.rsp_after(0x1000, false), Some(0x1008));
         assert_eq!(Ret { pop_bytes: 16 }.rsp_after(0x1000, false), Some(0x1018));
-        assert_eq!(Iret.rsp_after(0x1000, false), Some(0x1008));
+        assert_eq!(Pop.rsp_after(0x1000, false), Some(0x1008));
         assert_eq!(Other.rsp_after(0x1000, true), None);
     }
 }

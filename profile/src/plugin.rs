@@ -4,7 +4,7 @@
 //! Counting: a callback per executed block (it carries the vCPU index) adds
 //! the block's instruction count to that vCPU's own counters; a memory
 //! callback on every access counts the phase's stores and bytes and follows
-//! the stack through calls, returns and `iretq`. (QEMU 7.2 never calls a
+//! the stack through calls, returns and pops. (QEMU 7.2 never calls a
 //! callback registered for loads only, and calls one registered for stores
 //! on loads too: every callback is registered for both, and
 //! `qemu_plugin_mem_is_store` tells them apart.) QEMU 7.2's
@@ -232,9 +232,9 @@ impl Plugin {
 /// A memory callback's user data: what the instruction is (low byte) and
 /// its argument (`ret imm16`'s bytes, the entry push's phase).
 const MEM_RET: u64 = 1;
-const MEM_IRET: u64 = 2;
-const MEM_CALL: u64 = 3;
-const MEM_ENTRY_PUSH: u64 = 4;
+const MEM_CALL: u64 = 2;
+const MEM_ENTRY_PUSH: u64 = 3;
+const MEM_POP: u64 = 4;
 
 /// A block callback's user data: block id, instruction count and the phase
 /// whose entry is the block's first instruction (0: none, else phase + 1).
@@ -347,8 +347,8 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
                 MEM_ENTRY_PUSH | (entry_push.unwrap().1 as u64) << 8
             }
             StackOp::Ret { pop_bytes } => MEM_RET | u64::from(pop_bytes) << 8,
-            StackOp::Iret => MEM_IRET,
             StackOp::Call => MEM_CALL,
+            StackOp::Pop => MEM_POP,
             StackOp::Other => 0,
         };
         (p.api.register_mem)(insn, on_mem, CB_NO_REGS, MEM_RW, ud as *mut c_void);
@@ -419,8 +419,8 @@ extern "C" fn on_mem(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
         MEM_RET => StackOp::Ret {
             pop_bytes: (ud >> 8) as u16,
         },
-        MEM_IRET => StackOp::Iret,
         MEM_CALL => StackOp::Call,
+        MEM_POP => StackOp::Pop,
         _ => StackOp::Other,
     };
     if ud & 0xff == MEM_ENTRY_PUSH && store {

@@ -147,7 +147,7 @@ pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
     // Median instructions per page of a phase, for the ratio columns.
     let per_page = |size: &str, entry: &str, ph: usize| -> Option<f64> {
         let (_, _, boots) = runs.iter().find(|(s, e, _)| s == size && e == entry)?;
-        let p = pages(size, entry, ph)? as f64;
+        let p = pages(size, entry, ph).filter(|&p| p > 0)? as f64;
         median(
             boots
                 .iter()
@@ -309,6 +309,28 @@ mod tests {
             ),
             "{text}"
         );
+        // An eager mode defers no page: no per-page figure, no ratio.
+        w(
+            "16G-regions-1.profile.json",
+            profile((16, 16, 128, Some(0)), 1),
+        );
+        let entries = vec![
+            "regions".to_string(),
+            "deferred".to_string(),
+            "linux-6.1".to_string(),
+        ];
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 2,
+        };
+        let text = tables(&dir, &plan).unwrap().unwrap();
+        let r = text
+            .lines()
+            .find(|l| l.starts_with("| 16G | regions |"))
+            .unwrap();
+        let r: Vec<&str> = r.split('|').map(str::trim).collect();
+        assert_eq!((r[3], r[4], r[13]), ("–", "–", "–"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -15,12 +15,20 @@ const STRUCT_PAGE_BYTES: u64 = 64;
 
 fn profiled(path: &Path) -> (Boot, Value) {
     let b = boot(
-        &["-m", "2G", "--smp", "2", "--profile", path.to_str().unwrap()],
+        &[
+            "-m",
+            "2G",
+            "--smp",
+            "2",
+            "--profile",
+            path.to_str().unwrap(),
+        ],
         &["memmap=deferred", "verify=off"],
         Duration::from_secs(600),
     );
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), b.describe()));
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), b.describe()));
     (b, serde_json::from_str(&text).unwrap())
 }
 
@@ -34,7 +42,9 @@ fn phase<'a>(profile: &'a Value, name: &str) -> &'a Value {
 }
 
 fn n(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap_or_else(|| panic!("no number {key} in {v}"))
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no number {key} in {v}"))
 }
 
 #[test]
@@ -50,9 +60,20 @@ fn deferred_init_is_counted_the_same_twice_by_its_own_functions() {
     for p in [&first, &second] {
         let d = phase(p, "deferred");
         // Each CPU ran its workers once, and each return closed its frame.
-        assert_eq!((n(d, "opens"), n(d, "closes"), n(d, "left_open")), (cpus, cpus, 0), "{d}");
-        assert_eq!(n(d, "pages"), deferred_pages, "the divisor is the summary's");
-        assert!(n(d, "insns") > deferred_pages, "at least an instruction a page: {d}");
+        assert_eq!(
+            (n(d, "opens"), n(d, "closes"), n(d, "left_open")),
+            (cpus, cpus, 0),
+            "{d}"
+        );
+        assert_eq!(
+            n(d, "pages"),
+            deferred_pages,
+            "the divisor is the summary's"
+        );
+        assert!(
+            n(d, "insns") > deferred_pages,
+            "at least an instruction a page: {d}"
+        );
         // Every deferred struct page is written whole in the phase.
         assert!(n(d, "bytes") >= deferred_pages * STRUCT_PAGE_BYTES, "{d}");
         let own: u64 = d["functions"]
@@ -65,8 +86,15 @@ fn deferred_init_is_counted_the_same_twice_by_its_own_functions() {
             })
             .map(|f| n(f, "insns"))
             .sum();
-        assert!(own as f64 >= 0.95 * n(d, "insns") as f64, "deferred init's own functions carry {own} of {d}");
-        assert!(p["attributed_share"].as_f64().unwrap() >= 0.99, "{}", p["unattributed"]);
+        assert!(
+            own as f64 >= 0.95 * n(d, "insns") as f64,
+            "deferred init's own functions carry {own} of {d}"
+        );
+        assert!(
+            p["attributed_share"].as_f64().unwrap() >= 0.99,
+            "{}",
+            p["unattributed"]
+        );
     }
     // The same image and options: each phase's counts within 1 %.
     for name in ["deferred", "boot_cpu_memmap"] {
@@ -74,11 +102,29 @@ fn deferred_init_is_counted_the_same_twice_by_its_own_functions() {
             let (a, b) = (n(phase(&first, name), key), n(phase(&second, name), key));
             assert!(a > 0, "{name} {key}");
             let diff = a.abs_diff(b) as f64 / a as f64;
-            assert!(diff <= 0.01, "{name} {key}: {a} then {b} ({:.3} %)", 100.0 * diff);
+            assert!(
+                diff <= 0.01,
+                "{name} {key}: {a} then {b} ({:.3} %)",
+                100.0 * diff
+            );
         }
     }
     // run-qemu.sh prints the phase figures after the boot.
-    let lines: Vec<&str> = b.run.stderr.lines().filter(|l| l.starts_with("memboot-profile: phase deferred:")).collect();
-    assert_eq!(lines.len(), 1, "the phase figures after the boot:\n{}", b.describe());
-    assert!(lines[0].contains(&format!("per struct page ({deferred_pages} pages)")), "{}", lines[0]);
+    let lines: Vec<&str> = b
+        .run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("memboot-profile: phase deferred:"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "the phase figures after the boot:\n{}",
+        b.describe()
+    );
+    assert!(
+        lines[0].contains(&format!("per struct page ({deferred_pages} pages)")),
+        "{}",
+        lines[0]
+    );
 }

@@ -1016,3 +1016,30 @@ fn host_memory_states_are_named() {
         );
     }
 }
+
+/// --profile puts the memboot-profile plugin on QEMU's command line, and
+/// only under TCG: KVM runs no TCG plugin.
+#[test]
+fn profile_loads_the_plugin_under_tcg_only() {
+    let cmd = dry_run(&["--profile", "/tmp/p.json"]);
+    let plugin = value_of(&cmd, "-plugin");
+    assert_eq!(plugin.len(), 1, "{cmd:?}");
+    let (so, args) = plugin[0].split_once(',').unwrap();
+    assert!(so.ends_with("/libmemboot_profile.so"), "{so}");
+    assert!(args.starts_with("out="), "{args}");
+    assert!(
+        value_of(&dry_run(&[]), "-plugin").is_empty(),
+        "no plugin without --profile"
+    );
+    let out = script(
+        &["--dry-run", "--profile", "/tmp/p.json", "--accel", "kvm"],
+        1 << 30,
+    );
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--profile counts instructions with a TCG plugin"),
+        "{}",
+        out.stderr
+    );
+}

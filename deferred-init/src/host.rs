@@ -4,8 +4,9 @@
 
 use std::time::Instant;
 
+use crate::clock::Clock;
 use crate::plan::CpuId;
-use crate::run::{Clock, Executor};
+use crate::run::Executor;
 
 /// `nr_cpus` CPUs as scoped `std::thread`s, one per CPU per
 /// [`Executor::on_each_cpu`] call (no pinning: the OS places the threads).

@@ -32,6 +32,7 @@
 extern crate alloc;
 
 pub mod buddy;
+pub mod clock;
 pub mod faults;
 pub mod handoff;
 pub mod page_alloc;
@@ -76,13 +77,14 @@ mod suite_32 {
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, NR_ORDERS, PFN_NONE,
 };
+pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};
 pub use plan::{
     ChunkWindows, CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions,
     WorkerAssignment, WINDOW_NR_PAGES,
 };
 pub use run::{
-    ChunkInits, Claim, Clock, DeferredInit, DeferredInitError, Executor, InitMode, PoolPiece,
+    ChunkInits, Claim, DeferredInit, DeferredInitError, Executor, InitMode, PoolPiece,
     GROW_CLAIM_WINDOWS, WORKER_CLAIM_WINDOWS,
 };
 pub use stats::{DeferredReport, NodeStats, WorkerStats};

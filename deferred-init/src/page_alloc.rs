@@ -18,7 +18,7 @@ use memmap::store::MemmapBacking;
 use memmap::{NodeId, Pfn, ZoneType};
 
 use crate::buddy::{AllocError, BuddyAllocator, FreeError};
-use crate::run::Clock;
+use crate::clock::Clock;
 
 /// Where more free pages of a zone come from when its lists run dry.
 pub trait Grow: Sync {

@@ -77,6 +77,7 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::buddy::{for_each_max_block, BuddyAllocator, BuddyError, NR_ZONES};
+use crate::clock::Clock;
 use crate::page_alloc::{Grow, PageAllocator};
 use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
@@ -89,17 +90,6 @@ pub const WORKER_CLAIM_WINDOWS: u32 = (memmap::PAGES_PER_SECTION / WINDOW_NR_PAG
 /// Windows an allocation claims per growth step: one 4 MiB window, so no
 /// allocation pays for more than one max-order block of init per step.
 pub const GROW_CLAIM_WINDOWS: u32 = 1;
-
-/// A monotonic nanosecond clock (the kernel: TSC; tests: `Instant`).
-pub trait Clock: Sync {
-    fn now_ns(&self) -> u64;
-}
-
-impl<F: Fn() -> u64 + Sync> Clock for F {
-    fn now_ns(&self) -> u64 {
-        self()
-    }
-}
 
 /// The machine's CPUs, as the logic sees them: run one job on every CPU at
 /// once. The kernel implements it with its APs (the boot CPU runs its own

@@ -13,7 +13,7 @@ use core::fmt;
 /// (`memory_block_lookup=`): `indexed` (the default, Linux since
 /// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
 pub use memmap::memory_block::BlockLookup;
-pub use memmap::page::StructPageSize;
+pub use memmap::page_size::StructPageSize;
 
 /// A fault the kernel raises on purpose, so tests can check that the
 /// exception path reports and exits instead of hanging or rebooting.

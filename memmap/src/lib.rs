@@ -19,6 +19,7 @@ pub mod memblock;
 pub mod memory_block;
 pub mod page;
 pub mod page32;
+pub mod page_size;
 pub mod pageblock;
 pub mod sections;
 pub mod store;

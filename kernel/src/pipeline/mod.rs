@@ -52,8 +52,9 @@ pub mod seams;
 use deferred_init::PageAllocator;
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
-use memmap::page::{PageLayout, StructPage, StructPageSize};
+use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
+use memmap::page_size::StructPageSize;
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 

@@ -5,9 +5,11 @@
 //! decided: the firmware map (the bootloader's regions among it), SRAT
 //! memory affinity, the node of every CPU, the kernel heap, the physical
 //! address width, CPUID's hypervisor bit, the command line and the kernel
-//! image's sizes. The kernel builds it once, prints it as one unstamped
-//! JSON line right before the pipeline runs ([`write_input_line`]) and runs
-//! the pipeline on that same value ([`BootInput::pipeline_input`]); the
+//! image's sizes. The kernel builds it once, runs the pipeline on that
+//! value ([`BootInput::pipeline_input`]) and prints it as one unstamped
+//! JSON line ([`write_input_line`]) with the report the boot CPU holds
+//! back while it works alone (`hw::held_report`), before the APs start or
+//! when the boot fails before that; the
 //! host tests read the line back ([`parse`], feature `host`) and replay the
 //! boot from it. The line's keys are a contract like the summary's (README
 //! "Output"): added, never renamed or dropped.

@@ -581,7 +581,7 @@ fn kernel_image_sizes() -> ImageSizes {
 
 /// The memory-init pipeline on this machine's hardware, from `input`
 /// (which the log gets as its `memboot-input:` line where the boot CPU
-/// stops working alone: `hw::input_line`).
+/// stops working alone: `hw::held_report`).
 fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(), BootError> {
     let reserve = input.early_reservations();
     // SAFETY: the bootloader's physical-memory offset; from here on the

@@ -17,9 +17,8 @@
 //! first time, and under TCG every such instruction costs about a
 //! microsecond to translate; nothing in memory init reads them, so before
 //! memory is ready they would only put milliseconds on the clock
-//! (`-d in_asm` at 64G over 16 nodes: holding them back took the distinct
-//! kernel instructions the boot CPU runs before memory is ready from about
-//! 18,300 to 15,100).
+//! (tests/first-run-code.sh counts the distinct instructions the boot CPU
+//! runs before memory is ready).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 

@@ -27,7 +27,7 @@
 //! neither bring-up nor the console costs the boot CPU anything before
 //! `launch`. The starter, in
 //! [`ap_entry`], checks itself in and starts the other APs one after
-//! another, waiting for each as the BSP used to. [`wait_online`], called
+//! another, waiting for each. [`wait_online`], called
 //! before the first jobs (the executor's first `on_each_cpu`) or at the end
 //! of the boot, fails the boot if [`launch`] has not run (the pipeline
 //! starts the CPUs before any jobs; starting them there could edit page

@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::tables::Ascii;
+use super::ascii::Ascii;
 use super::*;
 
 /// Why a table (or one entry of it) could not be used.

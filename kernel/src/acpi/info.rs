@@ -6,7 +6,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::tables::Ascii;
+use super::ascii::Ascii;
 use super::*;
 
 /// A validated table from the root table (or the root table itself).

@@ -42,6 +42,7 @@
 //! of CPUs, nodes, memory ranges and warnings are capped, so hostile tables
 //! cannot exhaust the kernel heap.
 
+mod ascii;
 mod error;
 mod info;
 mod madt;

@@ -2,29 +2,9 @@
 //! root table, and the type/length entry walk MADT and SRAT share.
 
 use alloc::vec::Vec;
-use core::fmt;
 
 use super::error::Warnings;
 use super::*;
-
-/// Prints bytes as ASCII: NUL as space (OEM ids are often NUL padded), other
-/// non-printable bytes as `?`.
-pub(super) struct Ascii<'a>(pub(super) &'a [u8]);
-
-impl fmt::Display for Ascii<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use fmt::Write;
-        for &b in self.0 {
-            let c = match b {
-                0 => ' ',
-                0x20..=0x7e => char::from(b),
-                _ => '?',
-            };
-            f.write_char(c)?;
-        }
-        Ok(())
-    }
-}
 
 pub(super) fn array_at<const N: usize>(b: &[u8], offset: usize) -> Option<[u8; N]> {
     b.get(offset..offset.checked_add(N)?)?.try_into().ok()

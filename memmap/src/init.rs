@@ -25,7 +25,7 @@
 //!   needs one. Only holes and their bookkeeping are written at boot,
 //!   and with a lazy vmemmap (the one `ondemand` runs on) not even those:
 //!   the backing writes a section's holes when it first maps the section
-//!   ([`init_holes_in`], [`MemmapBacking::initialises_holes`]).
+//!   ([`crate::holes::init_holes_in`], [`MemmapBacking::initialises_holes`]).
 //!
 //! All then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised
@@ -41,11 +41,12 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::holes::init_hole_pages;
 use crate::memblock::Memblock;
 use crate::page::PageLayout;
 use crate::pageblock::PageblockMaps;
 use crate::store::{Memmap, MemmapBacking};
-use crate::zones::{UnavailableRange, ZoneLayout};
+use crate::zones::ZoneLayout;
 use crate::{
     pfn_to_section_nr, DeferredRange, NodeId, Pfn, PfnRange, ZoneType, PAGEBLOCK_NR_PAGES,
     PAGES_PER_SECTION,
@@ -329,44 +330,6 @@ fn init_holes<B: MemmapBacking>(
         }
     }
     Ok(n)
-}
-
-/// `init_unavailable_range()` for the pages of `holes` (sorted, as the
-/// layout lists them) inside `pfns`, whose struct pages are `pages` (the
-/// first is `pfns.start`'s): what a lazy vmemmap writes when it maps a
-/// section. Returns the number of pages written.
-pub fn init_holes_in<P: PageLayout>(
-    pages: &mut [P],
-    pfns: PfnRange,
-    holes: &[UnavailableRange],
-) -> u64 {
-    let first = holes.partition_point(|u| u.pfns.end <= pfns.start);
-    let mut n = 0;
-    for u in holes[first..]
-        .iter()
-        .take_while(|u| u.pfns.start < pfns.end)
-    {
-        let Some(piece) = u.pfns.intersect(&pfns) else {
-            continue;
-        };
-        let at = (piece.start - pfns.start) as usize;
-        init_hole_pages(
-            &mut pages[at..at + piece.nr_pages() as usize],
-            piece.start,
-            u,
-        );
-        n += piece.nr_pages();
-    }
-    n
-}
-
-/// One hole's pages, the first being `start_pfn`: reserved, in the hole's
-/// zone and node.
-fn init_hole_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn, hole: &UnavailableRange) {
-    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-        page.init_single_page(pfn, hole.zone, hole.nid);
-        page.set_reserved();
-    }
 }
 
 /// Set `PG_reserved` on memblock-reserved memory pages inside `range`

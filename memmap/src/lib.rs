@@ -13,6 +13,7 @@
 extern crate alloc;
 
 pub mod firmware;
+pub mod holes;
 pub mod init;
 pub mod iter;
 pub mod memblock;

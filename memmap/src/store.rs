@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::init::init_holes_in;
+use crate::holes::init_holes_in;
 use crate::page::{PageLayout, StructPage};
 use crate::sections::Vmemmap;
 use crate::zones::UnavailableRange;

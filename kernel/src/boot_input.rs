@@ -22,10 +22,10 @@ use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
-use crate::options::Options;
 use crate::pipeline::s1_memblock::EarlyReservation;
 use crate::pipeline::Input;
 use crate::report::JsonObject;
+use memboot_contract::options::Options;
 
 #[cfg(feature = "host")]
 pub mod parse;
@@ -283,7 +283,7 @@ mod tests {
             (reserve[1].base, reserve[1].size),
             (0x1_0000_0000, 18 << 20)
         );
-        let opts = crate::options::parse(&input.cmdline[..28]).unwrap();
+        let opts = memboot_contract::options::parse(&input.cmdline[..28]).unwrap();
         let p = input.pipeline_input(&opts, &reserve);
         assert_eq!(p.map, &input.map[..]);
         assert_eq!(p.affinity, input.srat.as_deref());

@@ -1,6 +1,6 @@
 //! The hardware-independent parts of the memboot kernel, host-tested by
 //! `cargo test`: ACPI table parsing, the bootloader's memory map, RAM per
-//! NUMA node, kernel options, the pipeline's input and its `memboot-input:`
+//! NUMA node, the pipeline's input and its `memboot-input:`
 //! line, the kernel log's ring buffer, the memory-init pipeline, the boot's
 //! error model and the report formatting. The binary (`main.rs`, `hw/`)
 //! supplies the hardware.
@@ -15,7 +15,6 @@ pub mod bootmap;
 pub mod kernel_image;
 pub mod logbuf;
 pub mod node_ram;
-pub mod options;
 pub mod pipeline;
 pub mod pvh;
 pub mod report;

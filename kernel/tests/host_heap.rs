@@ -45,7 +45,7 @@ fn the_pipeline_fits_the_heap_sized_from_the_map() {
             // Deferred init at 1 TiB writes 16 GiB of struct pages on the
             // host: replay its map on demand instead (heap use is per
             // section either way).
-            fx.opts.memmap = memboot_kernel::options::MemmapMode::OnDemand;
+            fx.opts.memmap = memboot_contract::options::MemmapMode::OnDemand;
         }
         let max_end = fx
             .input

@@ -25,7 +25,7 @@ mod common;
 
 use common::model::{Model, VerifyZoneLine, Walk};
 use common::{load, run_on_host, Fixture};
-use memboot_kernel::options::StructPageSize;
+use memboot_contract::options::StructPageSize;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
@@ -153,7 +153,7 @@ fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
         model.present_sections * common::model::SECTION_PAGES
     );
     let mut mapper = HostMapper::new();
-    let vstats = if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
+    let vstats = if fx.opts.memmap == memboot_contract::options::MemmapMode::OnDemand {
         let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
         let (backing, vstats) = sections.reserve::<P>(&mut mb, &layout).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
@@ -527,7 +527,7 @@ fn the_model_walks_runs_exactly_as_it_walks_every_pfn() {
 /// fault's own line, not from verification's.
 #[test]
 fn every_test_fault_is_caught_by_verification() {
-    use memboot_kernel::options::{MemmapMode, TestFault};
+    use memboot_contract::options::{MemmapMode, TestFault};
     use memboot_kernel::pipeline::error::PipelineError;
     let cases = [
         (MemmapMode::Deferred, TestFault::CorruptPage),
@@ -725,7 +725,7 @@ fn every_fixture_replayed_with_32_byte_struct_pages_matches_the_model() {
         // Two sections per huge page: mapped at boot, every huge page of
         // the vmemmap; on first use, one per section or pair of them.
         let (huge_pages, _) = mapper.counts();
-        if fx.opts.memmap == memboot_kernel::options::MemmapMode::OnDemand {
+        if fx.opts.memmap == memboot_contract::options::MemmapMode::OnDemand {
             let sections = mm.vmemmap_sections_mapped;
             assert!(
                 sections.div_ceil(2) <= huge_pages && huge_pages <= sections,

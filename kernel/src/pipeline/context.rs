@@ -3,7 +3,7 @@
 //! it in the summary's `phases`.
 
 use crate::kernel_image::ImageSizes;
-use crate::options::{Drain, Options};
+use memboot_contract::options::{Drain, Options};
 use memmap::NodeId;
 
 use super::facts::{Facts, Phase};

@@ -59,10 +59,10 @@ use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
-use crate::options::Options;
 use context::Ctx;
 use error::PipelineError;
 use facts::Facts;
+use memboot_contract::options::Options;
 use mode::{Deferral, ModePlan, StartCpus};
 use s1_memblock::EarlyReservation;
 use seams::{Clock, CpuBringup, Executor, Log, VmemmapMapper};

@@ -5,7 +5,7 @@
 use deferred_init::InitMode;
 use memmap::init::Strategy;
 
-use crate::options::MemmapMode;
+use memboot_contract::options::MemmapMode;
 
 /// What the boot CPU does with struct pages (stage 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

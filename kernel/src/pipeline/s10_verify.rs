@@ -17,7 +17,7 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
-use crate::options::{TestFault, Verify};
+use memboot_contract::options::{TestFault, Verify};
 
 use super::context::Ctx;
 use super::error::PipelineError;

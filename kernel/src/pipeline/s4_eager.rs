@@ -11,7 +11,7 @@ use memmap::pageblock::PageblockMaps;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 
-use crate::options::MemmapMode;
+use memboot_contract::options::MemmapMode;
 
 use super::context::Ctx;
 use super::error::PipelineError;

@@ -14,7 +14,7 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, PfnRange};
 
-use crate::options::TestFault;
+use memboot_contract::options::TestFault;
 
 use super::context::Ctx;
 use super::error::PipelineError;

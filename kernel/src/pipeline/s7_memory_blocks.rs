@@ -15,7 +15,7 @@ use memmap::page::MAX_NUMNODES;
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
 
-use crate::options::BlockSizeOption;
+use memboot_contract::options::BlockSizeOption;
 
 use super::context::Ctx;
 use super::error::PipelineError;

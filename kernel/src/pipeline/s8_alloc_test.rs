@@ -23,7 +23,7 @@ use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER, PAGE_SHIFT};
 
-use crate::options::ALLOC_TEST_ROUND_BYTES;
+use memboot_contract::options::ALLOC_TEST_ROUND_BYTES;
 
 use super::context::Ctx;
 use super::error::PipelineError;

@@ -11,8 +11,8 @@ pub mod model;
 pub mod model_input;
 
 use deferred_init::host::{StdClock, ThreadExecutor};
+use memboot_contract::options::Options;
 use memboot_kernel::boot_input::BootInput;
-use memboot_kernel::options::Options;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};

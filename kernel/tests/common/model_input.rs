@@ -5,8 +5,8 @@
 //! pipeline tests (a fixture) and the boot tests (`tests/`, a live boot)
 //! include this file.
 
+use memboot_contract::options::{self, BlockSizeOption, Options};
 use memboot_kernel::boot_input::BootInput;
-use memboot_kernel::options::{self, BlockSizeOption, Options};
 use memmap::firmware::{FirmwareEntry, RegionKind};
 
 use super::model;

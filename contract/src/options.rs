@@ -1,5 +1,6 @@
 //! Kernel options: the command line that run-qemu.sh hands over through
-//! QEMU's fw_cfg file `opt/memboot/cmdline`.
+//! QEMU's fw_cfg file `opt/memboot/cmdline`, parsed by the kernel and read
+//! by the host tools with the same rules.
 //!
 //! Syntax: whitespace-separated `key=value` tokens. Every key is known and
 //! every value checked: an unknown key, a bad value or a repeated key is an

@@ -1,0 +1,10 @@
+//! What memboot's kernel and its host tools agree on, in one place: the
+//! kernel-option grammar and its conflict rules ([`options`]), the
+//! `memboot-summary:` line's schema ([`summary`]) and the host-memory
+//! model's constants ([`host_memory`]). `no_std` for the kernel; the `std`
+//! feature adds what the host reads with (serde).
+#![cfg_attr(not(feature = "std"), no_std)]
+
+extern crate alloc;
+
+pub mod options;

@@ -7,4 +7,6 @@
 
 extern crate alloc;
 
+pub mod json;
 pub mod options;
+pub mod summary;

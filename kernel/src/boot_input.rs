@@ -24,7 +24,7 @@ use memmap::NodeId;
 use crate::kernel_image::ImageSizes;
 use crate::pipeline::s1_memblock::EarlyReservation;
 use crate::pipeline::Input;
-use crate::report::JsonObject;
+use memboot_contract::json::JsonObject;
 use memboot_contract::options::Options;
 
 #[cfg(feature = "host")]

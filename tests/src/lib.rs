@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use memboot_contract::summary::Summary;
 use memboot_kernel::boot_input::BootInput;
+use serde::Deserialize;
 
 /// For `bench` (and any caller of the old path): the one reader is
 /// [`log::host_peak_rss_mib`].
@@ -164,11 +166,33 @@ pub struct Boot {
     pub run: Run,
     /// `(timestamp_ns, message)` for each `[    s.micros] message` line.
     pub lines: Vec<(u64, String)>,
-    /// The parsed `memboot-summary:` object, if the kernel printed one.
-    pub summary: Option<serde_json::Value>,
+    /// The `memboot-summary:` line, if the kernel printed one, typed and
+    /// as JSON.
+    pub summary: Option<Summary<'static>>,
+    pub summary_json: Option<serde_json::Value>,
 }
 
 impl Boot {
+    /// A boot of `run` whose log has `lines` and the summary line
+    /// `summary_json`, read with the schema (a line the schema cannot
+    /// read is a failure).
+    pub fn new(
+        run: Run,
+        lines: Vec<(u64, String)>,
+        summary_json: Option<serde_json::Value>,
+    ) -> Self {
+        let summary = summary_json.as_ref().map(|v| {
+            Summary::deserialize(v)
+                .unwrap_or_else(|e| panic!("the summary line does not fit the schema ({e}): {v}"))
+        });
+        Boot {
+            run,
+            lines,
+            summary,
+            summary_json,
+        }
+    }
+
     /// QEMU's peak resident memory as run-qemu.sh reported it
     /// (`run-qemu.sh: host peak RSS N MiB`).
     pub fn host_peak_rss_mib(&self) -> Option<u64> {
@@ -180,26 +204,18 @@ impl Boot {
         log::boot_input(&self.run.stdout).unwrap_or_else(|e| panic!("{e}\n{}", self.describe()))
     }
 
-    pub fn summary(&self) -> &serde_json::Value {
+    /// The summary line, read with the schema the kernel writes it by.
+    pub fn summary(&self) -> &Summary<'static> {
         self.summary
             .as_ref()
             .unwrap_or_else(|| panic!("no memboot-summary line in:\n{}", self.describe()))
     }
-    pub fn summary_u64(&self, key: &str) -> u64 {
-        self.summary()[key].as_u64().unwrap_or_else(|| {
-            panic!(
-                "summary key {key} missing or not a number:\n{}",
-                self.describe()
-            )
-        })
-    }
-    pub fn summary_str(&self, key: &str) -> &str {
-        self.summary()[key].as_str().unwrap_or_else(|| {
-            panic!(
-                "summary key {key} missing or not a string:\n{}",
-                self.describe()
-            )
-        })
+    /// The summary line as JSON, for what the schema does not type: key
+    /// order, optional fields, the raw numbers.
+    pub fn summary_json(&self) -> &serde_json::Value {
+        self.summary_json
+            .as_ref()
+            .unwrap_or_else(|| panic!("no memboot-summary line in:\n{}", self.describe()))
     }
     /// The timestamp (ns since kernel entry) of the first message that
     /// starts with `prefix`.
@@ -310,8 +326,8 @@ impl Boot {
     pub fn assert_summary_matches(&self, model: &model::Model) {
         for (key, want) in model.facts().by_key() {
             assert_eq!(
-                self.summary_u64(key),
-                want,
+                self.summary_json()[key].as_u64(),
+                Some(want),
                 "{key}: summary vs the model of the logged map\n{}",
                 self.describe()
             );
@@ -368,11 +384,7 @@ pub fn parse_log(stdout: &str) -> (Vec<(u64, String)>, Option<serde_json::Value>
 pub fn boot(args: &[&str], kernel_opts: &[&str], wall: Duration) -> Boot {
     let run = boot_raw(args, kernel_opts, wall);
     let (lines, summary) = parse_log(&run.stdout);
-    Boot {
-        run,
-        lines,
-        summary,
-    }
+    Boot::new(run, lines, summary)
 }
 
 /// The host memory run-qemu.sh's model says the boot `args` (plus `--
@@ -452,15 +464,15 @@ mod tests {
         write_input_line(&mut line, &input).unwrap();
         let stdout = format!("[    0.100000] booting\r\n{line}\r\n[    0.200000] Memory: ...\r\n");
         let (lines, summary) = parse_log(&stdout);
-        let boot = Boot {
-            run: Run {
+        let boot = Boot::new(
+            Run {
                 exit_code: 0,
                 stdout,
                 stderr: String::new(),
             },
             lines,
             summary,
-        };
+        );
         // 0x9f whole pages below 0x9fc00; 0x100000..0x102800 merged: 2 pages.
         assert_eq!(boot.firmware_ram_pages(), 0x9f + 2);
     }
@@ -486,11 +498,7 @@ mod model_tests {
             stdout: text,
             stderr: String::new(),
         };
-        Boot {
-            run,
-            lines,
-            summary,
-        }
+        Boot::new(run, lines, summary)
     }
 
     /// The model read from a committed boot log has that boot's figures

@@ -15,9 +15,9 @@
 
 use std::fmt;
 
+pub use memboot_contract::summary::SUMMARY_PREFIX;
 use memboot_kernel::boot_input::parse::{self as input_line, InputLineError};
 use memboot_kernel::boot_input::{BootInput, INPUT_PREFIX};
-pub use memboot_kernel::report::SUMMARY_PREFIX;
 
 /// `[    5.123456] message` → (ns since kernel entry, message). Exactly six
 /// digits after the point (dmesg's and memboot's stamp); anything else is

@@ -48,6 +48,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use memboot_contract::summary::{PhaseSpan, Summary};
 use plotters::chart::MeshStyle;
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
 use plotters::coord::ranged1d::ValueFormatter;
@@ -226,56 +227,27 @@ pub fn scaling_file(bench_path: &str, out_path: &str) -> Result<Bench, PlotError
 
 // ---------------------------------------------------------------- the log
 
-/// One entry of the summary's `phases` array.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Phase {
-    pub phase: String,
-    pub cpu: u32,
-    #[serde(default)]
-    pub node: Option<u32>,
-    /// Set on a span that folds this CPU's spans of that many nodes (the
-    /// alloc test on large machines: README "phases").
-    #[serde(default)]
-    pub nodes: Option<u32>,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
-
-impl Phase {
-    pub fn duration_ns(&self) -> u64 {
-        self.end_ns - self.start_ns
-    }
-
-    /// The bar's label: name, ` n<node>` if it has a node (` <N> nodes`
-    /// if it folds N nodes' spans), duration in ms.
-    pub fn label(&self) -> String {
-        let node = match (self.node, self.nodes) {
-            (Some(n), _) => format!(" n{n}"),
-            (None, Some(n)) => format!(" {n} nodes"),
-            (None, None) => String::new(),
-        };
-        format!("{}{node} {} ms", self.phase, fmt_ms(self.duration_ns()))
-    }
-}
-
-/// The summary keys the plots use; the others are ignored.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Summary {
-    pub strategy: Option<String>,
-    pub mem_bytes: Option<u64>,
-    pub nodes: Option<u32>,
-    pub cpus: Option<u32>,
-    pub total_ns: Option<u64>,
-    pub status: Option<String>,
-    pub phases: Option<Vec<Phase>>,
+/// A bar's label: the phase's name, ` n<node>` if it has a node (` <N>
+/// nodes` if it folds N nodes' spans), its duration in ms.
+pub fn label(span: &PhaseSpan) -> String {
+    let node = match (span.node, span.nodes) {
+        (Some(n), _) => format!(" n{n}"),
+        (None, Some(n)) => format!(" {n} nodes"),
+        (None, None) => String::new(),
+    };
+    format!(
+        "{}{node} {} ms",
+        span.phase.name(),
+        fmt_ms(span.duration_ns())
+    )
 }
 
 /// What the timeline needs from a serial log.
 #[derive(Debug, Clone)]
 pub struct BootLog {
-    pub summary: Summary,
+    pub summary: Summary<'static>,
     /// The summary's phases, in its order (never empty).
-    pub phases: Vec<Phase>,
+    pub phases: Vec<PhaseSpan>,
     /// From run-qemu.sh's `host peak RSS N MiB` line, if present.
     pub host_peak_rss_mib: Option<u64>,
 }
@@ -284,11 +256,12 @@ pub struct BootLog {
 pub fn parse_log(text: &str, name: &str) -> Result<BootLog, PlotError> {
     let json =
         crate::log::summary_json(text).ok_or_else(|| PlotError::NoSummary { log: name.into() })?;
-    let summary: Summary = serde_json::from_str(json).map_err(|source| PlotError::BadSummary {
-        log: name.into(),
-        source,
-    })?;
-    let phases = summary.phases.clone().unwrap_or_default();
+    let summary: Summary<'static> =
+        serde_json::from_str(json).map_err(|source| PlotError::BadSummary {
+            log: name.into(),
+            source,
+        })?;
+    let phases = summary.phases.to_vec();
     if phases.is_empty() {
         return Err(PlotError::NoPhases { log: name.into() });
     }
@@ -329,7 +302,7 @@ fn fmt_bytes(bytes: u64) -> String {
     }
 }
 
-fn plural(n: u32, what: &str) -> String {
+fn plural(n: u64, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
@@ -413,7 +386,7 @@ pub struct TimelineLayout {
 impl TimelineLayout {
     pub fn new(log: &BootLog) -> TimelineLayout {
         let last_end_ns = log.phases.iter().map(|p| p.end_ns).max().unwrap_or(0);
-        let t_max_ns = log.summary.total_ns.unwrap_or(0).max(last_end_ns).max(1);
+        let t_max_ns = log.summary.total_ns.max(last_end_ns).max(1);
         let plot_left_px = (TL_MARGIN_PX + TL_LANE_LABEL_W_PX) as i32;
         let mut layout = TimelineLayout {
             image_width_px: TL_WIDTH_PX,
@@ -457,7 +430,10 @@ impl TimelineLayout {
 
     fn place_lanes(&mut self, log: &BootLog) {
         let max_cpu = log.phases.iter().map(|p| p.cpu + 1).max().unwrap_or(0);
-        let n_lanes = log.summary.cpus.unwrap_or(0).max(max_cpu).max(1);
+        let n_lanes = u32::try_from(log.summary.cpus)
+            .unwrap_or(u32::MAX)
+            .max(max_cpu)
+            .max(1);
         let mut first_row = 0;
         for cpu in 0..n_lanes {
             let (bars, rows) = self.place_lane_bars(log, cpu);
@@ -505,9 +481,9 @@ impl TimelineLayout {
         (bars, rows.len().max(1))
     }
 
-    fn bar_for(&self, phase_index: usize, phase: &Phase) -> Bar {
+    fn bar_for(&self, phase_index: usize, phase: &PhaseSpan) -> Bar {
         let (left_px, right_px) = (self.x_px(phase.start_ns), self.x_px(phase.end_ns));
-        let label = phase.label();
+        let label = label(phase);
         let label_w = label_width_px(&label);
         let plot_right_px = self.plot_left_px + self.plot_width_px;
         let label_side = if right_px - left_px >= label_w + 2 * LABEL_GAP_PX {
@@ -583,17 +559,21 @@ fn timeline_title(log: &BootLog, layout: &TimelineLayout) -> String {
     let s = &log.summary;
     let mut parts = vec![format!(
         "memboot boot timeline: memmap={}",
-        s.strategy.as_deref().unwrap_or("?")
+        if s.strategy.is_empty() {
+            "?"
+        } else {
+            &s.strategy
+        }
     )];
-    parts.extend(s.mem_bytes.map(fmt_bytes));
-    parts.extend(s.nodes.map(|n| plural(n, "node")));
-    parts.push(plural(layout.lanes.len() as u32, "CPU"));
-    parts.extend(s.total_ns.map(|t| format!("total {} ms", fmt_ms(t))));
+    parts.push(fmt_bytes(s.mem_bytes));
+    parts.push(plural(s.nodes, "node"));
+    parts.push(plural(layout.lanes.len() as u64, "CPU"));
+    parts.push(format!("total {} ms", fmt_ms(s.total_ns)));
     parts.extend(
         log.host_peak_rss_mib
             .map(|m| format!("host peak RSS {m} MiB")),
     );
-    if let Some(status) = s.status.as_deref().filter(|st| *st != "ok") {
+    if let Some(status) = Some(&s.status).filter(|st| *st != "ok") {
         parts.push(format!("status {status}"));
     }
     parts.join(", ")
@@ -693,7 +673,7 @@ fn draw_bars(
         let phase = &log.phases[bar.phase_index];
         let (top, bottom) = rows_px(bar);
         let corners = [(ms(phase.start_ns), top), (ms(phase.end_ns), bottom)];
-        Rectangle::new(corners, phase_colour(&phase.phase).filled())
+        Rectangle::new(corners, phase_colour(phase.phase.name()).filled())
     });
     chart.draw_series(rects).map_err(draw_err)?;
     let ticks = layout
@@ -1335,7 +1315,9 @@ mod tests {
 
     #[test]
     fn labels_in_one_row_do_not_collide() {
-        let phases: Vec<String> = (0..20).map(|i| phase("p", 0, 10 * i, 10 * i + 5)).collect();
+        let phases: Vec<String> = (0..20)
+            .map(|i| phase("verify", 0, 10 * i, 10 * i + 5))
+            .collect();
         let layout = TimelineLayout::new(&log_with(1, &phases.join(",")));
         for a in &layout.bars {
             for b in layout

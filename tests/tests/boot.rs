@@ -18,7 +18,7 @@ const GIB: u64 = 1 << 30;
 const FIRMWARE_HOLES_MAX_BYTES: u64 = 16 * MIB;
 
 fn assert_mem_close(boot: &Boot, size_bytes: u64) {
-    let mem = boot.summary_u64("mem_bytes");
+    let mem = boot.summary().mem_bytes;
     assert!(
         mem <= size_bytes && size_bytes - mem <= FIRMWARE_HOLES_MAX_BYTES,
         "mem_bytes {mem} is not within {FIRMWARE_HOLES_MAX_BYTES} bytes below -m {size_bytes}\n{}",
@@ -34,7 +34,7 @@ fn assert_ok_boot(boot: &Boot) {
         "boot failed\n{}",
         boot.describe()
     );
-    assert_eq!(boot.summary_str("status"), "ok", "{}", boot.describe());
+    assert_eq!(boot.summary().status, "ok", "{}", boot.describe());
     assert!(
         boot.lines.len() > 10,
         "too few timestamped lines\n{}",
@@ -48,7 +48,7 @@ fn assert_ok_boot(boot: &Boot) {
             pair[1]
         );
     }
-    let tsc_mhz = boot.summary()["tsc_mhz"].as_f64().expect("tsc_mhz");
+    let tsc_mhz = boot.summary_json()["tsc_mhz"].as_f64().expect("tsc_mhz");
     assert!(tsc_mhz > 1.0, "TSC not calibrated: {tsc_mhz}");
     assert!(boot.has_message("tsc: Detected"), "{}", boot.describe());
     assert!(
@@ -69,13 +69,16 @@ fn assert_ok_boot(boot: &Boot) {
     );
     // One summary line, parsed already; it must carry the keys of the contract.
     for key in ["mem_bytes", "nodes", "cpus", "tsc_mhz", "status"] {
-        assert!(boot.summary().get(key).is_some(), "summary lacks {key}");
+        assert!(
+            boot.summary_json().get(key).is_some(),
+            "summary lacks {key}"
+        );
     }
 }
 
 fn assert_topology(boot: &Boot, nodes: u64, cpus: u64) {
-    assert_eq!(boot.summary_u64("nodes"), nodes, "{}", boot.describe());
-    assert_eq!(boot.summary_u64("cpus"), cpus, "{}", boot.describe());
+    assert_eq!(boot.summary().nodes, nodes, "{}", boot.describe());
+    assert_eq!(boot.summary().cpus, cpus, "{}", boot.describe());
     let node_lines = boot
         .messages_with("NUMA: node ")
         .filter(|m| m.contains("usable RAM"))
@@ -92,7 +95,7 @@ fn assert_topology(boot: &Boot, nodes: u64, cpus: u64) {
 /// but the boot CPU) and the bring-up summary line is there.
 fn assert_all_cpus_online(boot: &Boot, cpus: u64) {
     assert_eq!(
-        boot.summary_u64("ap_online"),
+        boot.summary().ap_online,
         cpus - 1,
         "every AP must come up\n{}",
         boot.describe()
@@ -128,7 +131,7 @@ fn boots_64g_two_nodes_four_cpus() {
     // `deferred` starts the APs before the boot CPU's eager phase, which
     // hides their bring-up from the workers that need them next.
     let booting_ns = b.first_stamp_ns("smpboot: Booting Node");
-    let eager_start_ns = b.summary()["phases"]
+    let eager_start_ns = b.summary_json()["phases"]
         .as_array()
         .unwrap()
         .iter()
@@ -244,7 +247,7 @@ fn boots_uneven_numa_split() {
 /// the summary names the entry; the host timed the entry and memory ready
 /// after it; the TSC at entry was read.
 fn assert_entry(b: &Boot, key: &str, name: &str) {
-    assert_eq!(b.summary_str("entry"), key, "{}", b.describe());
+    assert_eq!(b.summary().entry, key, "{}", b.describe());
     let (stamp, message) = &b.lines[0];
     assert_eq!(*stamp, 0, "{message}");
     assert!(
@@ -259,7 +262,7 @@ fn assert_entry(b: &Boot, key: &str, name: &str) {
         "{first_byte_us} {ready_us}\n{}",
         b.describe()
     );
-    assert!(b.summary_u64("reset_to_entry_ns") > 0, "{}", b.describe());
+    assert!(b.summary().reset_to_entry_ns > 0, "{}", b.describe());
 }
 
 /// The physical ranges the kernel ELF asks to be loaded at (its PT_LOAD
@@ -341,7 +344,7 @@ fn failing_boot(kernel_opts: &[&str], status: &str) -> Boot {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_str("status"), status, "{}", b.describe());
+    assert_eq!(b.summary().status, status, "{}", b.describe());
     b
 }
 
@@ -435,7 +438,7 @@ fn timeout_has_its_own_exit_code() {
 fn panic_inside_kprintln_is_reported_through_emergency_log() {
     let b = failing_boot(&["test_fault=panic_in_log"], "panic");
     assert_eq!(b.run.exit_code, 1, "{}", b.describe());
-    assert_eq!(b.summary_str("status"), "panic", "{}", b.describe());
+    assert_eq!(b.summary().status, "panic", "{}", b.describe());
     // `lines` holds only `[    s.micros] ...` lines: both parts of the
     // panic report (location, then message) must be stamped.
     assert!(
@@ -507,7 +510,7 @@ fn a_late_ap_halts_instead_of_taking_the_next_aps_round() {
         Duration::from_secs(300),
     );
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
-    assert_eq!(b.summary_str("status"), "ok");
+    assert_eq!(b.summary().status, "ok");
     assert!(
         b.has_message("smpboot: CPU 1 (APIC 0x1) did not come up (test_fault=late_ap"),
         "{}",
@@ -523,7 +526,7 @@ fn a_late_ap_halts_instead_of_taking_the_next_aps_round() {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_u64("ap_online"), 1, "only the late AP is missing");
+    assert_eq!(b.summary().ap_online, 1, "only the late AP is missing");
     assert!(
         b.has_message("smp: Brought up 1 node, 2 CPUs"),
         "{}",
@@ -541,7 +544,7 @@ fn a_late_ap_halts_instead_of_taking_the_next_aps_round() {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_str("status"), "bad_option");
+    assert_eq!(b.summary().status, "bad_option");
     assert!(
         b.has_message("Kernel command line rejected: test_fault=late_ap: "),
         "{}",
@@ -566,7 +569,7 @@ fn memory_block_size_follows_linux_on_a_guest_with_an_unaligned_end() {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_u64("memory_block_size"), 128 * MIB);
+    assert_eq!(b.summary().memory_block_size, 128 * MIB);
 }
 
 /// The TSC rate: given by run-qemu.sh under TCG (the host's, as Linux gets

@@ -19,8 +19,8 @@ fn failing_verification(opts: &[&str]) -> Boot {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_str("status"), "verify", "{}", b.describe());
-    assert_eq!(b.summary_str("verify"), "failed", "{}", b.describe());
+    assert_eq!(b.summary().status, "verify", "{}", b.describe());
+    assert_eq!(b.summary().verify, "failed", "{}", b.describe());
     assert!(b.has_message("verify: FAILED"), "{}", b.describe());
     b
 }
@@ -69,7 +69,7 @@ fn corrupt_page_ondemand_on_a_grown_page() {
         &b,
         "test_fault: flipped a node bit in the struct page of pfn ",
     );
-    assert!(b.summary_u64("grown_pages") > 0, "{}", b.describe());
+    assert!(b.summary().grown_pages > 0, "{}", b.describe());
     let dma32_first_section_end = (16u64 << 20 >> 12).next_multiple_of(32768) + 32768;
     assert!(
         pfn >= dma32_first_section_end,
@@ -185,7 +185,7 @@ fn pool_overlap_deferred_is_refused() {
         "{}",
         b.describe()
     );
-    assert_eq!(b.summary_str("status"), "bad_option");
+    assert_eq!(b.summary().status, "bad_option");
     assert!(
         b.has_message(
             "Kernel command line rejected: option test_fault=pool_overlap does nothing with memmap=deferred (the default): "

@@ -13,7 +13,7 @@ const WINDOW_PAGES: u64 = 1024;
 const ORDERS: [u64; 4] = [0, 3, 9, 10];
 
 fn u64s(b: &Boot, key: &str) -> Vec<u64> {
-    b.summary()[key]
+    b.summary_json()[key]
         .as_array()
         .unwrap_or_else(|| panic!("summary key {key} is not an array\n{}", b.describe()))
         .iter()
@@ -24,13 +24,13 @@ fn u64s(b: &Boot, key: &str) -> Vec<u64> {
 /// Everything an on-demand boot must show.
 fn assert_ondemand(b: &Boot, nodes: u64) {
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
-    assert_eq!(b.summary_str("status"), "ok");
-    assert_eq!(b.summary_str("strategy"), "ondemand");
-    assert_eq!(b.summary_str("verify"), "ok", "{}", b.describe());
-    assert_eq!(b.summary_u64("nodes"), nodes);
-    let present = b.summary_u64("present_pages");
-    let eager = b.summary_u64("eager_pages");
-    let deferred = b.summary_u64("deferred_pages");
+    assert_eq!(b.summary().status, "ok");
+    assert_eq!(b.summary().strategy, "ondemand");
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    assert_eq!(b.summary().nodes, nodes);
+    let present = b.summary().present_pages;
+    let eager = b.summary().eager_pages;
+    let deferred = b.summary().deferred_pages;
     assert_eq!(eager + deferred, present);
     assert_eq!(
         present,
@@ -38,13 +38,13 @@ fn assert_ondemand(b: &Boot, nodes: u64) {
         "present pages from the logged map"
     );
     // Allocatable as soon as the pool is handed over.
-    let allocatable = b.summary_u64("allocatable_ns");
-    assert!(allocatable > 0 && allocatable < b.summary_u64("total_ns"));
+    let allocatable = b.summary().allocatable_ns;
+    assert!(allocatable > 0 && allocatable < b.summary().total_ns);
     // Pool: what neither the boot CPU nor allocations nor drains touched.
-    let grown = b.summary_u64("grown_pages");
-    let drained = b.summary_u64("drained_pages");
+    let grown = b.summary().grown_pages;
+    let drained = b.summary().drained_pages;
     assert_eq!(
-        b.summary_u64("pool_pages") + grown + drained,
+        b.summary().pool_pages + grown + drained,
         deferred,
         "{}",
         b.describe()
@@ -72,7 +72,7 @@ fn assert_ondemand(b: &Boot, nodes: u64) {
     assert!(!zones.is_empty(), "{}", b.describe());
     assert_eq!(
         zones.iter().map(|z| z.untouched).sum::<u64>(),
-        b.summary_u64("pool_pages")
+        b.summary().pool_pages
     );
 }
 
@@ -81,9 +81,9 @@ fn assert_alloc_test(b: &Boot) {
     assert_eq!(u64s(b, "alloc_orders"), ORDERS);
     let counts = u64s(b, "alloc_count");
     let pages: u64 = counts.iter().zip(ORDERS).map(|(c, o)| c << o).sum();
-    assert_eq!(pages, b.summary_u64("alloc_test_pages"), "{}", b.describe());
+    assert_eq!(pages, b.summary().alloc_test_pages, "{}", b.describe());
     assert!(pages > 0, "{}", b.describe());
-    assert_eq!(b.summary_u64("alloc_test_failed"), 0);
+    assert_eq!(b.summary().alloc_test_failed, 0);
     // Equal bytes per order: 4 MiB of each per 16 MiB round.
     for (c, o) in counts.iter().zip(ORDERS) {
         assert_eq!(c << o, counts[0], "order {o}");
@@ -114,9 +114,9 @@ fn assert_alloc_test(b: &Boot) {
     // at most one window per such window, counted from the model's
     // memblock.reserved (the boot's own logged map).
     let steps: u64 = u64s(b, "alloc_grow_steps").iter().sum();
-    let slack = WINDOW_PAGES * b.summary_u64("cpus") * b.summary_u64("nodes");
+    let slack = WINDOW_PAGES * b.summary().cpus * b.summary().nodes;
     let reserved_slack = WINDOW_PAGES * b.model().reserved_windows(WINDOW_PAGES);
-    let grown = b.summary_u64("grown_pages");
+    let grown = b.summary().grown_pages;
     assert!(steps * WINDOW_PAGES >= grown, "at most one window per step");
     assert!(
         grown <= pages + slack + reserved_slack,
@@ -149,14 +149,14 @@ fn ondemand_1g_one_node() {
     assert_alloc_test(&b);
     assert_host_rss_within_the_model(&b, &args, &opts);
     assert!(
-        b.summary_u64("pool_pages") > 0,
+        b.summary().pool_pages > 0,
         "untouched memory stays untouched"
     );
     // Memory init runs alone: the APs are started (their first IPI is
     // logged right before it is sent) only once memory is ready.
     let booting_ns = b.first_stamp_ns("smpboot: Booting Node");
     assert!(
-        booting_ns >= b.summary_u64("allocatable_ns"),
+        booting_ns >= b.summary().allocatable_ns,
         "APs started at {booting_ns} ns, before memory was ready
 {}",
         b.describe()
@@ -186,11 +186,7 @@ fn ondemand_1g_one_node() {
         cmdline.starts_with("memmap=ondemand"),
         "the replayed input's command line is `{cmdline}`"
     );
-    assert_eq!(
-        b.summary_u64("deferred_workers"),
-        0,
-        "no workers without drain"
-    );
+    assert_eq!(b.summary().deferred_workers, 0, "no workers without drain");
 }
 
 #[test]
@@ -208,7 +204,7 @@ fn ondemand_64g_two_nodes_one_memory_only() {
         "the memory-only node is verified\n{}",
         b.describe()
     );
-    assert!(b.summary_u64("grown_pages") > 0, "the test grew the nodes");
+    assert!(b.summary().grown_pages > 0, "the test grew the nodes");
 }
 
 #[test]
@@ -220,8 +216,8 @@ fn ondemand_drain_64g_empties_the_pool() {
     );
     assert_ondemand(&b, 1);
     assert_alloc_test(&b);
-    assert_eq!(b.summary_u64("pool_pages"), 0, "{}", b.describe());
-    assert!(b.summary_u64("drained_pages") > 0);
+    assert_eq!(b.summary().pool_pages, 0, "{}", b.describe());
+    assert!(b.summary().drained_pages > 0);
     assert!(
         b.has_message("verify: ok: every present page"),
         "{}",
@@ -239,7 +235,7 @@ fn ondemand_4t() {
     assert_ondemand(&b, 1);
     assert_alloc_test(&b);
     assert_eq!(
-        b.summary_u64("vmemmap_bytes"),
+        b.summary().vmemmap_bytes,
         64 << 30,
         "64 GiB of memmap mapped"
     );
@@ -258,17 +254,13 @@ fn ondemand_32t_sixteen_nodes() {
     // magnitude below the struct pages a faithful mode would write
     // (RAM/64), which this host could not back.
     let need_mib = assert_host_rss_within_the_model(&b, &args, &opts);
-    let faithful_struct_pages_mib = (b.summary_u64("mem_bytes") >> 20) / 64;
+    let faithful_struct_pages_mib = (b.summary().mem_bytes >> 20) / 64;
     assert!(
         need_mib * 10 < faithful_struct_pages_mib,
         "the model's {need_mib} MiB is not far below the {faithful_struct_pages_mib} MiB of struct pages"
     );
-    assert_eq!(b.summary_u64("vmemmap_bytes"), 512 << 30);
-    assert_eq!(
-        b.summary_u64("mem_bytes") >> 40,
-        31,
-        "just under 32 TiB usable"
-    );
+    assert_eq!(b.summary().vmemmap_bytes, 512 << 30);
+    assert_eq!(b.summary().mem_bytes >> 40, 31, "just under 32 TiB usable");
 }
 
 /// `memmap=ondemand` over 32-byte struct pages, with the drain (every
@@ -285,11 +277,11 @@ fn ondemand_with_32_byte_struct_pages() {
             ],
             Duration::from_secs(300),
         );
-        assert_eq!(b.summary_u64("struct_page_bytes"), 32, "{}", b.describe());
+        assert_eq!(b.summary().struct_page_bytes, 32, "{}", b.describe());
         assert_ondemand(&b, 2);
         assert_alloc_test(&b);
         if drain == "on" {
-            assert_eq!(b.summary_u64("pool_pages"), 0, "{}", b.describe());
+            assert_eq!(b.summary().pool_pages, 0, "{}", b.describe());
         }
     }
 }

@@ -17,13 +17,13 @@ fn describe(b: &Boot) -> String {
 /// Everything a successful full-verification boot must show.
 fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", describe(b));
-    assert_eq!(b.summary_str("status"), "ok", "{}", describe(b));
-    assert_eq!(b.summary_str("strategy"), strategy);
-    assert_eq!(b.summary_str("verify"), "ok", "{}", describe(b));
+    assert_eq!(b.summary().status, "ok", "{}", describe(b));
+    assert_eq!(b.summary().strategy, strategy);
+    assert_eq!(b.summary().verify, "ok", "{}", describe(b));
     assert!(b.has_message("verify: ok:"), "{}", describe(b));
-    let present = b.summary_u64("present_pages");
-    let eager = b.summary_u64("eager_pages");
-    let deferred = b.summary_u64("deferred_pages");
+    let present = b.summary().present_pages;
+    let eager = b.summary().eager_pages;
+    let deferred = b.summary().deferred_pages;
     assert_eq!(
         eager + deferred,
         present,
@@ -63,17 +63,20 @@ fn assert_verified(b: &Boot, strategy: &str, nodes: u64) {
         describe(b)
     );
     b.assert_zone_lines_match(&model);
-    let free = b.summary_u64("free_pages");
+    let free = b.summary().free_pages;
     assert_eq!(zones.iter().map(|z| z.free).sum::<u64>(), free);
-    assert_eq!(b.summary_u64("nodes"), nodes);
-    assert!(b.summary_u64("nr_memory_blocks") > 0);
+    assert_eq!(b.summary().nodes, nodes);
+    assert!(b.summary().nr_memory_blocks > 0);
     assert!(
         b.has_message("x86/mm: Memory block size: "),
         "{}",
         describe(b)
     );
     assert_eq!(
-        b.summary()["node_deferred_ns"].as_array().unwrap().len() as u64,
+        b.summary_json()["node_deferred_ns"]
+            .as_array()
+            .unwrap()
+            .len() as u64,
         nodes
     );
 }
@@ -97,8 +100,8 @@ fn assert_deferred_lines(b: &Boot, nodes_with_deferred: u64) {
 /// zones and at most the first section (plus the alignment remainder of the
 /// section it starts in) of each node's highest zone, whatever the RAM size.
 fn eager_within_gate(b: &Boot) -> bool {
-    let nodes = b.summary_u64("nodes");
-    b.summary_u64("eager_pages") <= b.summary_u64("low_zone_pages") + 2 * PAGES_PER_SECTION * nodes
+    let nodes = b.summary().nodes;
+    b.summary().eager_pages <= b.summary().low_zone_pages + 2 * PAGES_PER_SECTION * nodes
 }
 
 #[test]
@@ -120,7 +123,7 @@ fn deferred_64g_two_nodes_four_cpus() {
     assert_deferred_lines(&b, 2);
     assert!(eager_within_gate(&b), "{}", describe(&b));
     assert_eq!(
-        b.summary_u64("deferred_workers"),
+        b.summary().deferred_workers,
         4,
         "one worker per CPU of each node"
     );
@@ -165,20 +168,20 @@ fn deferred_1t() {
     // The platform side of a 1 TiB boot (the only 1T boot in the suite):
     // QEMU moves RAM above 4 GiB to 1 TiB here; usable RAM is still the -m
     // size minus firmware holes (< 16 MiB, see boot.rs).
-    let mem = b.summary_u64("mem_bytes");
+    let mem = b.summary().mem_bytes;
     assert!(
         mem <= 1 << 40 && (1u64 << 40) - mem <= 16 << 20,
         "mem_bytes {mem}\n{}",
         describe(&b)
     );
-    assert_eq!(b.summary_u64("cpus"), 2);
+    assert_eq!(b.summary().cpus, 2);
     assert!(
         b.has_message("[mem 0x0000010000000000-"),
         "RAM relocated above 1 TiB\n{}",
         describe(&b)
     );
     assert!(
-        b.summary_u64("present_pages") > 260_000_000,
+        b.summary().present_pages > 260_000_000,
         "a 1 TiB guest has ~268M pages"
     );
 }
@@ -191,7 +194,7 @@ fn regions_64g_initialises_everything_eagerly_and_trips_the_gate() {
         Duration::from_secs(600),
     );
     assert_verified(&b, "regions", 1);
-    assert_eq!(b.summary_u64("deferred_pages"), 0);
+    assert_eq!(b.summary().deferred_pages, 0);
     assert!(
         !eager_within_gate(&b),
         "memmap=regions must trip the eager-pages gate\n{}",
@@ -207,7 +210,7 @@ fn perpfn_64g_initialises_everything_eagerly() {
         Duration::from_secs(600),
     );
     assert_verified(&b, "perpfn", 1);
-    assert_eq!(b.summary_u64("deferred_pages"), 0);
+    assert_eq!(b.summary().deferred_pages, 0);
     assert!(!eager_within_gate(&b));
 }
 
@@ -219,11 +222,11 @@ fn touch_64g_writes_the_same_pages_without_state() {
         Duration::from_secs(600),
     );
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", describe(&b));
-    assert_eq!(b.summary_str("strategy"), "touch");
-    assert_eq!(b.summary_str("verify"), "off");
+    assert_eq!(b.summary().strategy, "touch");
+    assert_eq!(b.summary().verify, "off");
     assert_eq!(
-        b.summary_u64("eager_pages") + b.summary_u64("deferred_pages"),
-        b.summary_u64("present_pages")
+        b.summary().eager_pages + b.summary().deferred_pages,
+        b.summary().present_pages
     );
     assert!(eager_within_gate(&b), "touch uses the deferred split");
     // The deferred split exactly, and no Linux state: no reserved or hole
@@ -241,14 +244,14 @@ fn deferred_64g_one_thread_per_node_and_2g_blocks() {
         Duration::from_secs(600),
     );
     assert_verified(&b, "deferred", 1);
-    assert_eq!(b.summary_u64("deferred_workers"), 1);
-    assert_eq!(b.summary_u64("memory_block_size"), 2 << 30);
+    assert_eq!(b.summary().deferred_workers, 1);
+    assert_eq!(b.summary().memory_block_size, 2 << 30);
     assert_eq!(
-        b.summary_u64("nr_memory_blocks"),
+        b.summary().nr_memory_blocks,
         64 / 2 + 1,
         "64G below and above the 4G hole: 33 blocks of 2G"
     );
-    assert_eq!(b.summary_str("memory_block_lookup"), "indexed");
+    assert_eq!(b.summary().memory_block_lookup, "indexed");
 }
 
 /// `memory_block_lookup=linear` (Linux's search before 4fb6eabf1037)
@@ -261,14 +264,14 @@ fn linear_memory_block_lookup_creates_the_model_s_blocks() {
         Duration::from_secs(300),
     );
     assert_verified(&b, "deferred", 1);
-    assert_eq!(b.summary_str("memory_block_lookup"), "linear");
+    assert_eq!(b.summary().memory_block_lookup, "linear");
     assert!(
         b.has_message("memory: each section's block found by a linear search"),
         "{}",
         describe(&b)
     );
     // 2G: 16 sections of 128M, each its own block (the model's count).
-    assert_eq!(b.summary_u64("nr_memory_blocks"), 16);
+    assert_eq!(b.summary().nr_memory_blocks, 16);
     b.assert_summary_matches(&b.model());
 }
 
@@ -281,7 +284,7 @@ fn boot_32_byte(size: &str, extra: &[&str], opts: &[&str]) -> Boot {
     let mut kernel = vec!["struct_page=32"];
     kernel.extend_from_slice(opts);
     let b = boot(&args, &kernel, Duration::from_secs(600));
-    assert_eq!(b.summary_u64("struct_page_bytes"), 32, "{}", describe(&b));
+    assert_eq!(b.summary().struct_page_bytes, 32, "{}", describe(&b));
     assert!(
         b.messages_with("vmemmap: ")
             .any(|m| m.contains("MiB of 32-byte struct pages")),
@@ -313,9 +316,9 @@ fn regions_perpfn_and_touch_with_32_byte_struct_pages() {
     for mode in ["regions", "perpfn"] {
         let b = boot_32_byte("2G", &[], &[&format!("memmap={mode}")]);
         assert_verified(&b, mode, 1);
-        assert_eq!(b.summary_u64("deferred_pages"), 0);
+        assert_eq!(b.summary().deferred_pages, 0);
     }
     let b = boot_32_byte("2G", &[], &["memmap=touch"]);
-    assert_eq!(b.summary_str("strategy"), "touch");
+    assert_eq!(b.summary().strategy, "touch");
     b.assert_summary_matches(&b.model());
 }

@@ -55,8 +55,8 @@ fn deferred_init_is_counted_the_same_twice_by_its_own_functions() {
     let (_, second) = profiled(&dir.join("2.json"));
     std::fs::remove_dir_all(&dir).unwrap();
 
-    let cpus = b.summary_u64("cpus");
-    let deferred_pages = b.summary_u64("deferred_pages");
+    let cpus = b.summary().cpus;
+    let deferred_pages = b.summary().deferred_pages;
     for p in [&first, &second] {
         let d = phase(p, "deferred");
         // Each CPU ran its workers once, and each return closed its frame.

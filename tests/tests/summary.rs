@@ -50,7 +50,7 @@ fn assert_one_whole_summary(b: &Boot) -> usize {
 /// summary must hold an alloc_test phase for every (CPU, node) pair, and
 /// the timeline must draw a lane per CPU with that CPU's phases.
 fn assert_alloc_test_phase_per_cpu_and_node(b: &Boot, cpus: u64, nodes: u64) {
-    let phases = b.summary()["phases"]
+    let phases = b.summary_json()["phases"]
         .as_array()
         .unwrap_or_else(|| panic!("no phases\n{}", b.describe()));
     let pairs: BTreeSet<(u64, u64)> = phases
@@ -75,11 +75,11 @@ fn assert_alloc_test_phase_per_cpu_and_node(b: &Boot, cpus: u64, nodes: u64) {
 
 fn assert_ok_16_by_16(b: &Boot, strategy: &str) {
     assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
-    assert_eq!(b.summary_str("status"), "ok", "{}", b.describe());
-    assert_eq!(b.summary_str("strategy"), strategy);
-    assert_eq!(b.summary_u64("nodes"), 16);
-    assert_eq!(b.summary_u64("cpus"), 16);
-    assert_eq!(b.summary_str("verify"), "ok", "{}", b.describe());
+    assert_eq!(b.summary().status, "ok", "{}", b.describe());
+    assert_eq!(b.summary().strategy, strategy);
+    assert_eq!(b.summary().nodes, 16);
+    assert_eq!(b.summary().cpus, 16);
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
     let len = assert_one_whole_summary(b);
     assert!(
         len > OLD_BUFFER_BYTES,
@@ -110,7 +110,7 @@ fn deferred_16_cpus_16_nodes_summary_is_whole() {
         Duration::from_secs(600),
     );
     assert_ok_16_by_16(&b, "deferred");
-    let workers = b.summary()["phases"]
+    let workers = b.summary_json()["phases"]
         .as_array()
         .unwrap()
         .iter()
@@ -215,7 +215,7 @@ fn largest_practical_machine_64_cpus_64_nodes_ends_with_a_whole_summary() {
     );
     eprintln!("64 CPUs x 64 nodes: {:?} wall", started.elapsed());
     let len = assert_one_whole_summary(&b);
-    let status = b.summary_str("status");
+    let status = &*b.summary().status;
     eprintln!("status {status}, summary {len} bytes");
     let want_exit = if status == "ok" {
         exit_code::OK
@@ -228,9 +228,9 @@ fn largest_practical_machine_64_cpus_64_nodes_ends_with_a_whole_summary() {
         "status {status}\n{}",
         b.describe()
     );
-    assert_eq!(b.summary_u64("nodes"), nodes);
-    assert_eq!(b.summary_u64("cpus"), cpus);
-    let phases = b.summary()["phases"].as_array().unwrap();
+    assert_eq!(b.summary().nodes, nodes);
+    assert_eq!(b.summary().cpus, cpus);
+    let phases = b.summary_json()["phases"].as_array().unwrap();
     let alloc: Vec<&serde_json::Value> = phases
         .iter()
         .filter(|p| p["phase"] == "alloc_test")

@@ -14,6 +14,7 @@ use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use bootloader_api::BootInfo;
 use memboot_contract::options::{self, Options, TestFault};
+use memboot_contract::summary::SUMMARY_FAILED_STATUS;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;
@@ -23,7 +24,7 @@ use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
 use memboot_kernel::report::Timestamp;
-use memboot_kernel::report::{write_summary_line, BootFacts, SUMMARY_FAILED_STATUS};
+use memboot_kernel::report::{write_summary_line, BootFacts};
 use memmap::firmware::FirmwareEntry;
 
 use crate::hw::exit::{exit, ExitCode};

@@ -10,54 +10,8 @@ use deferred_init::DeferredReport;
 
 use super::s8_alloc_test::AllocTestReport;
 
-/// A phase of the boot, for the summary's `phases` timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Memblock,
-    Zones,
-    Vmemmap,
-    EagerMemmap,
-    BuddyHandoff,
-    DeferredInit,
-    MemoryBlocks,
-    Verify,
-    AllocTest,
-    /// A drain worker (`ondemand_drain=on`), on its CPU, for its node.
-    Drain,
-}
-
-impl Phase {
-    /// The name in the summary (`phases[].phase`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Phase::Memblock => "memblock",
-            Phase::Zones => "zones",
-            Phase::Vmemmap => "vmemmap",
-            Phase::EagerMemmap => "eager_memmap",
-            Phase::BuddyHandoff => "buddy_handoff",
-            Phase::DeferredInit => "deferred_init",
-            Phase::MemoryBlocks => "memory_blocks",
-            Phase::Verify => "verify",
-            Phase::AllocTest => "alloc_test",
-            Phase::Drain => "drain",
-        }
-    }
-}
-
-/// One phase on one CPU: `[start_ns, end_ns)` since kernel entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PhaseSpan {
-    pub phase: Phase,
-    pub cpu: u32,
-    /// The node whose memory the phase worked on, for per-node phases.
-    pub node: Option<NodeId>,
-    /// For a span folded over several nodes' spans of this CPU (`node` is
-    /// then `None`): how many. The alloc test folds on large machines
-    /// (`s8_alloc_test::MAX_NODE_SPANS`).
-    pub nodes: Option<u32>,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
+/// The summary's timeline entries: the schema's own types.
+pub use memboot_contract::summary::{Phase, PhaseSpan};
 
 /// How verification ended (`verify` in the summary).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

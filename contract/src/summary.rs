@@ -1,0 +1,362 @@
+//! The `memboot-summary:` line: one JSON object on one line, which CI
+//! users and the host tools parse.
+//!
+//! [`Summary`] is the schema: one field per key, in the line's order. The
+//! kernel fills it with borrowed values and streams it out without
+//! allocating ([`Summary::write_line`]), so the panic and exception paths
+//! can still report; the host reads it back with serde (feature `std`).
+//! Keys are a contract: add them at the end, never rename or drop one, and
+//! bump [`SUMMARY_VERSION`] when adding.
+
+use alloc::borrow::Cow;
+use core::fmt::{self, Write};
+
+use crate::json::JsonObject;
+
+/// What the summary line starts with; tools find the line by it.
+pub const SUMMARY_PREFIX: &str = "memboot-summary: ";
+
+/// The `status` of a boot whose summary line could not be written whole:
+/// the line that says so carries the boot facts only.
+pub const SUMMARY_FAILED_STATUS: &str = "summary";
+
+/// The schema's version, the line's `summary_version`. A line without that
+/// key is version 0 (written before it existed); keys added since read as
+/// their defaults there.
+pub const SUMMARY_VERSION: u64 = 1;
+
+/// A phase of the boot, for the summary's `phases` timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize))]
+#[cfg_attr(feature = "std", serde(try_from = "alloc::string::String"))]
+pub enum Phase {
+    Memblock,
+    Zones,
+    Vmemmap,
+    EagerMemmap,
+    BuddyHandoff,
+    DeferredInit,
+    MemoryBlocks,
+    Verify,
+    AllocTest,
+    /// A drain worker (`ondemand_drain=on`), on its CPU, for its node.
+    Drain,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 10] = [
+        Phase::Memblock,
+        Phase::Zones,
+        Phase::Vmemmap,
+        Phase::EagerMemmap,
+        Phase::BuddyHandoff,
+        Phase::DeferredInit,
+        Phase::MemoryBlocks,
+        Phase::Verify,
+        Phase::AllocTest,
+        Phase::Drain,
+    ];
+
+    /// The name in the summary (`phases[].phase`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Phase::Memblock => "memblock",
+            Phase::Zones => "zones",
+            Phase::Vmemmap => "vmemmap",
+            Phase::EagerMemmap => "eager_memmap",
+            Phase::BuddyHandoff => "buddy_handoff",
+            Phase::DeferredInit => "deferred_init",
+            Phase::MemoryBlocks => "memory_blocks",
+            Phase::Verify => "verify",
+            Phase::AllocTest => "alloc_test",
+            Phase::Drain => "drain",
+        }
+    }
+
+    pub fn of_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
+#[cfg(feature = "std")]
+impl TryFrom<alloc::string::String> for Phase {
+    type Error = alloc::string::String;
+    fn try_from(name: alloc::string::String) -> Result<Self, Self::Error> {
+        Phase::of_name(&name).ok_or_else(|| alloc::format!("unknown phase `{name}`"))
+    }
+}
+
+/// One phase on one CPU: `[start_ns, end_ns)` since kernel entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize))]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub cpu: u32,
+    /// The node whose memory the phase worked on, for per-node phases.
+    pub node: Option<u32>,
+    /// For a span folded over several nodes' spans of this CPU (`node` is
+    /// then `None`): how many.
+    pub nodes: Option<u32>,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl PhaseSpan {
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// The TSC rate in kHz, written as MHz with three decimals (`tsc_mhz`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TscMhz {
+    pub khz: u64,
+}
+
+#[cfg(feature = "std")]
+impl<'de> serde::Deserialize<'de> for TscMhz {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mhz = <f64 as serde::Deserialize>::deserialize(d)?;
+        Ok(TscMhz {
+            khz: (mhz * 1000.0).round() as u64,
+        })
+    }
+}
+
+/// How one field of [`Summary`] goes into the line.
+trait SummaryValue {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result;
+}
+
+impl SummaryValue for u64 {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
+        o.u64(key, *self)
+    }
+}
+
+impl SummaryValue for TscMhz {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
+        o.fixed(key, self.khz, 3)
+    }
+}
+
+impl SummaryValue for Cow<'_, str> {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
+        o.str(key, self)
+    }
+}
+
+impl SummaryValue for Cow<'_, [u64]> {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
+        o.u64_array(key, self.iter().copied())
+    }
+}
+
+impl SummaryValue for Cow<'_, [PhaseSpan]> {
+    fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
+        o.objects(key, self.iter(), |p, span| {
+            p.str("phase", span.phase.name())?;
+            p.u64("cpu", span.cpu.into())?;
+            if let Some(node) = span.node {
+                p.u64("node", node.into())?;
+            }
+            if let Some(nodes) = span.nodes {
+                p.u64("nodes", nodes.into())?;
+            }
+            p.u64("start_ns", span.start_ns)?;
+            p.u64("end_ns", span.end_ns)
+        })
+    }
+}
+
+/// The struct below is the schema: its fields, in order, are the line's
+/// keys, so the writer and [`Summary::KEYS`] cannot disagree with it.
+macro_rules! summary_schema {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident<$lt:lifetime> {
+            $( $(#[$fmeta:meta])* pub $key:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name<$lt> {
+            $( $(#[$fmeta])* pub $key: $ty, )*
+        }
+
+        impl $name<'_> {
+            /// Every key, in the line's order.
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($key)),*];
+
+            /// The JSON object, streamed into `out`: no buffer, no
+            /// allocation.
+            pub fn write_json<W: Write>(&self, out: &mut W) -> fmt::Result {
+                let mut o = JsonObject::begin(out)?;
+                $( SummaryValue::write(&self.$key, &mut o, stringify!($key))?; )*
+                o.end()
+            }
+        }
+    };
+}
+
+summary_schema! {
+    /// The `memboot-summary:` object. Durations are ns; `*_ns` stamps are
+    /// since kernel entry; arrays by node are by node index.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    #[cfg_attr(feature = "std", derive(serde::Deserialize))]
+    #[cfg_attr(feature = "std", serde(default))]
+    pub struct Summary<'a> {
+        /// Usable RAM in the firmware's map.
+        pub mem_bytes: u64,
+        pub nodes: u64,
+        pub cpus: u64,
+        pub ap_online: u64,
+        pub tsc_mhz: TscMhz,
+        /// `ok`, or the error's name.
+        pub status: Cow<'a, str>,
+        pub total_ns: u64,
+        /// The `memmap=` mode (`none` before memory init).
+        pub strategy: Cow<'a, str>,
+        pub present_pages: u64,
+        pub eager_pages: u64,
+        pub low_zone_pages: u64,
+        pub deferred_pages: u64,
+        pub reserved_pages: u64,
+        pub hole_pages: u64,
+        pub memmap_boot_ns: u64,
+        pub buddy_eager_ns: u64,
+        pub deferred_ns: u64,
+        pub node_deferred_ns: Cow<'a, [u64]>,
+        pub deferred_workers: u64,
+        pub grown_pages: u64,
+        pub memblock_ns: u64,
+        pub vmemmap_ns: u64,
+        pub vmemmap_bytes: u64,
+        pub memory_block_ns: u64,
+        pub memory_block_size: u64,
+        pub nr_memory_blocks: u64,
+        pub free_pages: u64,
+        /// `ok`, `failed`, `off` or `none` (not reached).
+        pub verify: Cow<'a, str>,
+        pub verify_ns: u64,
+        pub phases: Cow<'a, [PhaseSpan]>,
+        /// Kernel entry → memory ready (0: never).
+        pub allocatable_ns: u64,
+        pub pool_pages: u64,
+        pub drained_pages: u64,
+        pub alloc_test_bytes: u64,
+        pub alloc_test_pages: u64,
+        pub alloc_test_ns: u64,
+        pub alloc_test_failed: u64,
+        pub alloc_orders: Cow<'a, [u64]>,
+        pub alloc_count: Cow<'a, [u64]>,
+        pub alloc_p50_ns: Cow<'a, [u64]>,
+        pub alloc_p99_ns: Cow<'a, [u64]>,
+        pub alloc_max_ns: Cow<'a, [u64]>,
+        pub alloc_grow_steps: Cow<'a, [u64]>,
+        pub heap_bytes: u64,
+        pub heap_peak_bytes: u64,
+        pub pages_initialised_at_allocatable: u64,
+        pub pages_initialised: u64,
+        pub drain_ns: u64,
+        pub node_drain_ns: Cow<'a, [u64]>,
+        pub drain_workers: u64,
+        pub grow_step_count: u64,
+        pub grow_step_p50_ns: u64,
+        pub grow_step_p99_ns: u64,
+        pub grow_step_max_ns: u64,
+        pub vmemmap_sections_mapped: u64,
+        pub hole_pages_on_first_use: u64,
+        pub struct_page_bytes: u64,
+        pub memory_block_lookup: Cow<'a, str>,
+        /// `pvh`, `bios` or `uefi`.
+        pub entry: Cow<'a, str>,
+        pub reset_to_entry_ns: u64,
+        /// [`SUMMARY_VERSION`] when written by this schema.
+        pub summary_version: u64,
+    }
+}
+
+/// A summary line that did not go out whole: its writer took `sent` of its
+/// `len` bytes (the prefix included), so whatever reached the line is cut
+/// and is not valid JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SummaryCut {
+    pub sent: usize,
+    pub len: usize,
+}
+
+impl fmt::Display for SummaryCut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the summary line was cut after {} of its {} bytes, so the line above is not a valid summary: the boot fails with status `{SUMMARY_FAILED_STATUS}` and the next summary line has the boot facts only; report it with this log",
+            self.sent, self.len
+        )
+    }
+}
+
+/// Counts the bytes a formatting would write, storing none.
+struct ByteCount(usize);
+
+impl Write for ByteCount {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0 += s.len();
+        Ok(())
+    }
+}
+
+/// Passes at most `len` bytes on to `out`, counting what it took, so a
+/// second formatting that came out longer than the measured one stops at
+/// the measured end instead of running on.
+struct Bounded<'w, W: Write> {
+    out: &'w mut W,
+    len: usize,
+    sent: usize,
+}
+
+impl<W: Write> Write for Bounded<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if s.len() > self.len - self.sent {
+            return Err(fmt::Error);
+        }
+        self.out.write_str(s)?;
+        self.sent += s.len();
+        Ok(())
+    }
+}
+
+impl Summary<'_> {
+    /// `memboot-summary: {json}` into `line`, streamed piece by piece: no
+    /// length limit and no allocation. The line is measured first, then
+    /// written; `Ok(len)` when all `len` bytes went out, [`SummaryCut`]
+    /// when `line` refused some (the caller ends the line, fails the boot
+    /// with [`SUMMARY_FAILED_STATUS`] and writes a second line with the
+    /// boot facts only). No newline: the line's end is the writer's, and
+    /// JSON escapes every one inside.
+    pub fn write_line<W: Write>(&self, line: &mut W) -> Result<usize, SummaryCut> {
+        let mut count = ByteCount(SUMMARY_PREFIX.len());
+        let measured = self.write_json(&mut count);
+        let len = count.0;
+        // Counting cannot fail; if formatting did anyway (a `Display`
+        // error), nothing was sent, which is a cut at byte 0.
+        measured.map_err(|_| SummaryCut { sent: 0, len })?;
+        let mut out = Bounded {
+            out: line,
+            len,
+            sent: 0,
+        };
+        let streamed = out
+            .write_str(SUMMARY_PREFIX)
+            .and_then(|()| self.write_json(&mut out));
+        match streamed {
+            Ok(()) if out.sent == len => Ok(len),
+            _ => Err(SummaryCut {
+                sent: out.sent,
+                len,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

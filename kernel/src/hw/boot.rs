@@ -124,7 +124,7 @@ fn bootloader_main(boot_info: &'static mut BootInfo) -> ! {
         .any(|r| matches!(r.kind, MemoryRegionKind::UnknownUefi(_)));
     let entry = if uefi { Entry::Uefi } else { Entry::Bios };
     entry_line(entry);
-    interrupts::init();
+    interrupts::init(fail);
     let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
         fail_early(&BootError::NoPhysMap, BootError::NoPhysMap.status())
     };

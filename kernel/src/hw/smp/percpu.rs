@@ -20,7 +20,8 @@ pub struct CpuInfo {
 #[allow(dead_code)]
 #[derive(Clone, Copy, Debug)]
 pub struct BootTiming {
-    /// BSP's TSC when it sent INIT.
+    /// TSC of the CPU that started the AP (the BSP for the starter, the
+    /// starter for the others) when it sent INIT.
     pub init_tsc: u64,
     /// TSC of the CPU that started the AP when it saw it arrive in
     /// `ap_entry`.

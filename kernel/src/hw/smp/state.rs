@@ -185,6 +185,6 @@ pub fn aps_online() -> usize {
 
 /// Bring-up timing of online CPU `cpu` (None for the BSP, an AP not up, or
 /// out of range).
-pub fn boot_timing(cpu: usize) -> Option<BootTiming> {
+pub(super) fn boot_timing(cpu: usize) -> Option<BootTiming> {
     SMP.get()?.percpu.get(cpu)?.timing()
 }

@@ -125,7 +125,7 @@ fn bootloader_main(boot_info: &'static mut BootInfo) -> ! {
         .any(|r| matches!(r.kind, MemoryRegionKind::UnknownUefi(_)));
     let entry = if uefi { Entry::Uefi } else { Entry::Bios };
     entry_line(entry);
-    interrupts::init();
+    interrupts::init(fail);
     let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
         fail_early(&BootError::NoPhysMap, BootError::NoPhysMap.status())
     };
@@ -553,10 +553,10 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     }
     // Plans the CPUs (MADT and CPUID only); the pipeline sets up the APIC
     // and the trampoline and starts the APs where its mode first needs them
-    // (`CpuBringup`), and the executor
-    // waits for them (and runs the SMP self-test) before the first jobs
-    // (`smp::wait_online`).
-    smp::prepare_aps(acpi_info, phys_offset, regions, late_ap)?;
+    // (`CpuBringup`), the executor waits for them (and runs the SMP
+    // self-test) before the first jobs (`smp::wait_online`), and
+    // `run_pipeline` ends bring-up (`smp::end_bringup`).
+    smp::prepare_aps(acpi_info, phys_offset, regions, late_ap);
     let input = held_report::keep_input(BootInput {
         map,
         srat: acpi_info.memory_affinity(),
@@ -568,11 +568,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(),
     });
-    run_pipeline(&opts, input, phys_offset)?;
-    // A boot whose stages ran no jobs still waits for bring-up (which the
-    // pipeline started) and checks it.
-    smp::wait_online()?;
-    Ok(())
+    run_pipeline(&opts, input, phys_offset)
 }
 
 /// The kernel image's code, data and bss sizes, from its section bounds.
@@ -604,5 +600,8 @@ fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(
         HEAP.size_bytes() >> 10
     );
     result?;
+    // The page tables are ours again: bring-up ends through them (a boot
+    // whose stages ran no jobs still waits for the APs and checks them).
+    smp::end_bringup(mapper.page_tables())?;
     Ok(())
 }

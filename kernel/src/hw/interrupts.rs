@@ -7,8 +7,10 @@
 //! the vector number, and jumps to a common stub that saves the general
 //! registers and calls [`memboot_exception`] with a pointer to the frame.
 //! Every exception is fatal in memboot: the handler prints vector, error
-//! code, RIP and CR2 and leaves QEMU with the failure code, so a bug never
-//! turns into a triple-fault reboot or a hang.
+//! code, RIP and CR2 and ends the boot through the function the boot CPU
+//! gave [`init`] (the boot's summary and failure exit), so a bug never
+//! turns into a triple-fault reboot or a hang. Taking that function as an
+//! argument keeps this module below the boot flow that loads it.
 //!
 //! IST stacks (SDM §6.14.5) make this robust against a broken kernel stack:
 //! #DF, NMI and #MC get stacks of their own, all other vectors share one.
@@ -165,6 +167,10 @@ const STUB_BYTES: u64 = 16;
 
 static IN_EXCEPTION: AtomicBool = AtomicBool::new(false);
 
+/// Ends the boot after an exception was reported, with the summary status
+/// it is given; set once by [`init`].
+static END_BOOT: spin::Once<fn(&'static str) -> !> = spin::Once::new();
+
 const EXCEPTION_NAMES: [&str; 32] = [
     "divide error",
     "debug",
@@ -224,7 +230,10 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
         "  r8 {:#x} r9 {:#x} r10 {:#x} r11 {:#x} r12 {:#x} r13 {:#x} r14 {:#x} r15 {:#x} cs {:#x} ss {:#x}",
         frame.r8, frame.r9, frame.r10, frame.r11, frame.r12, frame.r13, frame.r14, frame.r15, frame.cs, frame.ss
     ));
-    crate::hw::boot::fail("exception");
+    match END_BOOT.get() {
+        Some(end_boot) => end_boot("exception"),
+        None => crate::hw::exit::exit(crate::hw::exit::ExitCode::Failure),
+    }
 }
 
 /// Build a TSS whose IST slots point at the tops of the three stacks at
@@ -295,8 +304,10 @@ fn load_idt(code: SegmentSelector) {
     unsafe { lidt(&ptr) };
 }
 
-/// Load memboot's GDT, TSS and IDT on the boot CPU.
-pub fn init() {
+/// Load memboot's GDT, TSS and IDT on the boot CPU; an exception on any
+/// CPU is reported, then ends the boot with `end_boot("exception")`.
+pub fn init(end_boot: fn(&'static str) -> !) {
+    END_BOOT.call_once(|| end_boot);
     // Only the address is taken; the stacks are used by the CPU alone.
     let stacks = core::ptr::addr_of!(IST_STACKS);
     let tss = TSS.call_once(|| tss_for(stacks));

@@ -225,7 +225,7 @@ extern "C" fn pvh_main(start_info_phys: u64) -> ! {
     tsc::mark_entry();
     serial::init();
     boot::entry_line(Entry::Pvh);
-    interrupts::init();
+    interrupts::init(boot::fail);
     let (layout, map, rsdp) = match plan(start_info_phys) {
         Ok(planned) => planned,
         Err(e) => {

@@ -1,0 +1,150 @@
+//! Running jobs on the online CPUs. Each AP that came up polls its mailbox
+//! ([`serve`]: `PerCpu::mailbox`, with `pause`; no interrupts), and while
+//! it is idle writes the kernel log out to the UART (`serial::print_some`,
+//! one FIFO's worth between two looks at the mailbox). [`scope`] hands out
+//! jobs: [`Scope::spawn_on`] posts a job reference to a CPU's mailbox (for
+//! the BSP itself the job is kept and run inline when the scope closure
+//! returns), and the scope returns only after every job it spawned
+//! finished, which is what makes borrowing jobs sound (like
+//! `std::thread::scope`).
+
+use alloc::vec::Vec;
+use core::cell::RefCell;
+use core::marker::PhantomData;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use memboot_kernel::boot_error::SmpError;
+
+use super::percpu::{CpuInfo, Job, PerCpu, MAILBOX_IDLE, MAILBOX_POSTED};
+use super::state::{boot_timing, online_cpus, SMP};
+use crate::hw::{apic, serial, tsc};
+
+/// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
+/// borrow; it outlives the `scope` call, and `Scope` is invariant in it.
+pub struct Scope<'env> {
+    spawned: RefCell<Vec<&'static PerCpu>>,
+    /// Jobs for the BSP, and for CPUs that did not come up (run on the BSP
+    /// under their own `CpuInfo`).
+    on_bsp: RefCell<Vec<(CpuInfo, &'env Job<'env>)>>,
+    _invariant: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'env> Scope<'env> {
+    /// Run `job` on online CPU `cpu` (an index into [`online_cpus`]). On an
+    /// AP it starts now (after the AP's previous job, if any, finished); on
+    /// the BSP it runs when the scope closure has returned, after all AP
+    /// jobs were dispatched; so does the job of a CPU that did not come up.
+    /// Panics if `cpu` is not in [`online_cpus`].
+    pub fn spawn_on(&self, cpu: usize, job: &'env Job<'env>) {
+        let smp = SMP.get().expect("smp::scope before smp::prepare_aps");
+        let pc = *smp
+            .percpu
+            .get(cpu)
+            .unwrap_or_else(|| panic!("smp: spawn_on CPU {cpu}, only {} online", smp.cpus.len()));
+        if pc.info.is_bsp || !pc.is_up() {
+            self.on_bsp.borrow_mut().push((pc.info, job));
+            return;
+        }
+        while pc.mailbox.load(Ordering::Acquire) != MAILBOX_IDLE {
+            core::hint::spin_loop();
+        }
+        // SAFETY: erases the lifetime of the job reference only. Sound because
+        // `scope` does not return before this CPU's mailbox is IDLE again,
+        // i.e. before the AP is done with the reference, and `'env` outlives
+        // the `scope` call.
+        let ptr: *const Job<'static> =
+            unsafe { core::mem::transmute::<&'env Job<'env>, &'static Job<'static>>(job) };
+        // SAFETY: the mailbox is IDLE, so the AP does not touch `job`; the
+        // release store below publishes it.
+        unsafe { *pc.job.get() = Some(ptr) };
+        pc.mailbox.store(MAILBOX_POSTED, Ordering::Release);
+        self.spawned.borrow_mut().push(pc);
+    }
+}
+
+/// Run `f`, which may spawn jobs on online CPUs through its [`Scope`]; then
+/// run the jobs spawned on the BSP, wait for every AP job and return `f`'s
+/// result. BSP only (panics on an AP).
+pub fn scope<'env, R>(f: impl FnOnce(&Scope<'env>) -> R) -> R {
+    if let Some(smp) = SMP.get() {
+        assert_eq!(apic::id(), smp.bsp_apic_id, "smp::scope called on an AP");
+    }
+    let s = Scope {
+        spawned: RefCell::new(Vec::new()),
+        on_bsp: RefCell::new(Vec::new()),
+        _invariant: PhantomData,
+    };
+    let r = f(&s);
+    // Jobs may spawn nothing (they get no Scope), so these lists are final.
+    for (cpu, job) in s.on_bsp.borrow().iter() {
+        job(*cpu);
+    }
+    for pc in s.spawned.borrow().iter() {
+        while pc.mailbox.load(Ordering::Acquire) != MAILBOX_IDLE {
+            core::hint::spin_loop();
+        }
+    }
+    r
+}
+
+/// An AP's life once it is up: run the jobs posted to its mailbox, and
+/// write the log out while it has none.
+pub(super) fn serve(pc: &'static PerCpu) -> ! {
+    loop {
+        if pc.mailbox.load(Ordering::Acquire) == MAILBOX_POSTED {
+            // SAFETY: POSTED means the BSP stored a job and does not touch
+            // the slot until we set IDLE below.
+            let job = unsafe { *pc.job.get() };
+            if let Some(job) = job {
+                // SAFETY: the BSP's scope keeps the referent alive until the
+                // mailbox is IDLE again (see Scope::spawn_on).
+                unsafe { (*job)(pc.info) };
+            }
+            pc.mailbox.store(MAILBOX_IDLE, Ordering::Release);
+        } else if !serial::print_some() {
+            // Idle and nothing to print (or another CPU is printing).
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// Run one job on every CPU that came up; each must run exactly once and
+/// read its own APIC id.
+pub(super) fn self_test() -> Result<(), SmpError> {
+    let cpus = online_cpus();
+    let n = cpus.len();
+    let runs: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+    let ids: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(u32::MAX)).collect();
+    let job = |c: CpuInfo| {
+        ids[c.index].store(apic::id(), Ordering::Relaxed);
+        runs[c.index].fetch_add(1, Ordering::Relaxed);
+    };
+    let smp = SMP.get();
+    let up = |c: &&CpuInfo| smp.is_none_or(|s| s.percpu[c.index].is_up());
+    let t = tsc::rdtsc();
+    scope(|s| {
+        for c in cpus.iter().filter(up) {
+            s.spawn_on(c.index, &job);
+        }
+    });
+    let us = tsc::cycles_to_ns(tsc::rdtsc() - t) / 1000;
+    for c in cpus.iter().filter(up) {
+        let (runs, apic_id) = (
+            runs[c.index].load(Ordering::Relaxed),
+            ids[c.index].load(Ordering::Relaxed),
+        );
+        if runs != 1 || apic_id != c.apic_id {
+            return Err(SmpError::SelfTest {
+                cpu: c.index,
+                runs,
+                apic_id,
+            });
+        }
+    }
+    let timed = (1..n).filter(|&i| boot_timing(i).is_some()).count();
+    let ran = cpus.iter().filter(up).count();
+    kprintln!(
+        "smp: self-test passed: {ran} of {n} CPUs ran one job each on their own APIC id ({us} us; {timed} AP timings)"
+    );
+    Ok(())
+}

@@ -104,8 +104,8 @@ if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 
 # … as fetched), the words added to Linux's command line, WAY how it boots:
 #   (none)         the peer as the bench compares with it: the uncompressed
 #                  kernel through its PVH entry (no decompressor, no KASLR),
-#                  Linux's fastest stock configuration here (README
-#                  "Benchmarks"); the ratio columns divide by these entries
+#                  Linux's fastest stock configuration here (docs/results.md,
+#                  "How to boot Linux fairly"); the ratio columns divide by these entries
 #   -pvh           the same
 #   -bzimage       the distribution's bzImage through QEMU's -kernel (KASLR on),
 #                  e.g. linux-6.12-bzimage+nokaslr
@@ -184,7 +184,7 @@ done
 tsc=$(grep -ho 'tsc: Detected [0-9.]* MHz' "$out"/*-1.log 2>/dev/null | head -n 1 | awk '{ print $3 }')
 # The accelerator actually used (run-qemu.sh's default unless the extra
 # arguments say otherwise) and the host the run came from: results move
-# with the host's CPU (README "Benchmarks").
+# with the host's CPU (docs/results.md).
 accel=tcg
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[i]}" = --accel ] && accel=${extra[i + 1]:-tcg}; done
 host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)

@@ -3,7 +3,7 @@
 # first time before memory is ready, per function. Under TCG each first run
 # of an instruction is a translation (about a microsecond each here), so with
 # `memmap=ondemand` this count, not memory work, is what the memory-ready
-# time is made of (README "Measured: ondemand from 1G to 59T").
+# time is made of (docs/results.md, "`ondemand` from 1G to 59T").
 #
 #   tests/first-run-code.sh [-m SIZE] [--nodes N] [--top N] [-- KERNEL_OPTIONS...]
 #

@@ -56,9 +56,12 @@
 //! back to the next lower zone. It never claims a window of a zone above
 //! the request's, so a request no pool can serve fails at once, having
 //! initialised nothing. Growers and workers race on the same claims. When
-//! nothing is left the caller gets [`AllocError::InitInProgress`] if some
-//! claimed windows of those zones are not done (their pages will appear),
-//! else [`AllocError::OutOfMemory`]; a zone's `windows_done` is read
+//! nothing is left the caller gets
+//! [`AllocError::InitInProgress`](crate::buddy::AllocError::InitInProgress)
+//! if some claimed windows of those zones are not done (their pages will
+//! appear), else
+//! [`AllocError::OutOfMemory`](crate::buddy::AllocError::OutOfMemory); a
+//! zone's `windows_done` is read
 //! *before* its last allocation attempt so "out of memory" is never
 //! reported while a worker's frees could have been missed.
 //!

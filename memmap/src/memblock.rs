@@ -207,7 +207,7 @@ impl fmt::Display for MemblockError {
 /// Limits applied while building and editing memblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemblockConfig {
-    /// CPU physical address width (CPUID 0x80000008 EAX[7:0]).
+    /// CPU physical address width (CPUID 0x80000008 `EAX[7:0]`).
     pub phys_addr_bits: u32,
     /// Cap on regions per table.
     pub max_regions: usize,

@@ -24,9 +24,10 @@ pub use log::host_peak_rss_mib;
 pub mod bench;
 pub mod linux_log;
 pub mod log;
-/// The page-by-page model of memory init from a logged firmware map (what
-/// a boot must report, by the README's rules), shared with the kernel's
-/// host pipeline tests, whose file it is: one model, two test suites.
+// The page-by-page model of memory init from a logged firmware map, shared
+// with the kernel's host pipeline tests, whose file it is: one model, two
+// test suites. A plain comment: outer docs here would make rustdoc resolve
+// the module's own intra-doc links (`Map`, `Facts`) from this crate's root.
 #[path = "../../kernel/tests/common/model.rs"]
 pub mod model;
 /// The model's input from a boot's `memboot-input:` line, shared the same

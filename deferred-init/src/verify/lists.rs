@@ -435,6 +435,8 @@ impl fmt::Display for BuddyFailure {
 /// [`verify_pages`] result over all of `layout.present_section_ranges()`),
 /// and the zones' totals against memblock. `memmap` must be the allocator's.
 /// Equivalent to [`verify_buddy_with_pool`] with an empty pool.
+///
+/// [`verify_pages`]: crate::verify::verify_pages
 pub fn verify_buddy<B: MemmapBacking>(
     buddy: &BuddyAllocator<'_, B>,
     memmap: &Memmap<B>,

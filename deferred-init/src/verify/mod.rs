@@ -49,6 +49,8 @@
 //! any page is allocated (an allocated page is free memory per memblock with
 //! `_refcount == 1`, which is reported). [`alloc_free_selftest`] frees
 //! everything it allocates, so it may run before or after.
+//!
+//! [`UnavailableRange`]: memmap::zones::UnavailableRange
 
 use alloc::vec::Vec;
 use core::fmt;

@@ -14,6 +14,8 @@ use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 use crate::buddy::{slot, slot_key, NR_ORDERS, NR_ZONES};
 
 /// How many mismatches a [`PageCheck`] or [`BuddyFailure`] keeps (all are counted).
+///
+/// [`BuddyFailure`]: crate::verify::BuddyFailure
 pub const MAX_RECORDED_MISMATCHES: usize = 16;
 
 const MAX_BLOCK_NR_PAGES: u64 = 1 << MAX_ORDER;
@@ -620,6 +622,8 @@ pub struct ScanRange {
 
 /// [`verify_pages`] over a range of [`PoolCheck::scan_ranges`]: never reads
 /// a pool page's struct page.
+///
+/// [`PoolCheck::scan_ranges`]: crate::verify::PoolCheck::scan_ranges
 pub fn verify_scan_range<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,

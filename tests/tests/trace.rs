@@ -4,13 +4,14 @@
 //! lines split by hand).
 //!
 //! On committed logs (every memboot log under tests/, a Linux 6.1 and a
-//! 6.12 boot), host-only.
+//! 6.12 boot), host-only; and on one small boot through run-qemu.sh.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
-use memboot_tests::trace;
+use memboot_tests::{boot, exit_code, trace};
 use serde_json::Value;
 
 const SUMMARY_PREFIX: &str = "memboot-summary: ";
@@ -270,4 +271,29 @@ fn trace_cli_writes_json_and_refuses_a_log_without_phases() {
         );
         assert!(!out_path.exists(), "{subcommand} wrote a file");
     }
+}
+
+/// `run-qemu.sh --trace FILE` on a small boot: the file has the summary's
+/// phases, CPU by CPU.
+#[test]
+fn trace_of_a_boot_is_its_summary_phases() {
+    let path = tmp(&format!("boot-{}.trace.json", std::process::id()));
+    let file = path.to_str().unwrap();
+    let b = boot(
+        &["-m", "1G", "--smp", "2", "--trace", file],
+        &["verify=off"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert!(
+        b.run.stderr.contains(&format!("trace written to {file}")),
+        "{}",
+        b.describe()
+    );
+    let trace: Value = serde_json::from_str(&read(&path)).expect("JSON");
+    std::fs::remove_file(&path).unwrap();
+    let phases = summary_phases(&b.run.stdout).expect("a summary with phases");
+    let cpus: Vec<u64> = phases.iter().map(|p| p.1).collect();
+    assert!(cpus.contains(&0) && cpus.contains(&1), "{phases:?}");
+    assert_eq!(memboot_spans(&trace), phases);
 }

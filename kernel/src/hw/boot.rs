@@ -18,7 +18,7 @@ use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap;
 use memboot_kernel::kernel_image::ImageSizes;
-use memboot_kernel::options::{self, Options, TestFault};
+use memboot_kernel::options::{self, Console, Options, TestFault};
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
@@ -506,8 +506,9 @@ fn print_entry(entry: Entry) {
 /// The boot after the console and exception handlers are up.
 fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     // The command line first, silently: it may state the TSC frequency, and
-    // every stamp before the frequency is known would read 0. Reading it
-    // needs the heap, which the memory map gives.
+    // every stamp before the frequency is known would read 0; and it may
+    // ask for console=direct, which should hold from as early as it can.
+    // Reading it needs the heap, which the memory map gives.
     let Handoff {
         entry,
         phys_offset,
@@ -519,10 +520,14 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         .as_ref()
         .ok()
         .map(|_| fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}"))));
-    let given_khz = match &cmdline {
-        Some(Ok(c)) => options::parse(c).ok().and_then(|o| o.tsc_khz),
+    let early = match &cmdline {
+        Some(Ok(c)) => options::parse(c).ok(),
         _ => None,
     };
+    if early.as_ref().is_some_and(|o| o.console == Console::Direct) {
+        serial::set_direct();
+    }
+    let given_khz = early.and_then(|o| o.tsc_khz);
     let tsc = tsc::calibrate(given_khz);
     print_tsc(&tsc);
     print_entry(entry);

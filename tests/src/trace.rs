@@ -149,13 +149,7 @@ pub fn trace_file(kernel: Kernel, log_path: &str, out_path: &str) -> Result<Trac
         Kernel::Linux => linux_trace(&text, log_path)?,
     };
     let json = serde_json::to_string(&trace).expect("a trace serialises");
-    let written = if out_path == "-" {
-        use std::io::Write;
-        std::io::stdout().write_all(json.as_bytes())
-    } else {
-        std::fs::write(out_path, json)
-    };
-    written.map_err(|source| TraceError::Write {
+    plot::write_file_or_stdout(out_path, &json).map_err(|source| TraceError::Write {
         path: out_path.into(),
         source,
     })?;

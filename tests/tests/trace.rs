@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use memboot_tests::{boot, exit_code, trace};
@@ -22,17 +21,6 @@ fn tests_dir() -> PathBuf {
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
-fn memboot_plot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memboot-plot"))
-        .args(args)
-        .output()
-        .expect("memboot-plot runs")
 }
 
 /// A span as the test compares it: name, CPU or PID, start and end in ns.
@@ -237,47 +225,11 @@ fn linux_traces_are_the_initcalls_and_memmap_phases() {
     }
 }
 
-/// The command: a file Perfetto reads, or exit 2 and why.
-#[test]
-fn trace_cli_writes_json_and_refuses_a_log_without_phases() {
-    let out_path = tmp("trace-4nodes.json");
-    let log = tests_dir().join("fixtures").join("16g-4nodes.log");
-    let out = memboot_plot(&["trace", log.to_str().unwrap(), out_path.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let trace: Value = serde_json::from_str(&read(&out_path)).expect("JSON");
-    assert_eq!(memboot_spans(&trace), summary_phases(&read(&log)).unwrap());
-
-    let linux = tests_dir()
-        .join("fixtures")
-        .join("linux-6.1-64g-2nodes.log");
-    for (subcommand, input) in [("trace", &linux), ("linux-trace", &log)] {
-        let _ = std::fs::remove_file(&out_path);
-        let out = memboot_plot(&[
-            subcommand,
-            input.to_str().unwrap(),
-            out_path.to_str().unwrap(),
-        ]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{subcommand}: {err}");
-        let name = input.file_name().unwrap().to_str().unwrap();
-        assert!(
-            err.contains(name),
-            "{subcommand}: the error names no log: {err}"
-        );
-        assert!(!out_path.exists(), "{subcommand} wrote a file");
-    }
-}
-
 /// `run-qemu.sh --trace FILE` on a small boot: the file has the summary's
 /// phases, CPU by CPU.
 #[test]
 fn trace_of_a_boot_is_its_summary_phases() {
-    let path = tmp(&format!("boot-{}.trace.json", std::process::id()));
+    let path = std::env::temp_dir().join(format!("memboot-trace-{}.json", std::process::id()));
     let file = path.to_str().unwrap();
     let b = boot(
         &["-m", "1G", "--smp", "2", "--trace", file],

@@ -6,15 +6,19 @@
 #                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
 #                 [--build-only|--no-build] [--svg FILE] [--default-devices]
 #                 [--calibrate-tsc] [--host-memory prefault|cold]
-#                 [--profile FILE] [-- KERNEL_OPTIONS...]
+#                 [--profile FILE] [--trace FILE] [-- KERNEL_OPTIONS...]
 #   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
-#                 [-- EXTRA_LINUX_CMDLINE...]     (KERNEL: a bzImage, or a
-#                 vmlinux with a PVH note, booted through its PVH entry)
+#                 [--trace FILE] [-- EXTRA_LINUX_CMDLINE...]  (KERNEL: a
+#                 bzImage, or a vmlinux with a PVH note, booted through its
+#                 PVH entry)
 # memboot boots through its PVH entry (QEMU's -kernel) unless --bios or
 # --uefi boots its disk image through rust-osdev/bootloader instead.
 # --profile FILE: count guest instructions with the memboot-profile TCG
 # plugin (README "Instruction profile"); FILE gets the profile as JSON, the
 # log's tail its phase figures. Slower: never a timing.
+# --trace FILE: after the boot, its phases per CPU (--linux: its initcalls
+# per PID and its memmap phases) as a Chrome trace-event file for Perfetto
+# UI or chrome://tracing, written by memboot-plot trace (README "Trace").
 #
 # Exit codes: 0 kernel reported success; 1 kernel reported failure;
 # 2 QEMU failed (could not start, or stopped without the kernel's exit code,
@@ -46,7 +50,7 @@ note() { echo "run-qemu.sh: $*" >&2; }
 # The command as given, for the provenance lines of every boot's log.
 invocation=$(printf '%q ' "$0" "$@"); invocation=${invocation% }
 mem=1G smp=2 nodes=1 accel=tcg boot_path=pvh timeout_s=900 log="" print_cmd=0 dry_run=0 build_only=0 no_build=0
-linux_kernel="" linux_initrd="" svg="" default_devices=0 calibrate_tsc=0 host_memory="" profile=""
+linux_kernel="" linux_initrd="" svg="" trace="" default_devices=0 calibrate_tsc=0 host_memory="" profile=""
 kernel_opts=()
 # once FLAG [VALUE]: a flag given twice is a usage error, not "the last one
 # wins": which of the two values was meant is ambiguous (-m 1G -m 2G).
@@ -76,6 +80,7 @@ while [ $# -gt 0 ]; do
         --linux) [ $# -ge 2 ] || die_usage "--linux needs a kernel image"; once "$1" "$2"; linux_kernel=$2; shift 2 ;;
         --initrd) [ $# -ge 2 ] || die_usage "--initrd needs an initramfs"; once "$1" "$2"; linux_initrd=$2; shift 2 ;;
         --svg) [ $# -ge 2 ] || die_usage "--svg needs a file"; once "$1" "$2"; svg=$2; shift 2 ;;
+        --trace) [ $# -ge 2 ] || die_usage "--trace needs a file"; once "$1" "$2"; trace=$2; shift 2 ;;
         --no-build) once "$1"; no_build=1; shift ;;
         --default-devices) once "$1"; default_devices=1; shift ;;
         --calibrate-tsc) once "$1"; calibrate_tsc=1; shift ;;
@@ -413,9 +418,10 @@ build() {
             || die_setup "disk-image tool build failed"
         "$image_tool" "$boot_elf" "$image_dir" || die_setup "disk image creation failed"
     fi
-    # The timeline tool: for --svg, and with --build-only so that later
-    # --no-build boots (the tests, the bench) can draw too.
-    if [ -n "$svg" ] || [ "$build_only" = 1 ]; then
+    # The timeline and trace tool: for --svg and --trace, and with
+    # --build-only so that later --no-build boots (the tests, the bench)
+    # can draw too.
+    if [ -n "$svg$trace" ] || [ "$build_only" = 1 ]; then
         build_tools memboot-tap memboot-plot
     else
         build_tools memboot-tap
@@ -433,6 +439,17 @@ draw_timeline() {
         svg_failed=1
     fi
 }
+# write_trace KIND: this boot's trace-event file (--trace FILE); KIND is
+# memboot-plot's subcommand, trace or linux-trace.
+write_trace() {
+    [ -x "$plot_tool" ] || { note "--trace: $plot_tool is missing (it is built unless --no-build)"; trace_failed=1; return; }
+    if "$plot_tool" "$1" "$log" "$trace"; then
+        note "trace written to $trace"
+    else
+        note "--trace: could not write the trace from this boot's log"
+        trace_failed=1
+    fi
+}
 
 if [ "$dry_run" = 0 ]; then
     ensure_qemu
@@ -445,7 +462,8 @@ if [ "$dry_run" = 0 ]; then
             [ -f "$booted" ] || die_setup "--no-build: no $booted (run with --build-only first)"
         fi
     elif [ -n "$linux_kernel" ]; then
-        build_tools memboot-tap # a stock kernel: nothing of memboot's to build
+        # A stock kernel: nothing of memboot's to build.
+        if [ -n "$trace" ]; then build_tools memboot-tap memboot-plot; else build_tools memboot-tap; fi
         [ -z "$profile" ] || build_profiler
     else
         ensure_rust
@@ -756,21 +774,26 @@ if [ -n "$profile" ]; then
         fi
     fi
 fi
+trace_failed=0
 if [ -n "$linux_kernel" ]; then
+    [ -n "$trace" ] && write_trace linux-trace
     case "$status" in
         0) if grep -q "Kernel panic - not syncing" "$log"; then
                note "Linux panicked (see its 'Kernel panic' line above)"; exit "$EXIT_KERNEL"
            fi
-           note "Linux powered the machine off"; exit "$EXIT_OK" ;;
+           note "Linux powered the machine off"
+           [ "$trace_failed" = 0 ] || exit "$EXIT_SETUP"
+           exit "$EXIT_OK" ;;
         124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;
         *) note "QEMU exited with status $status: Linux did not power off"; exit "$EXIT_QEMU" ;;
     esac
 fi
 svg_failed=0
 [ -n "$svg" ] && draw_timeline
+[ -n "$trace" ] && write_trace trace
 case "$status" in
     "$QEMU_KERNEL_OK") note "kernel reported success"
-       [ "$svg_failed" = 0 ] || exit "$EXIT_SETUP"
+       [ "$svg_failed$trace_failed" = 00 ] || exit "$EXIT_SETUP"
        exit "$EXIT_OK" ;;
     "$QEMU_KERNEL_FAIL") note "kernel reported failure (see its log above)"; exit "$EXIT_KERNEL" ;;
     124|137) note "timeout after ${timeout_s}s: guest killed"; exit "$EXIT_TIMEOUT" ;;

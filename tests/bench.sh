@@ -40,6 +40,8 @@
 # profile"). Its times are the plugin's, not the kernels': read the profile
 # tables of such a run, not its time table.
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
+# Every boot's log LOG gets its trace-event file beside it, LOG without
+# .log plus .trace.json (run-qemu.sh --trace).
 # --svg DIR: DIR/bench.md (the table), DIR/bench.json, DIR/scaling.svg.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -146,7 +148,7 @@ boot() {
     mapfile -t args < <(boot_args "$2")
     [ "$profile" = 1 ] && profiled=(--profile "${3%.log}.profile.json")
     if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
-            "${profiled[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
+            --trace "${3%.log}.trace.json" "${profiled[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
         exit 1
@@ -217,6 +219,7 @@ if [ -n "$svg_dir" ]; then
     cp "$out"/*.log "$svg_dir/logs/"
     cp "$out"/*.skip "$svg_dir/logs/" 2>/dev/null || true
     cp "$out"/*.profile.json "$svg_dir/logs/" 2>/dev/null || true
+    cp "$out"/*.trace.json "$svg_dir/logs/"
     printf '%q ' "$0" "${bench_args[@]}" >"$svg_dir/logs/command"; echo >>"$svg_dir/logs/command"
     # What memboot-bench report was given, one `key value` a line, so the
     # table can be rebuilt from the logs alone (tests/tests/readme_figures.rs).

@@ -153,6 +153,23 @@ pub enum Drain {
     On,
 }
 
+/// How log lines reach the serial console (`console=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Console {
+    /// Appended to a ring in memory and written to the UART off the
+    /// logging CPU's path, by an idle AP (or by the boot CPU once no AP
+    /// will): until the first AP starts, nothing reaches the host.
+    #[default]
+    Buffered,
+    /// Written to the UART by the CPU that logs it, as it is logged, from
+    /// the moment the command line is read, so a boot that hangs during
+    /// memory init shows how far it got. The lines and their order are
+    /// the same as buffered (the boot CPU's held-back report still prints
+    /// where it does). Slower: under TCG every byte costs the logging CPU
+    /// about 1.2 µs, so boot-CPU phases take longer; not for measurements.
+    Direct,
+}
+
 /// Bytes per node the boot-time allocation test allocates by default.
 pub const ALLOC_TEST_DEFAULT_BYTES: u64 = 1 << 30;
 /// The test's unit: 4 MiB of each of its four orders.
@@ -195,6 +212,7 @@ pub struct Options {
     pub tsc_khz: Option<u64>,
     /// The struct page layout (`struct_page=64|32`).
     pub struct_page: StructPageSize,
+    pub console: Console,
 }
 
 impl Default for Options {
@@ -210,6 +228,7 @@ impl Default for Options {
             alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
             tsc_khz: None,
             struct_page: StructPageSize::default(),
+            console: Console::default(),
         }
     }
 }
@@ -307,7 +326,7 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page";
+    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page, console";
 
 /// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
 pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
@@ -534,6 +553,15 @@ fn set_option<'a>(
                 .and_then(StructPageSize::of_bytes)
                 .ok_or(bad("64|32 (bytes per struct page)"))?;
         }
+        "console" => {
+            const EXPECTED: &str =
+                "buffered|direct (direct: each line written out as logged; slower)";
+            options.console = match value {
+                "buffered" => Console::Buffered,
+                "direct" => Console::Direct,
+                _ => return Err(bad(EXPECTED)),
+            };
+        }
         "verify" => {
             options.verify = match value {
                 "full" => Verify::Full,
@@ -549,6 +577,20 @@ fn set_option<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn console_is_buffered_or_direct() {
+        assert_eq!(parse("").unwrap().console, Console::Buffered);
+        assert_eq!(parse("console=direct").unwrap().console, Console::Direct);
+        assert_eq!(
+            parse("console=buffered").unwrap().console,
+            Console::Buffered
+        );
+        assert!(matches!(
+            parse("console=ttyS0"),
+            Err(OptionError::BadValue { key: "console", .. })
+        ));
+    }
 
     #[test]
     fn struct_page_takes_64_or_32_bytes() {

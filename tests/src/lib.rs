@@ -40,6 +40,8 @@ pub mod profile_table;
 pub mod readme_figures;
 pub mod seeds;
 pub mod tap;
+/// Chrome trace-event files of a boot (`run-qemu.sh --trace`).
+pub mod trace;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -60,6 +60,9 @@ pub struct LinuxBoot {
     pub early_memmap_ns: u64,
     /// `(node, ms)` from each `node N deferred pages initialised in Xms`.
     pub node_deferred_ms: Vec<(u32, u64)>,
+    /// The stamp of each of those lines, in their order: when that node's
+    /// deferred init ended.
+    pub node_deferred_line_ns: Vec<u64>,
     /// Stamp of the last deferred-init line, or the end of the early
     /// block when no node deferred anything.
     pub last_deferred_ns: u64,
@@ -152,8 +155,9 @@ impl fmt::Display for LinuxLogError {
 impl std::error::Error for LinuxLogError {}
 
 /// The console part of the log: stamped lines before the peer's dmesg dump
-/// (Linux stamps as memboot does: `[    5.123456] message`).
-fn console_lines(text: &str) -> Vec<(u64, String)> {
+/// (Linux stamps as memboot does: `[    5.123456] message`), as
+/// (stamp ns, message).
+pub fn console_lines(text: &str) -> Vec<(u64, String)> {
     text.lines()
         .map(|l| l.trim_end_matches('\r'))
         .take_while(|l| !l.starts_with(DMESG_BEGIN))
@@ -245,6 +249,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         allocatable_ns,
         present_pages: present_pages(&lines),
         pages_initialised: present_pages(&lines).map(|p| p + unavailable_pages(&lines)),
+        node_deferred_line_ns: deferred.iter().map(|&(ns, _)| ns).collect(),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),
         init_started_ns,
         tsc_mhz,

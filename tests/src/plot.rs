@@ -196,15 +196,19 @@ fn read_input(path: &str) -> Result<String, PlotError> {
     })
 }
 
-/// Writes `svg` to `path`, or to stdout when `path` is `-`.
-fn write_output(path: &str, svg: &str) -> Result<(), PlotError> {
+/// Writes `text` to `path`, or to stdout when `path` is `-` (the plots'
+/// and the traces' output).
+pub(crate) fn write_file_or_stdout(path: &str, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let result = if path == "-" {
-        std::io::stdout().write_all(svg.as_bytes())
+    if path == "-" {
+        std::io::stdout().write_all(text.as_bytes())
     } else {
-        std::fs::write(path, svg)
-    };
-    result.map_err(|source| PlotError::Write {
+        std::fs::write(path, text)
+    }
+}
+
+fn write_output(path: &str, svg: &str) -> Result<(), PlotError> {
+    write_file_or_stdout(path, svg).map_err(|source| PlotError::Write {
         path: path.to_string(),
         source,
     })

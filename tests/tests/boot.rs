@@ -496,6 +496,67 @@ fn svg_timeline_of_a_boot() {
     }
 }
 
+/// A stamped message with its figures masked: every decimal or hex number
+/// becomes `#` (durations differ from boot to boot).
+fn masked(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut chars = msg.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '.')
+            {
+                chars.next();
+            }
+            out.push('#');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `console=direct` writes each line out as it is logged instead of
+/// buffering it until an AP prints: the boot succeeds, and its log has the
+/// same lines in the same order as a buffered boot's, figures aside. The
+/// first AP's `smpboot: CPU 1 (APIC 0x1) up …` line is the AP's own, logged
+/// while the boot CPU goes on logging: where it falls among the boot CPU's
+/// lines differs from boot to boot in either mode, so it is only counted.
+#[test]
+fn direct_console_logs_the_same_lines() {
+    const AP_LINE: &str = "smpboot: CPU # (APIC #) up ";
+    let boot_with = |console: &str| {
+        let b = boot(
+            &["-m", "1G", "--smp", "2"],
+            &["verify=off", console],
+            Duration::from_secs(300),
+        );
+        assert_ok_boot(&b);
+        let command_line = format!("Kernel command line: verify=off {console}");
+        assert!(b.has_message(&command_line), "{}", b.describe());
+        let messages: Vec<String> = b
+            .lines
+            .iter()
+            .filter(|(_, m)| !m.starts_with("Kernel command line: "))
+            .map(|(_, m)| masked(m))
+            .collect();
+        let ap_lines = messages.iter().filter(|m| m.starts_with(AP_LINE)).count();
+        assert_eq!(ap_lines, 1, "{}", b.describe());
+        messages
+            .into_iter()
+            .filter(|m| !m.starts_with(AP_LINE))
+            .collect::<Vec<_>>()
+    };
+    let buffered = boot_with("console=buffered");
+    let direct = boot_with("console=direct");
+    assert!(buffered.len() > 50, "{buffered:?}");
+    for (i, (b, d)) in buffered.iter().zip(&direct).enumerate() {
+        assert_eq!(b, d, "line {i} differs");
+    }
+    assert_eq!(buffered.len(), direct.len(), "{buffered:#?}\n{direct:#?}");
+}
+
 /// An AP that runs the trampoline after the CPU starting it gave up on it
 /// (seen at 255 vCPUs on a busy host: it took the next AP's stack and
 /// `PerCpu`, and the boot failed with `smp`). `test_fault=late_ap` holds

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use memboot_tests::plot::{self, PlotError, TimelineLayout, BAR_PAD_PX, ROW_HEIGHT_PX};
+use memboot_tests::trace;
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
@@ -476,6 +477,49 @@ fn timeline_cli_writes_svg() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let svg = std::fs::read_to_string(&out_path).unwrap();
     roxmltree::Document::parse(&svg).expect("XML");
+}
+
+/// `memboot-plot trace` and `linux-trace` write what the trace module
+/// makes of the log (checked against the logs in trace.rs), or fail with
+/// exit 2 naming the log, writing nothing.
+#[test]
+fn trace_cli_writes_the_trace_or_refuses_the_log() {
+    let out_path = tmp("trace.json");
+    let memboot = fixture("16g-4nodes.log");
+    let linux = fixture("linux-6.1-64g-2nodes.log");
+    for (subcommand, log, kernel) in [
+        ("trace", &memboot, trace::Kernel::Memboot),
+        ("linux-trace", &linux, trace::Kernel::Linux),
+    ] {
+        let log = log.to_str().unwrap();
+        let out = memboot_plot(&[subcommand, log, out_path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = std::fs::read_to_string(log).unwrap();
+        let made = match kernel {
+            trace::Kernel::Memboot => trace::memboot_trace(&text, log),
+            trace::Kernel::Linux => trace::linux_trace(&text, log),
+        };
+        let written: Value =
+            serde_json::from_str(&std::fs::read_to_string(&out_path).unwrap()).expect("JSON");
+        assert_eq!(written, serde_json::to_value(made.unwrap()).unwrap());
+    }
+    for (subcommand, log) in [("trace", &linux), ("linux-trace", &memboot)] {
+        let _ = std::fs::remove_file(&out_path);
+        let args = [
+            subcommand,
+            log.to_str().unwrap(),
+            out_path.to_str().unwrap(),
+        ];
+        let out = memboot_plot(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{subcommand}: {err}");
+        let name = log.file_name().unwrap().to_str().unwrap();
+        assert!(
+            err.contains(name),
+            "{subcommand}: the error names no log: {err}"
+        );
+        assert!(!out_path.exists(), "{subcommand} wrote a file");
+    }
 }
 
 // ---------------------------------------------------------------- errors

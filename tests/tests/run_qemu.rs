@@ -693,6 +693,7 @@ fn repeated_flags_are_usage_errors_naming_the_flag() {
         (&["--uefi", "--uefi"], "--uefi"),
         (&["--bios", "--bios"], "--bios"),
         (&["--print-cmd", "--print-cmd"], "--print-cmd"),
+        (&["--trace", "a.json", "--trace", "b.json"], "--trace"),
     ] {
         let out = script(&[&["--dry-run"], args].concat(), 1 << 30);
         assert_eq!(out.code, 64, "{args:?}: {}", out.stderr);
@@ -707,6 +708,19 @@ fn repeated_flags_are_usage_errors_naming_the_flag() {
             out.stderr
         );
     }
+}
+
+/// `--trace` without its file is a usage error saying so, before anything
+/// is built or booted.
+#[test]
+fn trace_needs_a_file() {
+    let out = script(&["--dry-run", "--trace"], 1 << 30);
+    assert_eq!(out.code, 64, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--trace needs a file"),
+        "{}",
+        out.stderr
+    );
 }
 
 /// QEMU's own split of RAM over nodes when none was given a size (QEMU ≤

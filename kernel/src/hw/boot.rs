@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use bootloader_api::BootInfo;
-use memboot_contract::options::{self, Options, TestFault};
+use memboot_contract::options::{self, Console, Options, TestFault};
 use memboot_contract::summary::SUMMARY_FAILED_STATUS;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
@@ -507,8 +507,9 @@ fn print_entry(entry: Entry) {
 /// The boot after the console and exception handlers are up.
 fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     // The command line first, silently: it may state the TSC frequency, and
-    // every stamp before the frequency is known would read 0. Reading it
-    // needs the heap, which the memory map gives.
+    // every stamp before the frequency is known would read 0; and it may
+    // ask for console=direct, which should hold from as early as it can.
+    // Reading it needs the heap, which the memory map gives.
     let Handoff {
         entry,
         phys_offset,
@@ -520,10 +521,14 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         .as_ref()
         .ok()
         .map(|_| fw_cfg::cmdline().map_err(|e| BootError::CmdlineUnreadable(format!("{e}"))));
-    let given_khz = match &cmdline {
-        Some(Ok(c)) => options::parse(c).ok().and_then(|o| o.tsc_khz),
+    let early = match &cmdline {
+        Some(Ok(c)) => options::parse(c).ok(),
         _ => None,
     };
+    if early.as_ref().is_some_and(|o| o.console == Console::Direct) {
+        serial::set_direct();
+    }
+    let given_khz = early.and_then(|o| o.tsc_khz);
     let tsc = tsc::calibrate(given_khz);
     print_tsc(&tsc);
     print_entry(entry);

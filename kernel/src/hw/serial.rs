@@ -18,12 +18,13 @@
 //!   so a job posted meanwhile waits at most one FIFO's worth;
 //! * a **logging CPU whose ring is full** writes bytes out itself (or waits
 //!   for the AP that is writing): nothing is ever dropped;
-//! * in **direct mode** ([`set_direct`]: no AP will print, i.e. one CPU, or
-//!   the AP that was to come never did) every line is written out by the CPU
-//!   that logged it, as soon as it is logged. Before the CPUs are started
-//!   (`smp::launch`, which the memory-init pipeline calls where its mode
-//!   first needs them: for `ondemand` once memory is ready) lines are only
-//!   buffered, stamped when logged. Under TCG a vCPU writing the UART
+//! * in **direct mode** ([`set_direct`]: the kernel option `console=direct`,
+//!   from the moment the command line is read; or no AP will print, i.e. one
+//!   CPU, or the AP that was to come never did) every line is written out by
+//!   the CPU that logged it, as soon as it is logged. Otherwise, before the
+//!   CPUs are started (`smp::launch`, which the memory-init pipeline calls
+//!   where its mode first needs them: for `ondemand` once memory is ready)
+//!   lines are only buffered, stamped when logged. Under TCG a vCPU writing the UART
 //!   slows the others too: with the AP printing during memory init, the
 //!   boot CPU ran code it had not run before about 3x slower (memblock's
 //!   first build at 1G: 3.9 ms against 1.2 ms with the AP quiet);
@@ -139,8 +140,8 @@ pub fn print_some() -> bool {
     }
 }
 
-/// Switch to direct mode (no AP prints: one CPU, or the AP that was to
-/// come did not), writing out what is buffered now.
+/// Switch to direct mode (`console=direct`, or no AP prints: one CPU, or
+/// the AP that was to come did not), writing out what is buffered now.
 pub fn set_direct() {
     DIRECT.store(true, Ordering::Release);
     write_all_out();

@@ -7,4 +7,5 @@
 
 extern crate alloc;
 
+pub mod host_memory;
 pub mod options;

@@ -285,7 +285,7 @@ pub fn run(
     // it from QEMU's start (entry latency, QEMU start to memory ready: the
     // log's last lines).
     let time_file = tmpdir.join("time");
-    let status = Command::new(paths.tool("memboot-tap"))
+    let tap = Command::new(paths.tool("memboot-tap"))
         .arg("--log")
         .arg(&log)
         .arg("--")
@@ -294,9 +294,17 @@ pub fn run(
         .args(["timeout", "--kill-after=10", &args.timeout_s.to_string()])
         .args(qemu)
         .stdin(Stdio::null())
-        .status()
-        .map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
-        .unwrap_or(127);
+        .spawn();
+    let status = match tap {
+        Ok(mut tap) => wait_as_a_shell(&mut tap, tmpdir),
+        Err(e) => {
+            note(&format!(
+                "cannot run {}: {e}",
+                paths.tool("memboot-tap").display()
+            ));
+            127
+        }
+    };
     host::record_exit();
     report_time(&time_file, &log);
 
@@ -371,15 +379,41 @@ fn memboot_exit(status: i32, svg_ok: bool, timeout_s: u64) -> u8 {
             note("kernel reported failure (see its log above)");
             exit::KERNEL
         }
-        s if TIMED_OUT.contains(&s) => {
-            note(&format!("timeout after {timeout_s}s: guest killed"));
-            exit::TIMEOUT
-        }
+        s if TIMED_OUT.contains(&s) => timed_out(timeout_s),
         s => {
             note(&format!("QEMU exited with status {s} without the kernel's exit code (QEMU error or triple fault)"));
             exit::QEMU
         }
     }
+}
+
+/// `timeout` stopped the guest.
+fn timed_out(timeout_s: u64) -> u8 {
+    note(&format!("timeout after {timeout_s}s: guest killed"));
+    exit::TIMEOUT
+}
+
+/// Wait for the tap as a shell waits for its foreground job: a Ctrl-C is
+/// the tap's to act on, and when it ended the tap, it ends this tool too
+/// (after removing the scratch directory `tmpdir`), with the status a shell
+/// reports. The tap's status otherwise, 128 + N if signal N ended it.
+fn wait_as_a_shell(tap: &mut std::process::Child, tmpdir: &Path) -> i32 {
+    // SAFETY: signal(2) with SIG_IGN installs no handler code; the previous
+    // disposition is put back below.
+    let previous = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let status = tap.wait();
+    // SAFETY: as above, restoring what was there.
+    unsafe { libc::signal(libc::SIGINT, previous) };
+    let Ok(status) = status else { return 127 };
+    if status.signal() == Some(libc::SIGINT) {
+        let _ = std::fs::remove_dir_all(tmpdir);
+        // SAFETY: raise(3) of a signal whose default action ends this
+        // process, as the user asked.
+        unsafe { libc::raise(libc::SIGINT) };
+    }
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// GNU time's figures (its last line: "MAXRSS_KIB MINOR_FAULTS"; before
@@ -409,10 +443,7 @@ fn linux_exit(status: i32, log: &Path, timeout_s: u64) -> u8 {
                 exit::OK
             }
         }
-        s if TIMED_OUT.contains(&s) => {
-            note(&format!("timeout after {timeout_s}s: guest killed"));
-            exit::TIMEOUT
-        }
+        s if TIMED_OUT.contains(&s) => timed_out(timeout_s),
         s => {
             note(&format!(
                 "QEMU exited with status {s}: Linux did not power off"

@@ -521,25 +521,6 @@ fn memboot_gets_the_host_tsc_rate_once() {
     assert_eq!(count(&cmdline(&["-m", "1G", "--accel", "kvm"])), 0);
 }
 
-/// The host's rate is /proc/cpuinfo's "cpu MHz", in kHz.
-#[test]
-fn host_tsc_rate_is_cpuinfo_cpu_mhz() {
-    let host_khz: u64 = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("cpu MHz")?
-                .split(':')
-                .nth(1)?
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .map(|mhz| (mhz * 1000.0) as u64)
-        .expect("cpu MHz in /proc/cpuinfo");
-    assert_eq!(memboot_run::host::tsc_khz(), Some(host_khz));
-}
-
 #[test]
 fn linux_is_refused_where_its_struct_pages_do_not_fit() {
     let (kernel, _) = linux_files();

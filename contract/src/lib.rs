@@ -7,6 +7,7 @@
 
 extern crate alloc;
 
+pub mod host_memory;
 pub mod json;
 pub mod options;
 pub mod summary;

@@ -135,7 +135,7 @@ fn assert_host_rss_within_the_model(b: &Boot, args: &[&str], kernel_opts: &[&str
     let need_mib = host_memory_need_mib(args, kernel_opts);
     assert!(
         rss_mib <= need_mib,
-        "QEMU peaked at {rss_mib} MiB, above the {need_mib} MiB run-qemu.sh's model gives this boot: raise the constant it underestimates (run-qemu.sh, \"Large guests\")\n{}",
+        "QEMU peaked at {rss_mib} MiB, above the {need_mib} MiB run-qemu.sh's model gives this boot: raise the constant it underestimates (contract/src/host_memory.rs, README \"Large guests\")\n{}",
         b.describe()
     );
     need_mib

@@ -1,0 +1,100 @@
+//! `memboot-run ARGS...`: run-qemu.sh's host side, with run-qemu.sh's
+//! flags (see `memboot_run`); run-qemu.sh builds what is stale and then
+//! runs it. `memboot-run build-steps ARGS...` checks ARGS the same way and
+//! prints the build steps they need (`memboot_run::build_steps`), for
+//! run-qemu.sh to run first.
+
+use std::process::ExitCode;
+
+use memboot_run::args::{Args, Request, USAGE};
+use memboot_run::{boot, check, dry_run_lines, exit, host, note, qemu, Paths, Stop};
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args();
+    // run-qemu.sh passes its own name as ours (exec -a), for the log's
+    // command line.
+    let argv0 = argv.next().unwrap_or_else(|| "run-qemu.sh".into());
+    let mut rest: Vec<String> = argv.collect();
+    let steps_only = rest.first().map(String::as_str) == Some("build-steps");
+    if steps_only {
+        rest.remove(0);
+    }
+    let code = match run(&argv0, &rest, steps_only) {
+        Ok(code) => code,
+        Err(stop) => {
+            note(stop.message());
+            stop.exit_code()
+        }
+    };
+    ExitCode::from(code)
+}
+
+fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
+    let args = match Args::parse(argv)? {
+        Request::Help if steps_only => return Ok(exit::OK),
+        Request::Help => {
+            eprint!("{USAGE}");
+            return Ok(exit::USAGE);
+        }
+        Request::Run(args) => *args,
+    };
+    let available = host::available().ok_or_else(|| {
+        Stop::Setup(format!(
+            "cannot read MemAvailable from /proc/meminfo, or {} is not a number of MiB",
+            host::AVAILABLE_ENV
+        ))
+    })?;
+    let checked = check(args, &available)?;
+    let args = &checked.args;
+    if steps_only {
+        println!("{}", memboot_run::build_steps(args).join(" "));
+        return Ok(exit::OK);
+    }
+    let paths = Paths::of_this_build();
+    if !args.dry_run && args.no_build {
+        boot::check_prebuilt(&checked, &paths)?;
+    }
+    if args.build_only {
+        let images = paths.image_dir();
+        note(&format!(
+            "built {}, {}/memboot-bios.img and memboot-uefi.img",
+            paths.boot_elf().display(),
+            images.display()
+        ));
+        return Ok(exit::OK);
+    }
+    let tmpdir = boot::TempDir::new()?;
+    if !args.dry_run && args.boot_path == memboot_run::args::BootPath::Uefi {
+        std::fs::copy(qemu::OVMF_VARS, qemu::uefi_vars(tmpdir.path()))
+            .map_err(|e| Stop::Setup(format!("{}: {e}", qemu::OVMF_VARS)))?;
+    }
+    let profile = match args.profile {
+        Some(_) => Some(boot::Profile::new(&checked, &paths, tmpdir.path())?),
+        None => None,
+    };
+    let qemu = memboot_run::qemu_command(
+        &checked,
+        &paths,
+        tmpdir.path(),
+        host::tsc_khz(),
+        profile.as_ref().map(|p| p.plugin_args.as_str()),
+    );
+    if args.print_cmd {
+        eprintln!("{}", memboot_run::quote::quote_words(&qemu));
+    }
+    if args.dry_run {
+        for line in dry_run_lines(&checked) {
+            note(&line);
+        }
+        return Ok(exit::OK);
+    }
+    let invocation = boot::invocation(argv0, argv);
+    boot::run(
+        &checked,
+        &paths,
+        tmpdir.path(),
+        &qemu,
+        profile.as_ref(),
+        &invocation,
+    )
+}

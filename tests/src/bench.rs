@@ -44,6 +44,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use crate::linux_log;
+use memboot_contract::summary::Summary;
 
 /// One boot's figures.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,64 +119,56 @@ pub fn size_mib(size: &str) -> Result<u64, String> {
     }
 }
 
-fn key(summary: &Value, name: &str) -> Result<u64, String> {
-    summary[name]
-        .as_u64()
-        .ok_or(format!("summary has no number '{name}'"))
-}
-
-/// A key that only some boots have a value for: absent (an older summary)
-/// or 0 (not measured in this mode) is `None`.
-fn measured(summary: &Value, name: &str) -> Option<u64> {
-    summary[name].as_u64().filter(|&v| v > 0)
+/// A figure only some boots have: 0 (not measured in this mode, or a key
+/// older summaries lack) is `None`.
+fn measured(value: u64) -> Option<u64> {
+    Some(value).filter(|&v| v > 0)
 }
 
 /// A memboot boot's row from its log.
 fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, String> {
     // The last summary line: a boot whose first was cut writes a whole one
     // after it (`log::summary_json`).
-    let s = crate::log::summary(text).map_err(|e| e.to_string())?;
-    if s["status"] != "ok" {
-        return Err(format!("the boot failed: status {}", s["status"]));
+    let s = crate::log::read_summary(text).map_err(|e| e.to_string())?;
+    if s.status != "ok" {
+        return Err(format!("the boot failed: status \"{}\"", s.status));
     }
-    let boot_cpu = key(&s, "memmap_boot_ns")?;
     Ok(Row {
         size: size.to_string(),
         mem_mib: size_mib(size)?,
         kernel: "memboot",
         mode: mode.to_string(),
         round,
-        boot_cpu_memmap_ns: boot_cpu,
-        memmap_ns: boot_cpu + key(&s, "buddy_eager_ns")? + key(&s, "deferred_ns")?,
-        allocatable_ns: measured(&s, "allocatable_ns"),
+        boot_cpu_memmap_ns: s.memmap_boot_ns,
+        memmap_ns: s.memmap_boot_ns + s.buddy_eager_ns + s.deferred_ns,
+        allocatable_ns: measured(s.allocatable_ns),
         host_rss_mib: crate::host_peak_rss_mib(text),
-        boot_ns: key(&s, "total_ns")?,
-        order0_p50_ns: order0(&s, "alloc_p50_ns"),
-        order0_p99_ns: order0(&s, "alloc_p99_ns"),
-        present_pages: measured(&s, "present_pages"),
-        pages_initialised_at_allocatable: measured(&s, "pages_initialised_at_allocatable"),
-        pages_initialised: measured(&s, "pages_initialised"),
-        drain_ns: measured(&s, "drain_ns"),
-        grow_step_p50_ns: measured(&s, "grow_step_p50_ns"),
-        grow_step_p99_ns: measured(&s, "grow_step_p99_ns"),
+        boot_ns: s.total_ns,
+        order0_p50_ns: order0(&s, &s.alloc_p50_ns),
+        order0_p99_ns: order0(&s, &s.alloc_p99_ns),
+        present_pages: measured(s.present_pages),
+        pages_initialised_at_allocatable: measured(s.pages_initialised_at_allocatable),
+        pages_initialised: measured(s.pages_initialised),
+        drain_ns: measured(s.drain_ns),
+        grow_step_p50_ns: measured(s.grow_step_p50_ns),
+        grow_step_p99_ns: measured(s.grow_step_p99_ns),
         host_memory: None,
         entry_latency_us: None,
         qemu_start_to_ready_us: None,
         minor_faults: None,
-        boot_cpu_pages: measured(&s, "eager_pages"),
+        boot_cpu_pages: measured(s.eager_pages),
     }
     .with_host_lines(text))
 }
 
 /// The order-0 entry of a per-order summary array (`alloc_p99_ns`, …),
 /// found by `alloc_orders`.
-fn order0(summary: &Value, array: &str) -> Option<u64> {
-    let orders = summary["alloc_orders"].as_array()?;
-    let i = orders.iter().position(|o| o.as_u64() == Some(0))?;
-    if key(summary, "alloc_test_pages").ok()? == 0 {
+fn order0(summary: &Summary<'_>, array: &[u64]) -> Option<u64> {
+    let i = summary.alloc_orders.iter().position(|&o| o == 0)?;
+    if summary.alloc_test_pages == 0 {
         return None; // alloc_test=0: the arrays hold no measurement
     }
-    summary[array][i].as_u64()
+    array.get(i).copied()
 }
 
 /// A Linux boot's row from its log; `entry` is a Linux entry ([`is_linux`]).

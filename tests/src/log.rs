@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+use memboot_contract::summary::Summary;
 pub use memboot_contract::summary::SUMMARY_PREFIX;
 use memboot_kernel::boot_input::parse::{self as input_line, InputLineError};
 use memboot_kernel::boot_input::{BootInput, INPUT_PREFIX};
@@ -75,6 +76,13 @@ pub fn summary_json(text: &str) -> Option<&str> {
 
 /// The log's summary ([`summary_json`]) parsed.
 pub fn summary(text: &str) -> Result<serde_json::Value, LogError> {
+    let json = summary_json(text).ok_or(LogError::NoSummary)?;
+    serde_json::from_str(json).map_err(LogError::BadSummary)
+}
+
+/// The log's summary ([`summary_json`]) read with the kernel's schema
+/// ([`Summary`]): keys a version-0 line lacks read as 0.
+pub fn read_summary(text: &str) -> Result<Summary<'static>, LogError> {
     let json = summary_json(text).ok_or(LogError::NoSummary)?;
     serde_json::from_str(json).map_err(LogError::BadSummary)
 }

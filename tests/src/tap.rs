@@ -81,8 +81,8 @@ impl Tap {
     /// When memory was ready, µs after QEMU started, and how it was read.
     pub fn ready_us(&self) -> Option<(u64, &'static str)> {
         let text = String::from_utf8_lossy(&self.text);
-        if let Ok(summary) = log::summary(&text) {
-            let ns = summary["allocatable_ns"].as_u64().filter(|&ns| ns > 0)?;
+        if let Ok(summary) = log::read_summary(&text) {
+            let ns = Some(summary.allocatable_ns).filter(|&ns| ns > 0)?;
             return Some((
                 self.entry_us()? + ns / 1000,
                 "entry + the kernel's allocatable_ns",

@@ -5,11 +5,12 @@
 
 use std::collections::HashMap;
 
+use memboot_contract::summary::{Summary, SUMMARY_PREFIX};
+
 use crate::phases::{BOOT_CPU, DEFERRED};
 use crate::symbols::Symbols;
 
 const TEXT_LINE: &str = "memboot: image text [";
-const SUMMARY: &str = "memboot-summary: ";
 
 /// The pages per phase, after checking the text address.
 pub fn memboot_pages(log: &str, symbols: &Symbols) -> Result<HashMap<String, u64>, String> {
@@ -32,19 +33,16 @@ pub fn memboot_pages(log: &str, symbols: &Symbols) -> Result<HashMap<String, u64
     let line = log
         .lines()
         .rev()
-        .filter_map(|l| l.find(SUMMARY).map(|i| &l[i + SUMMARY.len()..]))
-        .next()
+        .find_map(|l| {
+            l.find(SUMMARY_PREFIX)
+                .map(|i| &l[i + SUMMARY_PREFIX.len()..])
+        })
         .ok_or("the log has no memboot-summary line: the boot did not finish")?;
-    let summary: serde_json::Value =
+    let summary: Summary<'static> =
         serde_json::from_str(line).map_err(|e| format!("memboot-summary: {e}"))?;
-    let key = |k: &str| {
-        summary[k]
-            .as_u64()
-            .ok_or(format!("memboot-summary has no number '{k}'"))
-    };
     Ok(HashMap::from([
-        (DEFERRED.to_string(), key("deferred_pages")?),
-        (BOOT_CPU.to_string(), key("eager_pages")?),
+        (DEFERRED.to_string(), summary.deferred_pages),
+        (BOOT_CPU.to_string(), summary.eager_pages),
     ]))
 }
 

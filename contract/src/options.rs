@@ -476,101 +476,139 @@ fn set_option<'a>(
     key: &'a str,
     value: &'a str,
 ) -> Result<(), OptionError<'a>> {
-    let bad = |expected| OptionError::BadValue {
+    let (_, set) = SETTERS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .ok_or(OptionError::UnknownKey { key })?;
+    set(options, value).map_err(|expected| OptionError::BadValue {
         key,
         value,
         expected,
-    };
-    match key {
-        "test_fault" => {
-            options.test_fault = TestFault::ALL
-                .into_iter()
-                .find(|f| f.name() == value)
-                .ok_or(bad(TEST_FAULTS))?;
-        }
-        "memmap" => {
-            options.memmap = MemmapMode::ALL
-                .into_iter()
-                .find(|m| m.name() == value)
-                .ok_or(bad("deferred|regions|perpfn|touch|ondemand"))?;
-        }
-        "threads_per_node" => {
-            let n: u32 = value
-                .parse()
-                .map_err(|_| bad("a number of threads from 1 to 255"))?;
-            if !(1..=255).contains(&n) {
-                return Err(bad("a number of threads from 1 to 255"));
-            }
-            options.threads_per_node = Some(n);
-        }
-        "memory_block_size" => {
-            const EXPECTED: &str = "auto, or a power of two from 128M to 2G";
-            options.memory_block_size = match value {
-                "auto" => BlockSizeOption::Auto,
-                _ => {
-                    let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
-                    if !bytes.is_power_of_two() || !((128 << 20)..=(2 << 30)).contains(&bytes) {
-                        return Err(bad(EXPECTED));
-                    }
-                    BlockSizeOption::Bytes(bytes)
-                }
-            };
-        }
-        "memory_block_lookup" => {
-            options.memory_block_lookup = BlockLookup::ALL
-                .into_iter()
-                .find(|l| l.name() == value)
-                .ok_or(bad("indexed|linear"))?;
-        }
-        "ondemand_drain" => {
-            options.ondemand_drain = match value {
-                "off" => Drain::Off,
-                "on" => Drain::On,
-                _ => return Err(bad("on|off")),
-            };
-        }
-        "alloc_test" => {
-            const EXPECTED: &str = "0, or a size per node that is a multiple of 16M (e.g. 1G)";
-            let bytes = parse_size(value).ok_or(bad(EXPECTED))?;
-            if !bytes.is_multiple_of(ALLOC_TEST_ROUND_BYTES) {
-                return Err(bad(EXPECTED));
-            }
-            options.alloc_test_bytes = bytes;
-        }
-        "tsc_khz" => {
-            const EXPECTED: &str =
-                "the TSC frequency in kHz, a whole number from 1000 to 100000000 (e.g. 2600000)";
-            let khz: u64 = value.parse().map_err(|_| bad(EXPECTED))?;
-            if !TSC_KHZ_RANGE.contains(&khz) {
-                return Err(bad(EXPECTED));
-            }
-            options.tsc_khz = Some(khz);
-        }
-        "struct_page" => {
-            options.struct_page = value
-                .parse()
-                .ok()
-                .and_then(StructPageSize::of_bytes)
-                .ok_or(bad("64|32 (bytes per struct page)"))?;
-        }
-        "console" => {
-            const EXPECTED: &str =
-                "buffered|direct (direct: each line written out as logged; slower)";
-            options.console = match value {
-                "buffered" => Console::Buffered,
-                "direct" => Console::Direct,
-                _ => return Err(bad(EXPECTED)),
-            };
-        }
-        "verify" => {
-            options.verify = match value {
-                "full" => Verify::Full,
-                "off" => Verify::Off,
-                _ => return Err(bad("full|off")),
-            };
-        }
-        _ => return Err(OptionError::UnknownKey { key }),
+    })
+}
+
+/// One key's parser: sets its field of [`Options`] from the value, or
+/// returns what it expected instead (the error message's `expected`).
+type SetField = fn(&mut Options, &str) -> Result<(), &'static str>;
+
+/// Every key with its parser, one row each.
+const SETTERS: &[(&str, SetField)] = &[
+    ("test_fault", set_test_fault),
+    ("memmap", set_memmap),
+    ("threads_per_node", set_threads_per_node),
+    ("memory_block_size", set_memory_block_size),
+    ("memory_block_lookup", set_memory_block_lookup),
+    ("ondemand_drain", set_ondemand_drain),
+    ("alloc_test", set_alloc_test),
+    ("tsc_khz", set_tsc_khz),
+    ("struct_page", set_struct_page),
+    ("console", set_console),
+    ("verify", set_verify),
+];
+
+fn set_test_fault(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.test_fault = TestFault::ALL
+        .into_iter()
+        .find(|f| f.name() == value)
+        .ok_or(TEST_FAULTS)?;
+    Ok(())
+}
+
+fn set_memmap(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.memmap = MemmapMode::ALL
+        .into_iter()
+        .find(|m| m.name() == value)
+        .ok_or("deferred|regions|perpfn|touch|ondemand")?;
+    Ok(())
+}
+
+fn set_threads_per_node(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    const EXPECTED: &str = "a number of threads from 1 to 255";
+    let n: u32 = value.parse().map_err(|_| EXPECTED)?;
+    if !(1..=255).contains(&n) {
+        return Err(EXPECTED);
     }
+    options.threads_per_node = Some(n);
+    Ok(())
+}
+
+fn set_memory_block_size(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    const EXPECTED: &str = "auto, or a power of two from 128M to 2G";
+    options.memory_block_size = match value {
+        "auto" => BlockSizeOption::Auto,
+        _ => {
+            let bytes = parse_size(value).ok_or(EXPECTED)?;
+            if !bytes.is_power_of_two() || !((128 << 20)..=(2 << 30)).contains(&bytes) {
+                return Err(EXPECTED);
+            }
+            BlockSizeOption::Bytes(bytes)
+        }
+    };
+    Ok(())
+}
+
+fn set_memory_block_lookup(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.memory_block_lookup = BlockLookup::ALL
+        .into_iter()
+        .find(|l| l.name() == value)
+        .ok_or("indexed|linear")?;
+    Ok(())
+}
+
+fn set_ondemand_drain(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.ondemand_drain = match value {
+        "off" => Drain::Off,
+        "on" => Drain::On,
+        _ => return Err("on|off"),
+    };
+    Ok(())
+}
+
+fn set_alloc_test(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    const EXPECTED: &str = "0, or a size per node that is a multiple of 16M (e.g. 1G)";
+    let bytes = parse_size(value).ok_or(EXPECTED)?;
+    if !bytes.is_multiple_of(ALLOC_TEST_ROUND_BYTES) {
+        return Err(EXPECTED);
+    }
+    options.alloc_test_bytes = bytes;
+    Ok(())
+}
+
+fn set_tsc_khz(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    const EXPECTED: &str =
+        "the TSC frequency in kHz, a whole number from 1000 to 100000000 (e.g. 2600000)";
+    let khz: u64 = value.parse().map_err(|_| EXPECTED)?;
+    if !TSC_KHZ_RANGE.contains(&khz) {
+        return Err(EXPECTED);
+    }
+    options.tsc_khz = Some(khz);
+    Ok(())
+}
+
+fn set_struct_page(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.struct_page = value
+        .parse()
+        .ok()
+        .and_then(StructPageSize::of_bytes)
+        .ok_or("64|32 (bytes per struct page)")?;
+    Ok(())
+}
+
+fn set_console(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.console = match value {
+        "buffered" => Console::Buffered,
+        "direct" => Console::Direct,
+        _ => return Err("buffered|direct (direct: each line written out as logged; slower)"),
+    };
+    Ok(())
+}
+
+fn set_verify(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.verify = match value {
+        "full" => Verify::Full,
+        "off" => Verify::Off,
+        _ => return Err("full|off"),
+    };
     Ok(())
 }
 
@@ -636,6 +674,16 @@ mod tests {
             parse("tsc_khz=2600000 tsc_khz=2600000"),
             Err(OptionError::Repeated { key: "tsc_khz" })
         );
+    }
+
+    /// The error messages' key list names exactly the keys with a parser.
+    #[test]
+    fn known_keys_are_the_keys_with_a_parser() {
+        let mut known: Vec<&str> = KNOWN_KEYS.split(", ").collect();
+        let mut parsed: Vec<&str> = SETTERS.iter().map(|(key, _)| *key).collect();
+        known.sort_unstable();
+        parsed.sort_unstable();
+        assert_eq!(known, parsed);
     }
 
     #[test]
@@ -837,11 +885,28 @@ mod tests {
         );
     }
 
-    /// Every combination the README lists as refused: the message names
-    /// the option and the setting it conflicts with (given or default).
+    /// `parse(cmdline)` refuses `option` for conflicting with `other`
+    /// (given or default), and its message names both.
+    fn assert_conflict(cmdline: &str, option: &str, other: &str) {
+        let err = parse(cmdline).expect_err(cmdline);
+        assert!(
+            matches!(err, OptionError::Conflict { option: o, .. } if o == option),
+            "{cmdline}: {err:?}"
+        );
+        let msg = alloc::format!("{err}");
+        assert!(
+            msg.starts_with(&alloc::format!(
+                "option {option} does nothing with {other}: "
+            )),
+            "{cmdline}: {msg}"
+        );
+    }
+
+    /// Every combination the README lists as refused, `test_fault=` aside:
+    /// the message names the option and the setting it conflicts with.
     #[test]
     fn refuses_options_that_would_do_nothing() {
-        let cases: [(&str, &str, &str); 16] = [
+        for (cmdline, option, other) in [
             (
                 "ondemand_drain=on",
                 "ondemand_drain=on",
@@ -873,6 +938,16 @@ mod tests {
                 "memmap=touch",
             ),
             ("memmap=touch verify=full", "verify=full", "memmap=touch"),
+        ] {
+            assert_conflict(cmdline, option, other);
+        }
+    }
+
+    /// The README's refused `test_fault=` combinations: a fault that
+    /// damages state needs verification and something of its kind to damage.
+    #[test]
+    fn refuses_test_faults_that_would_damage_nothing() {
+        for (cmdline, option, other) in [
             (
                 "test_fault=corrupt_page verify=off",
                 "test_fault=corrupt_page",
@@ -918,20 +993,8 @@ mod tests {
                 "test_fault=pool_overlap",
                 "memmap=perpfn",
             ),
-        ];
-        for (cmdline, option, other) in cases {
-            let err = parse(cmdline).expect_err(cmdline);
-            assert!(
-                matches!(err, OptionError::Conflict { option: o, .. } if o == option),
-                "{cmdline}: {err:?}"
-            );
-            let msg = alloc::format!("{err}");
-            assert!(
-                msg.starts_with(&alloc::format!(
-                    "option {option} does nothing with {other}: "
-                )),
-                "{cmdline}: {msg}"
-            );
+        ] {
+            assert_conflict(cmdline, option, other);
         }
     }
 

@@ -123,6 +123,47 @@ fn allocate(
     held
 }
 
+/// Start `nr_workers` drain workers (`drain_steps` claims each) and the
+/// `allocators` (node, seed offset; seeded by `run`) at once; returns the
+/// blocks the allocators still hold.
+fn drain_while_allocating(
+    di: &DeferredInit<'_, TestBacking>,
+    clock: &StdClock,
+    nr_workers: usize,
+    drain_steps: usize,
+    allocators: &[(NodeId, u64)],
+    run: u64,
+) -> Vec<(Pfn, u32)> {
+    let barrier = Barrier::new(nr_workers + allocators.len());
+    std::thread::scope(|s| {
+        for w in 0..nr_workers {
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..drain_steps {
+                    if !di.worker_step(w, clock).unwrap() {
+                        break;
+                    }
+                }
+            });
+        }
+        let handles: Vec<_> = allocators
+            .iter()
+            .map(|&(nid, k)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    allocate(di, nid, run * 7 + k, 120)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    })
+}
+
 #[test]
 fn allocations_race_draining_workers_on_the_pool() {
     let ranges = vec![
@@ -148,37 +189,11 @@ fn allocations_race_draining_workers_on_the_pool() {
         let mut di = new_di(&mm, plan, InitMode::InitAndFree, &[]).unwrap();
         let counter = with_counter(&mut di, span_of(&ranges));
         let clock = StdClock::new();
-        let barrier = Barrier::new(nr_workers + allocators.len());
         // Drain a few claims per worker, varying by run: some runs leave
         // most of the pool, some drain it all.
         let drain_steps = (run % 7) as usize;
-        let allocated: Vec<(Pfn, u32)> = std::thread::scope(|s| {
-            for w in 0..nr_workers {
-                let (di, barrier, clock) = (&di, &barrier, &clock);
-                s.spawn(move || {
-                    barrier.wait();
-                    for _ in 0..drain_steps {
-                        if !di.worker_step(w, clock).unwrap() {
-                            break;
-                        }
-                    }
-                });
-            }
-            let handles: Vec<_> = allocators
-                .into_iter()
-                .map(|(nid, k)| {
-                    let (di, barrier) = (&di, &barrier);
-                    s.spawn(move || {
-                        barrier.wait();
-                        allocate(di, nid, run * 7 + k, 120)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect()
-        });
+        let allocated =
+            drain_while_allocating(&di, &clock, nr_workers, drain_steps, &allocators, run);
         partial_runs += u64::from(di.pool_pages() > 0);
         contended += di
             .report()

@@ -144,9 +144,52 @@ fn verify_complete(
     allocated: &[(Pfn, u32)],
 ) {
     assert!(di.is_done(), "all chunks processed");
-    let span = span_of(ranges);
-    let idx = |pfn: Pfn| (pfn - span.start) as usize;
-    let mut cover = vec![0u8; span.nr_pages() as usize];
+    let mut cover = Cover::new(span_of(ranges));
+    let alloc_head = cover_allocated(&mut cover, allocated);
+    cover_free_lists(mm, di, &mut cover);
+    let mut expect_free = check_deferred_pages(mm, ranges, reserved, counter, &cover, &alloc_head);
+    for &(pfn, order) in allocated {
+        let p = mm.page(pfn).unwrap();
+        *expect_free.get_mut(&(p.nid(), p.zone().unwrap())).unwrap() -= 1 << order;
+    }
+    check_nothing_outside_deferred_covered(ranges, reserved, &cover);
+    for (&(nid, zone), &n) in &expect_free {
+        assert_eq!(
+            di.buddy().nr_free_pages(nid, zone),
+            n,
+            "free pages of node {nid} {zone:?}"
+        );
+    }
+    check_statistics_add_up(di);
+}
+
+/// How many free or allocated blocks hold each page of `span`.
+struct Cover {
+    span: PfnRange,
+    counts: Vec<u8>,
+}
+
+impl Cover {
+    fn new(span: PfnRange) -> Self {
+        Self {
+            span,
+            counts: vec![0u8; span.nr_pages() as usize],
+        }
+    }
+    fn add(&mut self, pfn: Pfn) {
+        self.counts[(pfn - self.span.start) as usize] += 1;
+    }
+    fn get(&self, pfn: Pfn) -> u8 {
+        self.counts[(pfn - self.span.start) as usize]
+    }
+    fn total(&self) -> u64 {
+        self.counts.iter().map(|&c| c as u64).sum()
+    }
+}
+
+/// Count the callers' blocks in `cover`, each handed out once; their
+/// heads, by order.
+fn cover_allocated(cover: &mut Cover, allocated: &[(Pfn, u32)]) -> HashMap<Pfn, u32> {
     let mut alloc_head: HashMap<Pfn, u32> = HashMap::new();
     for &(pfn, order) in allocated {
         assert!(
@@ -154,10 +197,19 @@ fn verify_complete(
             "block {pfn:#x} handed out twice"
         );
         for p in pfn..pfn + (1 << order) {
-            cover[idx(p)] += 1;
+            cover.add(p);
         }
     }
-    // Free lists: heads, links, coverage.
+    alloc_head
+}
+
+/// Free lists: heads, links and block counts right; their pages counted in
+/// `cover`.
+fn cover_free_lists(
+    mm: &Memmap<TestBacking>,
+    di: &DeferredInit<'_, TestBacking>,
+    cover: &mut Cover,
+) {
     let mut lists: HashMap<(NodeId, ZoneType, u32), Vec<Pfn>> = HashMap::new();
     di.buddy().for_each_free_block(|nid, zone, pfn, order| {
         lists.entry((nid, zone, order)).or_default().push(pfn);
@@ -178,7 +230,7 @@ fn verify_complete(
             let next = heads.get(i + 1).copied().unwrap_or(PFN_NONE);
             assert_eq!((p.lru.prev, p.lru.next), (prev, next), "links of {h:#x}");
             for q in h..h + (1 << order) {
-                cover[idx(q)] += 1;
+                cover.add(q);
                 assert_eq!(mm.page(q).unwrap().refcount, 0, "free page {q:#x} refcount");
                 if q != h {
                     assert!(
@@ -194,7 +246,18 @@ fn verify_complete(
             "block count of ({nid}, {zone:?}, {order})"
         );
     }
-    // Every deferred page: initialised once, right links, right ownership.
+}
+
+/// Every deferred page: initialised once, right links, right ownership.
+/// Returns the pages each (node, zone) gave to free or allocated blocks.
+fn check_deferred_pages(
+    mm: &Memmap<TestBacking>,
+    ranges: &[DeferredRange],
+    reserved: &[PfnRange],
+    counter: &InitCounter,
+    cover: &Cover,
+    alloc_head: &HashMap<Pfn, u32>,
+) -> HashMap<(NodeId, ZoneType), u64> {
     let mut expect_free: HashMap<(NodeId, ZoneType), u64> = HashMap::new();
     for r in ranges {
         for pfn in r.pfns.start..r.pfns.end {
@@ -217,11 +280,11 @@ fn verify_complete(
                     p.lru_addr(),
                     "reserved pfn {pfn:#x} self-linked"
                 );
-                assert_eq!(cover[idx(pfn)], 0, "reserved pfn {pfn:#x} never freed");
+                assert_eq!(cover.get(pfn), 0, "reserved pfn {pfn:#x} never freed");
             } else {
                 assert!(!p.is_reserved());
                 assert_eq!(
-                    cover[idx(pfn)],
+                    cover.get(pfn),
                     1,
                     "pfn {pfn:#x} in exactly one free or allocated block"
                 );
@@ -231,29 +294,29 @@ fn verify_complete(
             }
         }
     }
-    for &(pfn, order) in allocated {
-        let p = mm.page(pfn).unwrap();
-        *expect_free.get_mut(&(p.nid(), p.zone().unwrap())).unwrap() -= 1 << order;
-    }
-    // Nothing outside deferred memory was covered.
+    expect_free
+}
+
+/// Nothing outside deferred memory was covered.
+fn check_nothing_outside_deferred_covered(
+    ranges: &[DeferredRange],
+    reserved: &[PfnRange],
+    cover: &Cover,
+) {
+    let span = cover.span;
     let deferred_pages: u64 = ranges.iter().map(|r| r.pfns.nr_pages()).sum();
     let reserved_in: u64 = (span.start..span.end)
         .filter(|&p| ranges.iter().any(|r| r.pfns.contains(p)) && is_reserved_pfn(reserved, p))
         .count() as u64;
-    let covered: u64 = cover.iter().map(|&c| c as u64).sum();
     assert_eq!(
-        covered,
+        cover.total(),
         deferred_pages - reserved_in,
         "no page outside deferred memory on a list"
     );
-    for (&(nid, zone), &n) in &expect_free {
-        assert_eq!(
-            di.buddy().nr_free_pages(nid, zone),
-            n,
-            "free pages of node {nid} {zone:?}"
-        );
-    }
-    // Statistics add up.
+}
+
+/// Statistics add up.
+fn check_statistics_add_up(di: &DeferredInit<'_, TestBacking>) {
     let rep = di.report();
     for n in &rep.nodes {
         assert!(n.done);
@@ -585,37 +648,8 @@ fn grow_on_demand_races_with_workers() {
                 .map(|(t, &(nid, zone))| {
                     let (di, barrier) = (&di, &barrier);
                     s.spawn(move || {
-                        let mut held: Vec<(Pfn, u32)> = Vec::new();
-                        let mut seed = run * 31 + t as u64 + 1;
                         barrier.wait();
-                        let mut max_order = MAX_ORDER;
-                        let mut nr_allocs = 0u64;
-                        loop {
-                            seed = seed
-                                .wrapping_mul(6364136223846793005)
-                                .wrapping_add(1442695040888963407);
-                            let order = ((seed >> 33) % (max_order as u64 + 1)) as u32;
-                            match di.allocator().alloc_pages(nid, zone, order) {
-                                Ok(pfn) => {
-                                    held.push((pfn, order));
-                                    nr_allocs += 1;
-                                    // Give every third block back (merging while workers free).
-                                    if nr_allocs.is_multiple_of(3) {
-                                        let (p, o) =
-                                            held.swap_remove((seed >> 40) as usize % held.len());
-                                        di.allocator().free_pages(p, o).unwrap();
-                                    }
-                                }
-                                Err(AllocError::InitInProgress { .. }) => std::thread::yield_now(),
-                                // Larger orders run out first; go on with smaller ones.
-                                Err(AllocError::OutOfMemory { .. }) if order > 0 => {
-                                    max_order = order - 1
-                                }
-                                Err(AllocError::OutOfMemory { .. }) => break,
-                                Err(e) => panic!("{e}"),
-                            }
-                        }
-                        held
+                        alloc_and_free_until_out_of_memory(di, nid, zone, run * 31 + t as u64 + 1)
                     })
                 })
                 .collect();
@@ -650,6 +684,43 @@ fn grow_on_demand_races_with_workers() {
         nr_contended > 0,
         "no growth step overlapped another claim of its node in {nr_runs} runs ({nr_grown_total} grown): the race was not exercised"
     );
+}
+
+/// Allocate blocks of random orders from (`nid`, `zone`) until even order 0
+/// is out of memory, giving every third back (merging while workers free);
+/// returns the blocks still held. `seed` picks the orders.
+fn alloc_and_free_until_out_of_memory(
+    di: &DeferredInit<'_, TestBacking>,
+    nid: NodeId,
+    zone: ZoneType,
+    mut seed: u64,
+) -> Vec<(Pfn, u32)> {
+    let mut held: Vec<(Pfn, u32)> = Vec::new();
+    let mut max_order = MAX_ORDER;
+    let mut nr_allocs = 0u64;
+    loop {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let order = ((seed >> 33) % (max_order as u64 + 1)) as u32;
+        match di.allocator().alloc_pages(nid, zone, order) {
+            Ok(pfn) => {
+                held.push((pfn, order));
+                nr_allocs += 1;
+                // Give every third block back (merging while workers free).
+                if nr_allocs.is_multiple_of(3) {
+                    let (p, o) = held.swap_remove((seed >> 40) as usize % held.len());
+                    di.allocator().free_pages(p, o).unwrap();
+                }
+            }
+            Err(AllocError::InitInProgress { .. }) => std::thread::yield_now(),
+            // Larger orders run out first; go on with smaller ones.
+            Err(AllocError::OutOfMemory { .. }) if order > 0 => max_order = order - 1,
+            Err(AllocError::OutOfMemory { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    held
 }
 
 /// With every page free, the lists hold exactly the largest aligned blocks

@@ -985,12 +985,26 @@ fn selftest_errors_say_what_went_wrong() {
     }
 }
 
-/// The wording of verification's reports, the parts no failing boot above
-/// reaches: every head problem, a list that leaves its zone from the list
-/// head, a zone with untouched pages, a failure with more mismatches than
-/// it keeps, a node skipped by the self-test, and `check_all`'s failures.
+// The wording of verification's reports, the parts no failing boot above
+// reaches: every head problem, a list that leaves its zone from the list
+// head, a zone with untouched pages, a failure with more mismatches than
+// it keeps, a node skipped by the self-test, and `check_all`'s failures.
+
+/// A block-count mismatch of node 2's DMA32 order-4 list.
+fn block_count_mismatch() -> BuddyMismatch {
+    BuddyMismatch::BlockCount {
+        nid: 2,
+        zone: ZoneType::Dma32,
+        order: 4,
+        listed: 1,
+        scanned: 2,
+        counter: 3,
+    }
+}
+
+/// Every head problem ends the listed-head message it is part of.
 #[test]
-fn report_wording() {
+fn report_wording_of_head_problems() {
     let head = |problem| {
         BuddyMismatch::ListedHead {
             nid: 1,
@@ -1025,14 +1039,13 @@ fn report_wording() {
             "{line}"
         );
     }
-    let count = BuddyMismatch::BlockCount {
-        nid: 2,
-        zone: ZoneType::Dma32,
-        order: 4,
-        listed: 1,
-        scanned: 2,
-        counter: 3,
-    };
+}
+
+/// A block count that differs, and a list that leaves its zone from the
+/// list head or from a page.
+#[test]
+fn report_wording_of_block_counts_and_lists() {
+    let count = block_count_mismatch();
     assert_eq!(
         count.to_string(),
         "verify: node 2 zone DMA32 order 4: 1 blocks listed, 2 heads in the page scan, list counter 3"
@@ -1053,7 +1066,11 @@ fn report_wording() {
         .to_string(),
         "pfn 0x10's lru.next points at pfn 0x77, outside the zone's memory"
     );
+}
 
+/// A zone with untouched pages says how many (and how many reserved).
+#[test]
+fn report_wording_of_untouched_zones() {
     let zone = |untouched, untouched_reserved| ZoneSummary {
         nid: 0,
         zone: ZoneType::Normal,
@@ -1076,7 +1093,13 @@ fn report_wording() {
         "{}",
         zone(40, 2)
     );
+}
 
+/// A failure says how many mismatches it has and how many it shows; a
+/// node skipped by the self-test, and `check_all`'s failures.
+#[test]
+fn report_wording_of_failures() {
+    let count = block_count_mismatch();
     let failure = |nr_mismatches| BuddyFailure {
         summary: BuddySummary {
             zones: Vec::new(),

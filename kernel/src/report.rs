@@ -370,10 +370,9 @@ mod tests {
         );
     }
 
-    /// Each fact lands under its own key: every number distinct, read
-    /// back by key name.
-    #[test]
-    fn every_fact_lands_under_its_key() {
+    /// `MmFacts` with every summary number a distinct value, and the
+    /// `(key, value)` each must be read back as.
+    fn numbered_mm_facts() -> (MmFacts, Vec<(&'static str, u64)>) {
         let mut mm = MmFacts::EMPTY;
         let mm_keys: [(&str, &mut u64); 24] = [
             ("present_pages", &mut mm.present_pages),
@@ -436,6 +435,12 @@ mod tests {
             ("grow_step_p99_ns", 88),
             ("grow_step_max_ns", 89),
         ]);
+        (mm, want)
+    }
+
+    /// `BootFacts` numbered on from `numbered_mm_facts`'s values, and the
+    /// `(key, value)` each must be read back as.
+    fn numbered_boot_facts() -> (BootFacts, Vec<(&'static str, u64)>) {
         let boot = BootFacts {
             mem_bytes: 92,
             nodes: 93,
@@ -447,7 +452,7 @@ mod tests {
             entry: "bios",
             reset_to_entry_ns: 99,
         };
-        want.extend([
+        let want = Vec::from([
             ("mem_bytes", 92),
             ("nodes", 93),
             ("cpus", 94),
@@ -455,10 +460,21 @@ mod tests {
             ("heap_bytes", 97),
             ("heap_peak_bytes", 98),
             ("reset_to_entry_ns", 99),
-            ("total_ns", 100),
         ]);
+        (boot, want)
+    }
+
+    /// Each fact lands under its own key: every number distinct, read
+    /// back by key name.
+    #[test]
+    fn every_fact_lands_under_its_key() {
+        let (mm, mut want) = numbered_mm_facts();
+        let (boot, boot_want) = numbered_boot_facts();
+        want.extend(boot_want);
+        let total_ns = 100;
+        want.push(("total_ns", total_ns));
         let mut line = String::new();
-        write_summary_line(&mut line, "ok", 100, &boot, &mm).unwrap();
+        write_summary_line(&mut line, "ok", total_ns, &boot, &mm).unwrap();
         let v = parse_line(&line);
         for (key, value) in want {
             assert_eq!(v[key], value, "{key}");

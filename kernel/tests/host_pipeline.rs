@@ -29,11 +29,13 @@ use memboot_contract::options::StructPageSize;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
+use memmap::memblock::Memblock;
 use memmap::memory_block::BlockLookup;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::pageblock::PageblockMaps;
 use memmap::store::Memmap;
+use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
 const ALL_FIXTURES: [&str; 8] = [
@@ -75,7 +77,6 @@ fn checked_model(fx: &Fixture) -> Model {
 /// the vmemmap's sections, bytes per node, page tables and memblock
 /// reservations.
 fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
-    let name = fx.name;
     let reserve = fx.reserve();
     let (mut mb, _) = s1_memblock::build(
         &fx.input.map,
@@ -85,6 +86,14 @@ fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
     )
     .unwrap();
     let layout = s2_zones::layout(&mb, &VecLog::default(), P::BYTES);
+    check_zone_layout(fx.name, &layout, model);
+    check_vmemmap::<P>(fx, &mut mb, &layout, model);
+}
+
+/// Stage 2 against `model`: nodes (span, present pages), zones (span,
+/// present pages), each node's highest zone, hole pages per zone and the
+/// present sections.
+fn check_zone_layout(name: &str, layout: &ZoneLayout, model: &Model) {
     let nodes: Vec<_> = layout
         .nodes()
         .iter()
@@ -152,10 +161,22 @@ fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
         section_pages,
         model.present_sections * common::model::SECTION_PAGES
     );
+}
+
+/// Stage 3 against `model`: sections mapped (none at boot with
+/// `memmap=ondemand`), page tables, struct-page bytes per node and
+/// memblock's reserved table afterwards, each block on its own node.
+fn check_vmemmap<P: PageLayout>(
+    fx: &Fixture,
+    mb: &mut Memblock,
+    layout: &ZoneLayout,
+    model: &Model,
+) {
+    let name = fx.name;
     let mut mapper = HostMapper::new();
     let vstats = if fx.opts.memmap == memboot_contract::options::MemmapMode::OnDemand {
         let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
-        let (backing, vstats) = sections.reserve::<P>(&mut mb, &layout).unwrap();
+        let (backing, vstats) = sections.reserve::<P>(mb, layout).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
         assert_eq!(
             backing.hole_pages_on_first_use(),
@@ -164,9 +185,7 @@ fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
         );
         vstats
     } else {
-        s3_vmemmap::populate::<_, P>(&mut mb, &mut mapper)
-            .unwrap()
-            .1
+        s3_vmemmap::populate::<_, P>(mb, &mut mapper).unwrap().1
     };
     assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
     assert_eq!(

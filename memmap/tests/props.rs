@@ -16,7 +16,7 @@ use memmap::pageblock::PageblockMaps;
 use memmap::sections::{present_sections, vmemmap_backing_ranges, Vmemmap};
 use memmap::store::{Memmap, VecBacking};
 use memmap::zones::ZoneLayout;
-use memmap::{section_nr_to_pfn, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SIZE};
+use memmap::{section_nr_to_pfn, DeferredRange, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SIZE};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -629,18 +629,12 @@ fn strategies_are_byte_identical_at<P: PageLayout>(
                 }
             }
             // Eager pages equal the Regions result.
-            let regions = &results[1].0;
-            let snap = &results[results.len() - 1].0;
-            let mut idx = 0usize;
-            for nr in mm.backing().section_nrs() {
-                for off in 0..PAGES_PER_SECTION {
-                    let pfn = section_nr_to_pfn(nr) + off;
-                    if !out.deferred.iter().any(|d| d.pfns.contains(pfn)) {
-                        prop_assert_eq!(snap[idx], regions[idx], "eager pfn {:#x}", pfn);
-                    }
-                    idx += 1;
-                }
-            }
+            check_eager_pages_equal(
+                &mm,
+                &out.deferred,
+                &results[results.len() - 1].0,
+                &results[1].0,
+            )?;
             let mut reserved_in_deferred = 0;
             for d in &out.deferred {
                 init_pfn_range(&mut mm, &pb, d.pfns, d.zone, d.nid).unwrap();
@@ -670,7 +664,36 @@ fn strategies_are_byte_identical_at<P: PageLayout>(
     prop_assert_eq!(results[0].2.stats, results[1].2.stats);
     // Every page of a present section was written (no zero page left).
     prop_assert!(results[1].0.iter().all(|p| p.refcount() == 1));
-    // PG_reserved exactly on holes and reserved memory.
+    check_reserved_flags_and_links(&mm, &mb)
+}
+
+/// Outside the `deferred` ranges, the pages of `snap` (every backed
+/// section's, in order) equal those of `regions`.
+fn check_eager_pages_equal<P: PageLayout>(
+    mm: &Memmap<VecBacking<P>>,
+    deferred: &[DeferredRange],
+    snap: &[P],
+    regions: &[P],
+) -> Result<(), TestCaseError> {
+    let mut idx = 0usize;
+    for nr in mm.backing().section_nrs() {
+        for off in 0..PAGES_PER_SECTION {
+            let pfn = section_nr_to_pfn(nr) + off;
+            if !deferred.iter().any(|d| d.pfns.contains(pfn)) {
+                prop_assert_eq!(snap[idx], regions[idx], "eager pfn {:#x}", pfn);
+            }
+            idx += 1;
+        }
+    }
+    Ok(())
+}
+
+/// PG_reserved exactly on holes and reserved memory; the links of every
+/// present page name its zone and node.
+fn check_reserved_flags_and_links<P: PageLayout>(
+    mm: &Memmap<VecBacking<P>>,
+    mb: &Memblock,
+) -> Result<(), TestCaseError> {
     for nr in mm.backing().section_nrs() {
         for pfn in section_nr_to_pfn(nr)..section_nr_to_pfn(nr + 1) {
             let p = mm.page(pfn).unwrap();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::raw::Raw;
+use crate::raw::{Phase, PhaseCounts, Raw};
 use crate::symbols::{Symbols, KERNEL_HALF};
 
 /// The share of kernel-half instructions that must fall in known functions
@@ -90,14 +90,19 @@ fn per_page(x: u64, pages: Option<u64>) -> Option<f64> {
     pages.filter(|&p| p > 0).map(|p| x as f64 / p as f64)
 }
 
-impl Profile {
-    /// `pages`: struct pages initialised per phase name, where known.
-    pub fn new(
-        kernel: &str,
-        raw: &Raw,
-        symbols: &Symbols,
-        pages: &HashMap<String, u64>,
-    ) -> Profile {
+/// Kernel-half instructions by function: in all, per phase, and by 2 MiB
+/// region where no function is known.
+struct Attribution {
+    flat: HashMap<String, u64>,
+    by_phase: Vec<HashMap<String, u64>>,
+    unknown: HashMap<String, u64>,
+    kernel_insns: u64,
+    attributed: u64,
+}
+
+impl Attribution {
+    /// Attribute every kernel-half instruction of `raw`'s blocks.
+    fn of(raw: &Raw, symbols: &Symbols) -> Attribution {
         let nph = raw.phases.len();
         let mut flat: HashMap<String, u64> = HashMap::new();
         let mut by_phase: Vec<HashMap<String, u64>> = vec![HashMap::new(); nph];
@@ -128,46 +133,77 @@ impl Profile {
                 }
             }
         }
+        Attribution {
+            flat,
+            by_phase,
+            unknown,
+            kernel_insns,
+            attributed,
+        }
+    }
+}
+
+/// Phase `p`'s counts, the functions `funcs` that ran in it and, given its
+/// struct `pages`, the figures per page.
+fn phase_profile(
+    p: &Phase,
+    funcs: HashMap<String, u64>,
+    symbols: &Symbols,
+    pages: Option<u64>,
+) -> PhaseProfile {
+    let sum = |f: fn(&PhaseCounts) -> u64| p.per_vcpu.iter().map(f).sum::<u64>();
+    let (insns, stores, bytes) = (sum(|c| c.insns), sum(|c| c.stores), sum(|c| c.bytes));
+    PhaseProfile {
+        name: p.name.clone(),
+        entries: p
+            .entries
+            .iter()
+            .map(|e| symbols.lookup(*e).unwrap_or("?").to_string())
+            .collect(),
+        insns,
+        stores,
+        bytes,
+        per_vcpu: p
+            .per_vcpu
+            .iter()
+            .map(|c| VcpuCounts {
+                insns: c.insns,
+                stores: c.stores,
+                bytes: c.bytes,
+            })
+            .collect(),
+        opens: sum(|c| c.opens),
+        closes: sum(|c| c.closes),
+        unanchored: sum(|c| c.unanchored),
+        left_open: p.left_open,
+        pages,
+        insns_per_page: per_page(insns, pages),
+        stores_per_page: per_page(stores, pages),
+        bytes_per_page: per_page(bytes, pages),
+        functions: sorted(funcs),
+    }
+}
+
+impl Profile {
+    /// `pages`: struct pages initialised per phase name, where known.
+    pub fn new(
+        kernel: &str,
+        raw: &Raw,
+        symbols: &Symbols,
+        pages: &HashMap<String, u64>,
+    ) -> Profile {
+        let Attribution {
+            flat,
+            by_phase,
+            unknown,
+            kernel_insns,
+            attributed,
+        } = Attribution::of(raw, symbols);
         let phases = raw
             .phases
             .iter()
             .zip(by_phase)
-            .map(|(p, funcs)| {
-                let sum =
-                    |f: fn(&crate::raw::PhaseCounts) -> u64| p.per_vcpu.iter().map(f).sum::<u64>();
-                let (insns, stores, bytes) =
-                    (sum(|c| c.insns), sum(|c| c.stores), sum(|c| c.bytes));
-                let pages = pages.get(&p.name).copied();
-                PhaseProfile {
-                    name: p.name.clone(),
-                    entries: p
-                        .entries
-                        .iter()
-                        .map(|e| symbols.lookup(*e).unwrap_or("?").to_string())
-                        .collect(),
-                    insns,
-                    stores,
-                    bytes,
-                    per_vcpu: p
-                        .per_vcpu
-                        .iter()
-                        .map(|c| VcpuCounts {
-                            insns: c.insns,
-                            stores: c.stores,
-                            bytes: c.bytes,
-                        })
-                        .collect(),
-                    opens: sum(|c| c.opens),
-                    closes: sum(|c| c.closes),
-                    unanchored: sum(|c| c.unanchored),
-                    left_open: p.left_open,
-                    pages,
-                    insns_per_page: per_page(insns, pages),
-                    stores_per_page: per_page(stores, pages),
-                    bytes_per_page: per_page(bytes, pages),
-                    functions: sorted(funcs),
-                }
-            })
+            .map(|(p, funcs)| phase_profile(p, funcs, symbols, pages.get(&p.name).copied()))
             .collect();
         Profile {
             kernel: kernel.to_string(),

@@ -109,10 +109,31 @@ fn spread(v: &[u64]) -> String {
     }
 }
 
+/// The profiled boots of one (size, entry), in round order.
+struct Run {
+    size: String,
+    entry: String,
+    boots: Vec<Boot>,
+}
+
 /// The tables, or `None` when the run has no profiles.
 pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
-    // (size, entry) -> boots in round order.
-    let mut runs: Vec<(String, String, Vec<Boot>)> = Vec::new();
+    let runs = read_runs(dir, plan)?;
+    if runs.is_empty() {
+        return Ok(None);
+    }
+    let peers: Vec<&String> = plan.entries.iter().filter(|e| is_peer(e)).collect();
+    let mut out = per_page_header(plan.rounds, &peers);
+    for run in &runs {
+        out += &per_page_row(&runs, run, &peers);
+    }
+    out += &top_functions_table(&runs);
+    Ok(Some(out))
+}
+
+/// Every (size, entry) of `plan` with at least one profile in `dir`.
+fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
+    let mut runs = Vec::new();
     for size in plan.sizes {
         for entry in plan.entries {
             let mut boots = Vec::new();
@@ -122,106 +143,133 @@ pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
                 }
             }
             if !boots.is_empty() {
-                runs.push((size.clone(), entry.clone(), boots));
+                runs.push(Run {
+                    size: size.clone(),
+                    entry: entry.clone(),
+                    boots,
+                });
             }
         }
     }
-    if runs.is_empty() {
-        return Ok(None);
+    Ok(runs)
+}
+
+/// The pages of phase `ph` at `size` for `entry`: its own, or (Linux) the
+/// divisor entry's.
+fn pages(runs: &[Run], size: &str, entry: &str, ph: usize) -> Option<u64> {
+    let own = |e: &str| {
+        runs.iter()
+            .find(|r| r.size == size && r.entry == e)
+            .and_then(|r| r.boots[0].phases[ph].as_ref()?.pages)
+    };
+    if crate::bench::is_linux(entry) {
+        own(DIVISOR_ENTRY)
+    } else {
+        own(entry)
     }
-    let peers: Vec<&String> = plan.entries.iter().filter(|e| is_peer(e)).collect();
-    // The pages of `phase` at `size` for `entry`: its own, or (Linux) the
-    // divisor entry's.
-    let pages = |size: &str, entry: &str, ph: usize| -> Option<u64> {
-        let own = |e: &str| {
-            runs.iter()
-                .find(|(s, en, _)| s == size && en == e)
-                .and_then(|(_, _, b)| b[0].phases[ph].as_ref()?.pages)
-        };
-        if crate::bench::is_linux(entry) {
-            own(DIVISOR_ENTRY)
-        } else {
-            own(entry)
-        }
-    };
-    // Median instructions per page of a phase, for the ratio columns.
-    let per_page = |size: &str, entry: &str, ph: usize| -> Option<f64> {
-        let (_, _, boots) = runs.iter().find(|(s, e, _)| s == size && e == entry)?;
-        let p = pages(size, entry, ph).filter(|&p| p > 0)? as f64;
-        median(
-            boots
-                .iter()
-                .filter_map(|b| Some(b.phases[ph].as_ref()?.insns as f64 / p))
-                .collect(),
-        )
-    };
+}
+
+/// Median instructions per page of phase `ph`, for the ratio columns.
+fn per_page(runs: &[Run], size: &str, entry: &str, ph: usize) -> Option<f64> {
+    let run = runs.iter().find(|r| r.size == size && r.entry == entry)?;
+    let p = pages(runs, size, entry, ph).filter(|&p| p > 0)? as f64;
+    median(
+        run.boots
+            .iter()
+            .filter_map(|b| Some(b.phases[ph].as_ref()?.insns as f64 / p))
+            .collect(),
+    )
+}
+
+/// The per-page table's title and header rows.
+fn per_page_header(rounds: u32, peers: &[&String]) -> String {
     let mut out = format!(
         "\ninstruction profile (memboot-profile, README \"Instruction profile\"): guest instructions, stores and \
          bytes stored per struct page, median of {} rounds; spread = (max − min) / median of the phase's instructions \
          over the rounds\n\n| size | entry |",
-        plan.rounds
+        rounds
     );
     for (_, title) in PHASES {
         out += &format!(" {title}: pages | instr/page | stores/page | bytes/page | spread |");
     }
-    for p in &peers {
+    for p in peers {
         out += &format!(" deferred instr × {} |", crate::bench::peer_label(p));
     }
     out += " whole boot, instructions |\n|---|---|";
     out += &"---|".repeat(PHASES.len() * 5 + peers.len() + 1);
     out.push('\n');
-    for (size, entry, boots) in &runs {
-        out += &format!("| {size} | {entry} |");
-        for ph in 0..PHASES.len() {
-            let counts: Vec<&Phase> = boots.iter().filter_map(|b| b.phases[ph].as_ref()).collect();
-            let pg = pages(size, entry, ph);
-            match (counts.is_empty(), pg) {
-                (false, Some(p)) if p > 0 => {
-                    let each = |f: fn(&Phase) -> u64| {
-                        median(counts.iter().map(|c| f(c) as f64 / p as f64).collect())
-                            .unwrap_or(0.0)
-                    };
-                    out += &format!(
-                        " {p} | {:.1} | {:.2} | {:.1} | {} |",
-                        each(|c| c.insns),
-                        each(|c| c.stores),
-                        each(|c| c.bytes),
-                        spread(&counts.iter().map(|c| c.insns).collect::<Vec<_>>())
-                    );
-                }
-                (false, _) => {
-                    out += &format!(
-                        " – | – | – | – | {} |",
-                        spread(&counts.iter().map(|c| c.insns).collect::<Vec<_>>())
-                    )
-                }
-                (true, _) => out += " – | – | – | – | – |",
-            }
-        }
-        for p in &peers {
-            let cell = match (per_page(size, entry, 0), per_page(size, p, 0)) {
-                (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-                _ => "–".into(),
-            };
-            out += &format!(" {cell} |");
-        }
-        let totals: Vec<f64> = boots.iter().map(|b| b.total_insns as f64).collect();
-        out += &format!(" {:.0} |\n", median(totals).unwrap_or(0.0));
+    out
+}
+
+/// One (size, entry)'s row of the per-page table.
+fn per_page_row(runs: &[Run], run: &Run, peers: &[&String]) -> String {
+    let (size, entry) = (run.size.as_str(), run.entry.as_str());
+    let mut out = format!("| {size} | {entry} |");
+    for ph in 0..PHASES.len() {
+        let counts: Vec<&Phase> = run
+            .boots
+            .iter()
+            .filter_map(|b| b.phases[ph].as_ref())
+            .collect();
+        out += &phase_cells(&counts, pages(runs, size, entry, ph));
     }
-    out += "\nwhere each phase's instructions go (round 1): the five functions with the most, share of the phase\n\n| size | entry | phase | top five functions |\n|---|---|---|---|\n";
-    for (size, entry, boots) in &runs {
+    for p in peers {
+        let cell = match (per_page(runs, size, entry, 0), per_page(runs, size, p, 0)) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "–".into(),
+        };
+        out += &format!(" {cell} |");
+    }
+    let totals: Vec<f64> = run.boots.iter().map(|b| b.total_insns as f64).collect();
+    out += &format!(" {:.0} |\n", median(totals).unwrap_or(0.0));
+    out
+}
+
+/// One phase's five cells: pages, medians per page of its rounds' `counts`
+/// (none without pages) and the spread of their instructions.
+fn phase_cells(counts: &[&Phase], pages: Option<u64>) -> String {
+    match (counts.is_empty(), pages) {
+        (false, Some(p)) if p > 0 => {
+            let each = |f: fn(&Phase) -> u64| {
+                median(counts.iter().map(|c| f(c) as f64 / p as f64).collect()).unwrap_or(0.0)
+            };
+            format!(
+                " {p} | {:.1} | {:.2} | {:.1} | {} |",
+                each(|c| c.insns),
+                each(|c| c.stores),
+                each(|c| c.bytes),
+                spread(&counts.iter().map(|c| c.insns).collect::<Vec<_>>())
+            )
+        }
+        (false, _) => format!(
+            " – | – | – | – | {} |",
+            spread(&counts.iter().map(|c| c.insns).collect::<Vec<_>>())
+        ),
+        (true, _) => " – | – | – | – | – |".into(),
+    }
+}
+
+/// Where each phase's instructions go in round 1: its five top functions.
+fn top_functions_table(runs: &[Run]) -> String {
+    let mut out = String::from("\nwhere each phase's instructions go (round 1): the five functions with the most, share of the phase\n\n| size | entry | phase | top five functions |\n|---|---|---|---|\n");
+    for run in runs {
         for (ph, (_, title)) in PHASES.iter().enumerate() {
-            if let Some(p) = &boots[0].phases[ph] {
+            if let Some(p) = &run.boots[0].phases[ph] {
                 let top: Vec<String> = p
                     .top
                     .iter()
                     .map(|(f, s)| format!("`{f}` {:.1} %", 100.0 * s))
                     .collect();
-                out += &format!("| {size} | {entry} | {title} | {} |\n", top.join(", "));
+                out += &format!(
+                    "| {} | {} | {title} | {} |\n",
+                    run.size,
+                    run.entry,
+                    top.join(", ")
+                );
             }
         }
     }
-    Ok(Some(out))
+    out
 }
 
 #[cfg(test)]
@@ -242,10 +290,16 @@ mod tests {
         .to_string()
     }
 
-    #[test]
-    fn per_page_figures_with_linux_divided_by_memboots_pages() {
-        let dir = std::env::temp_dir().join(format!("profile-table-{}", std::process::id()));
+    /// A fresh directory for one test's profiles.
+    fn profile_dir(test: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("profile-table-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Two rounds of 16G `deferred` and of `linux-6.1`; Linux's second
+    /// round never opens the boot-CPU phase.
+    fn write_deferred_and_linux(dir: &Path) {
         let w = |name: &str, text: String| std::fs::write(dir.join(name), text).unwrap();
         // memboot: 1000 pages, 13 000 and 13 100 instructions over two rounds.
         w(
@@ -265,29 +319,36 @@ mod tests {
             "16G-linux-6.1-2.profile.json",
             profile((65_000, 12_000, 90_000, None), 0),
         );
-        let (sizes, entries) = (
-            vec!["16G".to_string()],
-            vec!["deferred".to_string(), "linux-6.1".to_string()],
-        );
+    }
+
+    /// The tables of `dir` for 16G and `entries`, two rounds.
+    fn tables_16g(dir: &Path, entries: &[&str]) -> String {
+        let sizes = vec!["16G".to_string()];
+        let entries: Vec<String> = entries.iter().map(|e| e.to_string()).collect();
         let plan = Plan {
             sizes: &sizes,
             entries: &entries,
             rounds: 2,
         };
-        let text = tables(&dir, &plan).unwrap().unwrap();
-        let row = |entry: &str| {
-            text.lines()
-                .find(|l| l.starts_with(&format!("| 16G | {entry} |")))
-                .unwrap()
-                .to_string()
-        };
-        let cells = |entry: &str| {
-            row(entry)
-                .split('|')
-                .map(|c| c.trim().to_string())
-                .collect::<Vec<_>>()
-        };
-        let m = cells("deferred");
+        tables(dir, &plan).unwrap().unwrap()
+    }
+
+    /// The trimmed cells of `entry`'s 16G row of the per-page table.
+    fn cells(text: &str, entry: &str) -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| 16G | {entry} |")))
+            .unwrap()
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn per_page_figures_with_linux_divided_by_memboots_pages() {
+        let dir = profile_dir("linux");
+        write_deferred_and_linux(&dir);
+        let text = tables_16g(&dir, &["deferred", "linux-6.1"]);
+        let m = cells(&text, "deferred");
         // median of 13.0 and 13.1; spread 100 / 13 050.
         assert_eq!(
             &m[3..8],
@@ -295,7 +356,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(m[13], "0.20", "13.05 / 65.0: {text}");
-        let l = cells("linux-6.1");
+        let l = cells(&text, "linux-6.1");
         assert_eq!(
             &l[3..8],
             ["1000", "65.0", "12.00", "90.0", "0.000 %"],
@@ -309,28 +370,26 @@ mod tests {
             ),
             "{text}"
         );
-        // An eager mode defers no page: no per-page figure, no ratio.
-        w(
-            "16G-regions-1.profile.json",
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An eager mode defers no page: no per-page figure, no ratio.
+    #[test]
+    fn an_eager_mode_has_no_deferred_figure_per_page() {
+        let dir = profile_dir("eager");
+        write_deferred_and_linux(&dir);
+        std::fs::write(
+            dir.join("16G-regions-1.profile.json"),
             profile((16, 16, 128, Some(0)), 1),
+        )
+        .unwrap();
+        let text = tables_16g(&dir, &["regions", "deferred", "linux-6.1"]);
+        let r = cells(&text, "regions");
+        assert_eq!(
+            (r[3].as_str(), r[4].as_str(), r[13].as_str()),
+            ("–", "–", "–"),
+            "{text}"
         );
-        let entries = vec![
-            "regions".to_string(),
-            "deferred".to_string(),
-            "linux-6.1".to_string(),
-        ];
-        let plan = Plan {
-            sizes: &sizes,
-            entries: &entries,
-            rounds: 2,
-        };
-        let text = tables(&dir, &plan).unwrap().unwrap();
-        let r = text
-            .lines()
-            .find(|l| l.starts_with("| 16G | regions |"))
-            .unwrap();
-        let r: Vec<&str> = r.split('|').map(str::trim).collect();
-        assert_eq!((r[3], r[4], r[13]), ("–", "–", "–"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -18,8 +18,13 @@ fn summary_u64(log: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("summary key {key}"))
 }
 
-fn run_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memboot-bench-report-{}", std::process::id()));
+/// A run directory of two rounds of 4G deferred, touch and Linux, a
+/// skipped regions and two warm-ups; `name` keeps tests' directories apart.
+fn run_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "memboot-bench-report-{name}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     for round in 1..=2 {
         std::fs::write(
@@ -54,19 +59,45 @@ fn run_dir() -> PathBuf {
     dir
 }
 
-#[test]
-fn rows_table_and_json_from_a_run_directory() {
-    let dir = run_dir();
+/// The Linux fixture's memmap time, read off the log by hand: early block
+/// 0.072481 → 0.241430 s, slowest node 1460 ms.
+const LINUX_MEMMAP_NS: u64 = 241_430_000 - 72_481_000 + 1_460_000_000;
+
+/// The entries a run directory's plan names (regions skipped).
+const ENTRIES: [&str; 4] = ["deferred", "regions", "touch", "linux"];
+
+/// `run_dir(name)` read back as bench results and its table, the
+/// directory removed.
+fn results_and_table(name: &str) -> (bench::Results, String) {
+    let dir = run_dir(name);
     let sizes = vec!["4G".to_string()];
-    let entries: Vec<String> = ["deferred", "regions", "touch", "linux"]
-        .map(String::from)
-        .to_vec();
+    let entries: Vec<String> = ENTRIES.map(String::from).to_vec();
     let plan = Plan {
         sizes: &sizes,
         entries: &entries,
         rounds: 2,
     };
     let results = bench::read_dir(&dir, &plan).expect("every log reads");
+    let table = bench::table(&results, &plan, "heading");
+    std::fs::remove_dir_all(dir).unwrap();
+    (results, table)
+}
+
+/// A memboot boot's memmap time: its summary's three phases.
+fn memboot_memmap_ns(log: &str) -> f64 {
+    (summary_u64(log, "memmap_boot_ns")
+        + summary_u64(log, "buddy_eager_ns")
+        + summary_u64(log, "deferred_ns")) as f64
+}
+
+/// A cell of the 4G `entry`'s line, by its column heading.
+fn cell_4g(table: &str, entry: &str, column: &str) -> String {
+    table_cell(table, "4G", entry, column)
+}
+
+#[test]
+fn rows_from_a_run_directory() {
+    let (results, _) = results_and_table("rows");
     assert_eq!(results.rows.len(), 6, "2 rounds of 3 booted entries");
     assert_eq!(results.skipped.len(), 1);
 
@@ -85,54 +116,33 @@ fn rows_table_and_json_from_a_run_directory() {
         Some(summary_u64(&deferred_log, "allocatable_ns"))
     );
     let linux = results.rows.iter().find(|r| r.kernel == "linux").unwrap();
-    // The fixture: early block 0.072481 → 0.241430, slowest node 1460 ms.
-    assert_eq!(linux.memmap_ns, 241_430_000 - 72_481_000 + 1_460_000_000);
+    assert_eq!(linux.memmap_ns, LINUX_MEMMAP_NS);
     assert_eq!(linux.host_rss_mib, Some(1446));
+}
 
-    let table = bench::table(&results, &plan, "heading");
-    // A cell of an entry's line, by its column heading.
-    let cell = |entry: &str, column: &str| -> String {
-        let header: Vec<&str> = table
-            .lines()
-            .find(|l| l.starts_with("| size |"))
-            .expect("a header line")
-            .split('|')
-            .map(str::trim)
-            .collect();
-        let at = header
-            .iter()
-            .position(|h| *h == column)
-            .unwrap_or_else(|| panic!("no column '{column}' in\n{table}"));
-        let line = table
-            .lines()
-            .find(|l| l.starts_with("| 4G | ") && l.contains(&format!(" | {entry} | ")))
-            .unwrap_or_else(|| panic!("no {entry} line in\n{table}"));
-        line.split('|').map(str::trim).nth(at).unwrap().to_string()
-    };
+#[test]
+fn table_from_a_run_directory() {
+    let (_, table) = results_and_table("table");
+    let deferred_log = fixture("kernel/tests/fixtures/4g-deferred.log");
     // Expectations from the fixtures themselves, not from the rows: the
     // deferred boot's memmap is its three summary phases; Linux's is its
-    // early block plus the slowest node (read off the log by hand, above),
+    // early block plus the slowest node (`LINUX_MEMMAP_NS`),
     // and it is ready at `devtmpfs: initialized`, 3.307402 s.
-    let deferred_memmap_ns = (summary_u64(&deferred_log, "memmap_boot_ns")
-        + summary_u64(&deferred_log, "buddy_eager_ns")
-        + summary_u64(&deferred_log, "deferred_ns")) as f64;
-    let touch_log = fixture("kernel/tests/fixtures/4g-touch.log");
-    let touch_memmap_ns = (summary_u64(&touch_log, "memmap_boot_ns")
-        + summary_u64(&touch_log, "buddy_eager_ns")
-        + summary_u64(&touch_log, "deferred_ns")) as f64;
-    let linux_memmap_ns = (241_430_000 - 72_481_000 + 1_460_000_000) as f64;
+    let deferred_memmap_ns = memboot_memmap_ns(&deferred_log);
+    let touch_memmap_ns = memboot_memmap_ns(&fixture("kernel/tests/fixtures/4g-touch.log"));
+    let linux_memmap_ns = LINUX_MEMMAP_NS as f64;
     assert_eq!(
-        cell("deferred", "memmap × Linux memmap"),
+        cell_4g(&table, "deferred", "memmap × Linux memmap"),
         format!("{:.2}", deferred_memmap_ns / linux_memmap_ns),
         "{table}"
     );
     assert_eq!(
-        cell("deferred", "memmap × touch memmap"),
+        cell_4g(&table, "deferred", "memmap × touch memmap"),
         format!("{:.2}", deferred_memmap_ns / touch_memmap_ns),
         "{table}"
     );
     assert_eq!(
-        cell("deferred", "ready × Linux ready"),
+        cell_4g(&table, "deferred", "ready × Linux ready"),
         format!(
             "{:.2}",
             summary_u64(&deferred_log, "allocatable_ns") as f64 / 3_307_402_000.0
@@ -141,13 +151,17 @@ fn rows_table_and_json_from_a_run_directory() {
     );
     // memmap=touch hands nothing to the allocator: never ready, no ratio.
     assert_eq!(
-        cell("touch", "memory ready (allocatable) ms: each round → mean"),
+        cell_4g(
+            &table,
+            "touch",
+            "memory ready (allocatable) ms: each round → mean"
+        ),
         "– / – → –"
     );
-    assert_eq!(cell("touch", "ready × Linux ready"), "–");
+    assert_eq!(cell_4g(&table, "touch", "ready × Linux ready"), "–");
     let expected_ms = format!("{:.1}", deferred_memmap_ns / 1e6);
     assert_eq!(
-        cell("deferred", "memmap ms: each round → mean"),
+        cell_4g(&table, "deferred", "memmap ms: each round → mean"),
         format!("{expected_ms} / {expected_ms} → {expected_ms}")
     );
     // Linux writes every struct page of its 64 GiB before it is ready;
@@ -157,17 +171,29 @@ fn rows_table_and_json_from_a_run_directory() {
         (64u64 << 18) as f64 / 1e6,
         100.0 * (64u64 << 18) as f64 / (67_108_344 / 4) as f64
     );
-    assert_eq!(cell("linux", "struct pages written by ready"), linux_pages);
     assert_eq!(
-        cell("linux", "struct pages written by the end"),
+        cell_4g(&table, "linux", "struct pages written by ready"),
         linux_pages
     );
-    assert_eq!(cell("deferred", "drain ms"), "–", "no drain in deferred");
+    assert_eq!(
+        cell_4g(&table, "linux", "struct pages written by the end"),
+        linux_pages
+    );
+    assert_eq!(
+        cell_4g(&table, "deferred", "drain ms"),
+        "–",
+        "no drain in deferred"
+    );
     assert!(
         table.contains("4G regions: not booted: needs 64 GiB"),
         "{table}"
     );
+}
 
+#[test]
+fn warmups_and_json_from_a_run_directory() {
+    let (results, table) = results_and_table("warmups");
+    let touch_memmap_ns = memboot_memmap_ns(&fixture("kernel/tests/fixtures/4g-touch.log"));
     // Both warm-ups, in order, each naming the counted boot it preceded,
     // with the touch fixture's memmap time (its summary's phases).
     let touch_memmap_ms = format!("{:.1}", touch_memmap_ns / 1e6);
@@ -190,8 +216,10 @@ fn rows_table_and_json_from_a_run_directory() {
     assert_eq!(json["warmups"].as_array().unwrap().len(), 2);
     assert_eq!(json["warmups"][1]["before"], "4G/touch/2");
     assert_eq!(json["warmup"]["mode"], json["warmups"][0]["mode"]);
-    assert_eq!(json["rows"][0]["allocatable_ns"], d.allocatable_ns.unwrap());
-    std::fs::remove_dir_all(dir).unwrap();
+    assert_eq!(
+        json["rows"][0]["allocatable_ns"],
+        results.rows[0].allocatable_ns.unwrap()
+    );
 }
 
 #[test]
@@ -298,9 +326,7 @@ fn ratios_to_each_linux_peer() {
     };
     let (old, new) = (linux(LINUX_6_1), linux(LINUX_6_12));
     let deferred_log = fixture("kernel/tests/fixtures/4g-deferred.log");
-    let deferred_memmap_ns = (summary_u64(&deferred_log, "memmap_boot_ns")
-        + summary_u64(&deferred_log, "buddy_eager_ns")
-        + summary_u64(&deferred_log, "deferred_ns")) as f64;
+    let deferred_memmap_ns = memboot_memmap_ns(&deferred_log);
     let cell = |entry: &str, column: &str| table_cell(&table, "4G", entry, column);
     assert_eq!(
         cell("deferred", "memmap × Linux 6.12 memmap"),

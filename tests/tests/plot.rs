@@ -713,10 +713,17 @@ fn scaling_plot() {
     let svg = plot::render_scaling(&bench).unwrap();
     let doc = roxmltree::Document::parse(&svg).expect("the SVG is well-formed XML");
     let texts = texts(&doc);
+    check_scaling_layout(&doc, &texts);
     let all = polylines(&doc);
     let coloured: Vec<&Polyline> = all.iter().filter(|l| l.stroke != "#000000").collect();
     let (samples, data): (Vec<&Polyline>, Vec<&Polyline>) =
         coloured.into_iter().partition(|l| is_horizontal(l));
+    check_scaling_lines(&bench_json, &texts, &samples, &data);
+}
+
+/// The scaling plot's drawing: three panels stacked in equal rows, every
+/// text inside it, the captions one row apart.
+fn check_scaling_layout(doc: &roxmltree::Document, texts: &[Text]) {
     // Three panels stacked in equal rows (time, struct pages, RSS), every
     // text inside the drawing: the captions one row apart.
     let root = doc.root_element();
@@ -757,7 +764,17 @@ fn scaling_plot() {
             "captions at {ys:?} are not one third of the {height} px drawing apart"
         );
     }
-    let expected = expected_lines(&bench_json);
+}
+
+/// One data line per series line of `bench_json` (`expected_lines`), each
+/// styled like its legend sample and rising.
+fn check_scaling_lines(
+    bench_json: &Value,
+    texts: &[Text],
+    samples: &[&Polyline],
+    data: &[&Polyline],
+) {
+    let expected = expected_lines(bench_json);
     assert_eq!(
         expected.len(),
         13,
@@ -770,7 +787,7 @@ fn scaling_plot() {
         "one legend entry per series line"
     );
     for line in &expected {
-        let style = legend_style(&texts, &samples, &line.label);
+        let style = legend_style(texts, samples, &line.label);
         let drawn: Vec<&&Polyline> = data
             .iter()
             .filter(|d| (d.stroke.clone(), d.stroke_width.clone()) == style)

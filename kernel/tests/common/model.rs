@@ -326,15 +326,7 @@ impl Model {
     pub fn compute(map: &Map, walk: Walk) -> Model {
         let mut pages = Pages::new(map);
         // 1. Present memory, by node: memblock's memory regions.
-        let mut regions: Vec<(u64, u64, u32)> = Vec::new();
-        pages.walk(walk, |start, len| {
-            if let Some(nid) = pages.node(start) {
-                match regions.last_mut() {
-                    Some(r) if r.1 == start && r.2 == nid => r.1 += len,
-                    _ => regions.push((start, start + len, nid)),
-                }
-            }
-        });
+        let regions = pages.present_regions(walk);
         assert!(!regions.is_empty(), "the map has no whole page of RAM");
         let sections = present_sections(&regions);
         // 2. What memblock allocates for the struct pages.
@@ -345,86 +337,8 @@ impl Model {
             pages.allocate_vmemmap(&regions, &runs)
         };
         // 3. Every page again, now with the reservations.
-        let mut nodes: BTreeMap<u32, NodeModel> = BTreeMap::new();
-        for &(start, end, nid) in &regions {
-            let n = nodes.entry(nid).or_insert(NodeModel {
-                nid,
-                span: (start, end),
-                present: 0,
-                sections: 0,
-                memmap_bytes: 0,
-                highest_zone: Zone::Dma,
-            });
-            n.span = (n.span.0.min(start), n.span.1.max(end));
-        }
-        for n in nodes.values_mut() {
-            n.highest_zone = Zone::of(n.span.1 - 1);
-            n.sections = sections.iter().filter(|s| s.1 == n.nid).count() as u64;
-            n.memmap_bytes = runs
-                .iter()
-                .filter(|r| r.nid == n.nid)
-                .map(|r| r.huge_pages.end - r.huge_pages.start)
-                .sum::<u64>()
-                * HUGE_PAGE_BYTES;
-        }
-        let mut zones: BTreeMap<(u32, Zone), ZoneModel> = BTreeMap::new();
-        // Per node: present pages of its highest zone counted so far, and
-        // whether deferral has begun.
-        let mut deferral: BTreeMap<u32, (u64, bool)> = BTreeMap::new();
-        let mut pending_holes = 0u64;
-        let mut last_present: Option<(u32, Zone)> = None;
-        let section_present = |pfn: u64| {
-            sections
-                .binary_search_by_key(&(pfn / SECTION_PAGES), |s| s.0)
-                .is_ok()
-        };
-        pages.walk(walk, |start, len| {
-            let last = start + len - 1;
-            let Some(nid) = pages.node(start) else {
-                if section_present(start) {
-                    assert!(section_present(last), "a run leaves its section");
-                    pending_holes += len;
-                }
-                return;
-            };
-            let zone = Zone::of(start);
-            assert_eq!(zone, Zone::of(last), "a run crosses a zone limit");
-            let z = zones.entry((nid, zone)).or_default();
-            z.holes += std::mem::take(&mut pending_holes);
-            last_present = Some((nid, zone));
-            let highest = nodes[&nid].highest_zone;
-            let eager = if map.mode == Mode::OnDemand {
-                false
-            } else if !map.mode.splits() || zone != highest {
-                true
-            } else {
-                let (count, started) = deferral.entry(nid).or_insert((0, false));
-                if !*started && start % SECTION_PAGES == 0 && *count >= SECTION_PAGES {
-                    *started = true;
-                }
-                if !*started {
-                    // Only the first PFN of a run may be section aligned.
-                    assert_eq!(start / SECTION_PAGES, last / SECTION_PAGES);
-                    *count += len;
-                }
-                !*started
-            };
-            let reserved = pages.reserved(start);
-            z.present += len;
-            if eager {
-                z.eager += len;
-            } else {
-                z.deferred += len;
-            }
-            if reserved {
-                z.reserved += len;
-                if eager {
-                    z.reserved_eager += len;
-                }
-            }
-        });
-        let tail = last_present.expect("some page is present");
-        zones.get_mut(&tail).unwrap().holes += pending_holes;
+        let mut nodes = node_models(&regions, &sections, &runs);
+        let mut zones = pages.count_zone_pages(walk, &nodes, &sections);
         for n in nodes.values_mut() {
             n.present = zones
                 .iter()
@@ -432,31 +346,12 @@ impl Model {
                 .map(|(_, z)| z.present)
                 .sum();
         }
-        // Zones: the node's span clipped to each zone's limits.
-        let mut out = Vec::new();
-        for n in nodes.values() {
-            for zone in Zone::ALL {
-                let (lo, hi) = zone.limits();
-                let span = (n.span.0.max(lo), n.span.1.min(hi));
-                if span.0 >= span.1 {
-                    assert!(!zones.contains_key(&(n.nid, zone)));
-                    continue;
-                }
-                let mut z = zones.remove(&(n.nid, zone)).unwrap_or_default();
-                z.nid = n.nid;
-                z.zone = Some(zone);
-                z.span = span;
-                out.push(z);
-            }
-        }
+        let out = zones_in_spans(&nodes, &mut zones);
         assert!(zones.is_empty(), "every counted page lies in a zone span");
         let end_bytes = regions.last().unwrap().1 * PAGE_SIZE;
         let block = map
             .memory_block_size
             .unwrap_or_else(|| probe_memory_block_size(end_bytes));
-        let per_block = block / (SECTION_PAGES * PAGE_SIZE);
-        let mut block_ids: Vec<u64> = sections.iter().map(|s| s.0 / per_block).collect();
-        block_ids.dedup();
         Model {
             mode: map.mode,
             zones: out,
@@ -470,7 +365,7 @@ impl Model {
             allocations,
             reserved: pages.reserved_merged(),
             memory_block_size: block,
-            nr_memory_blocks: block_ids.len() as u64,
+            nr_memory_blocks: nr_memory_blocks(&sections, block),
         }
     }
 
@@ -568,6 +463,97 @@ fn present_sections(regions: &[(u64, u64, u32)]) -> Vec<(u64, u32)> {
     out
 }
 
+/// The nodes of `regions`: span, highest zone, present sections and the
+/// bytes of struct pages `runs` place on each (`present` still 0).
+fn node_models(
+    regions: &[(u64, u64, u32)],
+    sections: &[(u64, u32)],
+    runs: &[HugePageRun],
+) -> BTreeMap<u32, NodeModel> {
+    let mut nodes: BTreeMap<u32, NodeModel> = BTreeMap::new();
+    for &(start, end, nid) in regions {
+        let n = nodes.entry(nid).or_insert(NodeModel {
+            nid,
+            span: (start, end),
+            present: 0,
+            sections: 0,
+            memmap_bytes: 0,
+            highest_zone: Zone::Dma,
+        });
+        n.span = (n.span.0.min(start), n.span.1.max(end));
+    }
+    for n in nodes.values_mut() {
+        n.highest_zone = Zone::of(n.span.1 - 1);
+        n.sections = sections.iter().filter(|s| s.1 == n.nid).count() as u64;
+        n.memmap_bytes = runs
+            .iter()
+            .filter(|r| r.nid == n.nid)
+            .map(|r| r.huge_pages.end - r.huge_pages.start)
+            .sum::<u64>()
+            * HUGE_PAGE_BYTES;
+    }
+    nodes
+}
+
+/// Every zone of every node: the node's span clipped to each zone's
+/// limits, with the pages counted for it taken out of `counted`.
+fn zones_in_spans(
+    nodes: &BTreeMap<u32, NodeModel>,
+    counted: &mut BTreeMap<(u32, Zone), ZoneModel>,
+) -> Vec<ZoneModel> {
+    let mut out = Vec::new();
+    for n in nodes.values() {
+        for zone in Zone::ALL {
+            let (lo, hi) = zone.limits();
+            let span = (n.span.0.max(lo), n.span.1.min(hi));
+            if span.0 >= span.1 {
+                assert!(!counted.contains_key(&(n.nid, zone)));
+                continue;
+            }
+            let mut z = counted.remove(&(n.nid, zone)).unwrap_or_default();
+            z.nid = n.nid;
+            z.zone = Some(zone);
+            z.span = span;
+            out.push(z);
+        }
+    }
+    out
+}
+
+/// Memory blocks of `block` bytes holding a present section.
+fn nr_memory_blocks(sections: &[(u64, u32)], block: u64) -> u64 {
+    let per_block = block / (SECTION_PAGES * PAGE_SIZE);
+    let mut block_ids: Vec<u64> = sections.iter().map(|s| s.0 / per_block).collect();
+    block_ids.dedup();
+    block_ids.len() as u64
+}
+
+/// Where deferral stands in one node's highest zone.
+#[derive(Default)]
+struct Deferral {
+    /// Present pages of the zone counted so far.
+    count: u64,
+    /// Whether deferral has begun.
+    started: bool,
+}
+
+impl Deferral {
+    /// Whether the present run of `len` pages from `start` in the node's
+    /// highest zone, the next in address order, is initialised eagerly.
+    fn eager(&mut self, start: u64, len: u64) -> bool {
+        let last = start + len - 1;
+        if !self.started && start.is_multiple_of(SECTION_PAGES) && self.count >= SECTION_PAGES {
+            self.started = true;
+        }
+        if !self.started {
+            // Only the first PFN of a run may be section aligned.
+            assert_eq!(start / SECTION_PAGES, last / SECTION_PAGES);
+            self.count += len;
+        }
+        !self.started
+    }
+}
+
 /// Classifies page frames by the rules in the module docs.
 struct Pages<'a> {
     map: &'a Map,
@@ -626,6 +612,80 @@ impl<'a> Pages<'a> {
     }
 
     /// The node of `pfn` if it is present, by the rules, brute force.
+    /// Present memory, by node: memblock's memory regions `(start, end,
+    /// node)` in PFNs, ascending, runs of one node merged.
+    fn present_regions(&self, walk: Walk) -> Vec<(u64, u64, u32)> {
+        let mut regions: Vec<(u64, u64, u32)> = Vec::new();
+        self.walk(walk, |start, len| {
+            if let Some(nid) = self.node(start) {
+                match regions.last_mut() {
+                    Some(r) if r.1 == start && r.2 == nid => r.1 += len,
+                    _ => regions.push((start, start + len, nid)),
+                }
+            }
+        });
+        regions
+    }
+
+    /// Present, eager, deferred, reserved and hole pages of every
+    /// (node, zone) that has present pages. A hole inside a present
+    /// section counts for the zone of the next present page (the last
+    /// one's for holes after it).
+    fn count_zone_pages(
+        &self,
+        walk: Walk,
+        nodes: &BTreeMap<u32, NodeModel>,
+        sections: &[(u64, u32)],
+    ) -> BTreeMap<(u32, Zone), ZoneModel> {
+        let mode = self.map.mode;
+        let mut zones: BTreeMap<(u32, Zone), ZoneModel> = BTreeMap::new();
+        let mut deferral: BTreeMap<u32, Deferral> = BTreeMap::new();
+        let mut pending_holes = 0u64;
+        let mut last_present: Option<(u32, Zone)> = None;
+        let section_present = |pfn: u64| {
+            sections
+                .binary_search_by_key(&(pfn / SECTION_PAGES), |s| s.0)
+                .is_ok()
+        };
+        self.walk(walk, |start, len| {
+            let last = start + len - 1;
+            let Some(nid) = self.node(start) else {
+                if section_present(start) {
+                    assert!(section_present(last), "a run leaves its section");
+                    pending_holes += len;
+                }
+                return;
+            };
+            let zone = Zone::of(start);
+            assert_eq!(zone, Zone::of(last), "a run crosses a zone limit");
+            let z = zones.entry((nid, zone)).or_default();
+            z.holes += std::mem::take(&mut pending_holes);
+            last_present = Some((nid, zone));
+            let eager = if mode == Mode::OnDemand {
+                false
+            } else if !mode.splits() || zone != nodes[&nid].highest_zone {
+                true
+            } else {
+                deferral.entry(nid).or_default().eager(start, len)
+            };
+            z.present += len;
+            if eager {
+                z.eager += len;
+            } else {
+                z.deferred += len;
+            }
+            if self.reserved(start) {
+                z.reserved += len;
+                if eager {
+                    z.reserved_eager += len;
+                }
+            }
+        });
+        let tail = last_present.expect("some page is present");
+        zones.get_mut(&tail).unwrap().holes += pending_holes;
+        zones
+    }
+
     fn node(&self, pfn: u64) -> Option<u32> {
         let (a, b) = (pfn * PAGE_SIZE, (pfn + 1) * PAGE_SIZE);
         let ram = self.ram.iter().any(|&(s, e)| s <= a && b <= e);

@@ -145,10 +145,10 @@ fn free_page_reporting() -> String {
 /// (16.5 GiB freed) reporting takes about 33 s, in passes of up to ~1.5 GiB
 /// every ~2.6 s, then a few tens of MiB per 5 s.
 pub const COLD_IDLE_S: u64 = 10;
-const COLD_QUIET_MIB: u64 = 512;
-const COLD_QUIET: Duration = Duration::from_secs(5);
+pub const COLD_QUIET_MIB: u64 = 512;
+pub const COLD_QUIET: Duration = Duration::from_secs(5);
 const COLD_MAX_WAIT: Duration = Duration::from_secs(300);
-const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
+pub const REPORTED_KIB: &str = "/sys/module/page_reporting/parameters/reported_kib";
 
 /// The idle a cold boot waits for, in seconds.
 pub fn cold_idle_s() -> Result<u64, String> {

@@ -7,7 +7,8 @@ use deferred_init::{DeferredInitError, FreeError, PlanError};
 use memmap::init::MemmapInitError;
 use memmap::memory_block::BlockError;
 
-use super::s10_verify::{FaultNotApplied, VerifyError};
+use super::fault_hooks::FaultNotApplied;
+use super::s10_verify::VerifyError;
 use super::s1_memblock::MemblockStageError;
 use super::s3_vmemmap::VmemmapError;
 use super::s8_alloc_test::AllocTestError;

@@ -25,7 +25,8 @@
 //! (first-run code memory init does not need).
 //!
 //! [`mode::ModePlan`] says what the `memmap=` mode does in each stage;
-//! [`facts`] records what the summary line reports; [`error::PipelineError`]
+//! [`facts`] records what the summary line reports; [`fault_hooks`] is
+//! where a `test_fault=` acts; [`error::PipelineError`]
 //! is what any stage can fail with; [`seams`] is the hardware boundary. The
 //! kernel binary supplies the seams for real hardware, the host tests
 //! supply `std` threads and an `mmap` area.
@@ -33,6 +34,7 @@
 pub mod context;
 pub mod error;
 pub mod facts;
+pub mod fault_hooks;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod mode;
@@ -62,6 +64,7 @@ use crate::kernel_image::ImageSizes;
 use context::Ctx;
 use error::PipelineError;
 use facts::Facts;
+use fault_hooks::FaultHooks;
 use memboot_contract::options::Options;
 use mode::{Deferral, ModePlan, StartCpus};
 use s1_memblock::EarlyReservation;
@@ -113,6 +116,7 @@ pub fn run<M: VmemmapMapper>(
     input: &Input<'_>,
     machine: Machine<'_, M>,
     facts: &Facts,
+    faults: &FaultHooks,
 ) -> Result<(), PipelineError> {
     let cx = Ctx {
         opts: input.opts,
@@ -121,6 +125,7 @@ pub fn run<M: VmemmapMapper>(
         clock: machine.clock,
         log: machine.log,
         facts,
+        faults,
         cpu_nodes: machine.cpu_nodes,
         under_hypervisor: input.under_hypervisor,
         image: input.image,

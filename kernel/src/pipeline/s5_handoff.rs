@@ -14,8 +14,6 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, PfnRange};
 
-use memboot_contract::options::TestFault;
-
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
@@ -69,19 +67,17 @@ pub fn run<'m, B: MemmapBacking>(
     Ok(Handoff { plan, buddy })
 }
 
-/// Deferred init of `plan` over `memmap`, freeing into `buddy` (armed for
-/// `test_fault=double_init` if asked).
+/// Deferred init of `plan` over `memmap`, freeing into `buddy`, its claim
+/// loop run through the fault hooks.
 pub fn deferred_init<'m, B: MemmapBacking>(
-    cx: &Ctx<'_>,
+    cx: &Ctx<'m>,
     memmap: &'m Memmap<B>,
     buddy: &'m BuddyAllocator<'m, B>,
     plan: DeferredPlan,
 ) -> Result<DeferredInit<'m, B>, PipelineError> {
-    let di = DeferredInit::new(memmap, buddy, plan, cx.mode.workers)
+    let mut di = DeferredInit::new(memmap, buddy, plan, cx.mode.workers)
         .map_err(PipelineError::DeferredInit)?;
-    if cx.opts.test_fault == TestFault::DoubleInit {
-        di.arm_double_init();
-    }
+    di.set_claim_hooks(cx.faults.claim_hooks());
     Ok(di)
 }
 

@@ -22,7 +22,7 @@ use memboot_kernel::bootmap;
 use memboot_kernel::kernel_image::ImageSizes;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::{CpuTraps, FaultHooks};
-use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
+use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
 use memboot_kernel::report::Timestamp;
 use memboot_kernel::report::{write_summary_line, BootFacts};

@@ -7,11 +7,11 @@ use deferred_init::{DeferredInitError, FreeError, PlanError};
 use memmap::init::MemmapInitError;
 use memmap::memory_block::BlockError;
 
+use super::alloc_test::AllocTestError;
 use super::fault_hooks::FaultNotApplied;
-use super::s10_verify::VerifyError;
-use super::s1_memblock::MemblockStageError;
-use super::s3_vmemmap::VmemmapError;
-use super::s8_alloc_test::AllocTestError;
+use super::memblock::MemblockStageError;
+use super::verify::VerifyError;
+use super::vmemmap::VmemmapError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineError {

@@ -8,7 +8,7 @@ use memmap::NodeId;
 
 use deferred_init::DeferredReport;
 
-use super::s8_alloc_test::AllocTestReport;
+use super::alloc_test::AllocTestReport;
 
 /// The summary's timeline entries: the schema's own types.
 pub use memboot_contract::summary::{Phase, PhaseSpan};
@@ -49,7 +49,7 @@ pub struct MmFacts {
     pub low_zone_pages: u64,
     pub deferred_pages: u64,
     pub reserved_pages: u64,
-    /// Hole pages the boot CPU initialised as reserved (stage 4).
+    /// Hole pages the boot CPU initialised as reserved (`eager_memmap`).
     pub hole_pages: u64,
     /// Hole pages a lazy vmemmap initialised with their sections, as each
     /// was first mapped (`ondemand`, whose boot writes no hole page).

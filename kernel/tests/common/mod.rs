@@ -17,7 +17,7 @@ use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::FaultHooks;
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
-use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
+use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
 
 /// A boot as its serial log describes it.

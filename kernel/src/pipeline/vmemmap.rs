@@ -1,4 +1,5 @@
-//! Stage 3, vmemmap: struct-page storage for every present section.
+//! The vmemmap: struct-page storage for every present section, and what
+//! first use mapped of it ([`report_first_use`]).
 //!
 //! Each present 128 MiB section's 32768 struct pages (2 MiB at 64 bytes,
 //! 1 MiB at 32) come from its own node's memory (Linux `sparse_init_nid()`
@@ -54,7 +55,7 @@ use super::facts::Phase;
 use super::mode::VmemmapMapping;
 use super::seams::{Log, MapError, VmemmapMapper};
 
-/// Stage 3: struct-page storage (of layout `P`) for every present
+/// Struct-page storage (of layout `P`) for every present
 /// section, mapped now or on first use as the mode says.
 pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
@@ -73,6 +74,29 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
         f.vmemmap_bytes = stats.bytes;
     });
     Ok(Memmap::new(backing))
+}
+
+/// How much of the vmemmap first use mapped (`memmap=ondemand`), once
+/// everything that allocates has run; an error if a mapping failed.
+pub fn report_first_use<M: VmemmapMapper, P: PageLayout>(
+    cx: &Ctx<'_>,
+    memmap: &Memmap<VmemmapBacking<P>>,
+    sections: &SectionMapper<'_, M>,
+) -> Result<(), PipelineError> {
+    if cx.mode.vmemmap != VmemmapMapping::OnFirstUse {
+        return Ok(());
+    }
+    let backing = memmap.backing();
+    let (mapped, table_frames, error) = sections.first_use();
+    cx.log.line(format_args!(
+        "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages and {} hole pages written",
+        backing.mapped().len(),
+        backing.hole_pages_on_first_use()
+    ));
+    match error {
+        Some(e) => Err(PipelineError::Vmemmap(VmemmapError::Map(e))),
+        None => Ok(()),
+    }
 }
 
 /// Area bytes one page directory maps with 2 MiB entries.
@@ -320,7 +344,7 @@ pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: Vmemma
     }
 }
 
-/// The mapper behind a lock: stage 3 maps every section through it at
+/// The mapper behind a lock: [`run`] maps every section through it at
 /// boot, or reserves and leaves it to map each section on first use (a
 /// [`SectionPopulator`] the backing calls, on any CPU).
 pub struct SectionMapper<'m, M> {

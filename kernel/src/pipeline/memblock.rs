@@ -1,4 +1,4 @@
-//! Stage 1, memblock: the firmware map, node-tagged from SRAT, with the
+//! Memblock, first: the firmware map, node-tagged from SRAT, with the
 //! early reservations memblock cannot see in the map (Linux x86 reserves
 //! the first 1 MiB; memboot's heap came out of usable RAM before memblock
 //! existed). Linux: `e820__memblock_setup()`, `numa_register_memblks()`,
@@ -15,7 +15,7 @@ use super::facts::Phase;
 use super::seams::Log;
 use super::Input;
 
-/// Stage 1: build memblock from the input, log it, record its time.
+/// Build memblock from the input, log it, record its time.
 pub fn run(cx: &Ctx<'_>, input: &Input<'_>) -> Result<Memblock, PipelineError> {
     let (built, memblock_ns) = cx.timed(Phase::Memblock, || {
         build(

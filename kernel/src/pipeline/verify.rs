@@ -1,4 +1,4 @@
-//! Stage 10, verification: the boot CPU's ranges checked for overlap, then
+//! Verification, last: the boot CPU's ranges checked for overlap, then
 //! `deferred_init::verify::check_all`: every initialised PFN's struct page
 //! on all CPUs, the buddy lists against the pages and the per-zone counts —
 //! with the untouched pool (`ondemand`) accounted from its claim counters,
@@ -26,7 +26,7 @@ use super::fault_hooks::VerifyState;
 use super::mode::Deferral;
 use super::seams::{log_lines, Log};
 
-/// Stage 10: give a `test_fault=` its chance to damage the state, then verify, if the
+/// Give a `test_fault=` its chance to damage the state, then verify, if the
 /// mode has Linux state to check and `verify=off` was not given.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
@@ -182,7 +182,7 @@ mod tests {
     type Booted = (Memmap<VecBacking<StructPage>>, InitOutcome, PageblockMaps);
 
     /// `strategy`'s eager init over a map with two zones (DMA, DMA32) and a
-    /// hole, as stage 4 runs it.
+    /// hole, as the eager memmap init runs it.
     fn booted(strategy: Strategy) -> Booted {
         let (mb, _) = Memblock::from_firmware(
             [
@@ -217,7 +217,7 @@ mod tests {
     }
 
     /// A range initialised a second time through the init path (as a bug
-    /// would), its writes counted as stage 4 counts them: same bytes, so
+    /// would), its writes counted as the eager memmap init counts them: same bytes, so
     /// only the count can tell, and it names the node and zone.
     #[test]
     fn a_range_written_twice_fails_naming_its_zone() {

@@ -1,4 +1,4 @@
-//! Stage 8, the allocation test: what allocations pay for how memory was
+//! The allocation test, once memory is ready: what allocations pay for how memory was
 //! initialised. On every node, in turn, all CPUs at once allocate the
 //! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
 //! round of 16 MiB, interleaved), timing every allocation, then free
@@ -30,7 +30,7 @@ use super::error::PipelineError;
 use super::facts::{Facts, Phase};
 use super::seams::Log;
 
-/// Stage 8: the allocation test, if `alloc_test=` asks for one and the
+/// The allocation test, if `alloc_test=` asks for one and the
 /// mode has an allocator; logged and recorded.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,

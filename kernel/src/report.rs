@@ -6,7 +6,7 @@ use core::fmt::{self, Write};
 
 use memboot_contract::summary::{Summary, SummaryCut, TscMhz, SUMMARY_VERSION};
 
-use crate::pipeline::alloc_test::AllocTestReport;
+use crate::pipeline::facts::AllocTestReport;
 use crate::pipeline::facts::MmFacts;
 
 /// `[    5.123456] ` prefix for a time since kernel entry, like dmesg.

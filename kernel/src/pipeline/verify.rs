@@ -5,7 +5,6 @@
 //! never read — and an alloc/free self-test per node.
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -20,7 +19,7 @@ use memmap::{NodeId, PfnRange, ZoneType};
 use memboot_contract::options::Verify;
 
 use super::context::Ctx;
-use super::error::PipelineError;
+use super::error::{PipelineError, VerifyError};
 use super::facts::{Phase, VerifyOutcome};
 use super::fault_hooks::VerifyState;
 use super::mode::Deferral;
@@ -75,18 +74,6 @@ pub fn run<B: MemmapBacking>(
     let verified = verdict.map_err(PipelineError::Verify)?;
     log_ok(cx.log, &verified, verify_ns);
     Ok(())
-}
-
-/// What differs, as the first lines of the checker's report.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifyError {
-    pub message: String,
-}
-
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 fn failed(e: impl fmt::Display) -> VerifyError {

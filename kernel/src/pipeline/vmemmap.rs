@@ -37,10 +37,9 @@
 
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
-use core::fmt;
 use core::ops::Range;
 
-use memmap::memblock::{Memblock, MemblockError};
+use memmap::memblock::Memblock;
 use memmap::page::PageLayout;
 use memmap::sections::{
     section_memmap_bytes, vmemmap_backing_ranges, Vmemmap, VmemmapRange, VMEMMAP_HUGE_PAGE_BYTES,
@@ -50,7 +49,7 @@ use memmap::zones::ZoneLayout;
 use memmap::{section_nr_to_pfn, NodeId, PAGES_PER_SECTION, PAGE_SIZE};
 
 use super::context::Ctx;
-use super::error::PipelineError;
+use super::error::{PipelineError, VmemmapError};
 use super::facts::Phase;
 use super::mode::VmemmapMapping;
 use super::seams::{Log, MapError, VmemmapMapper};
@@ -143,35 +142,6 @@ pub struct VmemmapStats {
     pub node_bytes: Vec<(NodeId, u64)>,
     /// Huge pages of struct pages that had to come from another node.
     pub off_node_huge_pages: u64,
-}
-
-/// Why the vmemmap could not be populated.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VmemmapError {
-    /// memblock could not provide backing or page-table memory.
-    OutOfMemory {
-        what: &'static str,
-        err: MemblockError,
-    },
-    Map(MapError),
-}
-
-impl fmt::Display for VmemmapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VmemmapError::OutOfMemory { what, err } => write!(
-                f,
-                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node (1/128 with struct_page=32)"
-            ),
-            VmemmapError::Map(e) => write!(f, "vmemmap: {e}"),
-        }
-    }
-}
-
-impl From<MapError> for VmemmapError {
-    fn from(e: MapError) -> Self {
-        VmemmapError::Map(e)
-    }
 }
 
 /// The vmemmap area for `mb`'s present sections' struct pages of

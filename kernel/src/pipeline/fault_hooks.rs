@@ -251,3 +251,84 @@ impl fmt::Display for LateApNeedsCpus {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::String;
+    use core::fmt::Write;
+
+    /// Every test fault's name but `none`: they all act somewhere.
+    const ACTING: [TestFault; 10] = [
+        TestFault::Panic,
+        TestFault::PanicInLog,
+        TestFault::PanicInSummary,
+        TestFault::PageFault,
+        TestFault::InvalidOpcode,
+        TestFault::CorruptPage,
+        TestFault::DoubleInit,
+        TestFault::ListCorrupt,
+        TestFault::PoolOverlap,
+        TestFault::LateAp,
+    ];
+
+    fn summary_through(hooks: &FaultHooks, pieces: &[&str]) -> String {
+        let mut out = String::new();
+        let mut w = hooks.in_summary(&mut out);
+        for p in pieces {
+            w.write_str(p).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn without_a_fault_the_summary_goes_through_whole() {
+        let piece = "x".repeat(100);
+        let pieces = [piece.as_str(); 10];
+        for fault in ACTING
+            .into_iter()
+            .filter(|&f| f != TestFault::PanicInSummary)
+        {
+            let text = summary_through(&FaultHooks::new(fault), &pieces);
+            assert_eq!(text.len(), 1000, "{}", fault.name());
+        }
+        let none = FaultHooks::new(TestFault::None);
+        assert_eq!(summary_through(&none, &pieces).len(), 1000);
+    }
+
+    #[test]
+    fn panic_in_summary_cuts_the_line_part_way() {
+        let hooks = FaultHooks::new(TestFault::PanicInSummary);
+        let mut out = String::new();
+        let cut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut w = hooks.in_summary(&mut out);
+            for _ in 0..10 {
+                w.write_str(&"x".repeat(100)).unwrap();
+            }
+        }));
+        assert!(cut.is_err(), "the writer panicked");
+        assert!(!out.is_empty() && out.len() < 1000, "cut at {}", out.len());
+    }
+
+    #[test]
+    fn late_ap_asks_for_a_second_ap() {
+        let late = FaultHooks::new(TestFault::LateAp);
+        assert_eq!(late.late_ap(3), Ok(true));
+        assert_eq!(late.late_ap(2), Err(LateApNeedsCpus { enabled_cpus: 2 }));
+        for fault in ACTING.into_iter().filter(|&f| f != TestFault::LateAp) {
+            assert_eq!(FaultHooks::new(fault).late_ap(1), Ok(false));
+        }
+    }
+
+    #[test]
+    fn only_double_init_initialises_a_window_again() {
+        let window = memmap::PfnRange::new(1024, 2048);
+        let double = FaultHooks::new(TestFault::DoubleInit);
+        assert!(double.claim_hooks().init_again(window));
+        assert!(!double.claim_hooks().init_again(window), "once");
+        assert_eq!(double.double_init.window(), Some(1024));
+        for fault in ACTING.into_iter().filter(|&f| f != TestFault::DoubleInit) {
+            assert!(!FaultHooks::new(fault).claim_hooks().init_again(window));
+        }
+    }
+}

@@ -41,11 +41,11 @@ pub unsafe fn corrupt_page<B: MemmapBacking>(memmap: &Memmap<B>, pfn: Pfn) -> bo
     }
 }
 
-/// Claim hooks that initialise the first window processed once they are
-/// armed a second time, through the counted init path, as a claim bug
-/// would (given with [`DeferredInit::set_claim_hooks`]). The bytes come
-/// out identical; only the window's chunk, which counts one
-/// initialisation more than it has claims, can tell.
+/// Claim hooks (given with [`DeferredInit::set_claim_hooks`]) that, when
+/// armed, have the next window processed initialised a second time
+/// through the counted init path, bypassing its claim, as a claim bug
+/// would. The bytes come out identical; only the window's chunk, which
+/// counts one initialisation more than it has claims, can tell.
 pub struct DoubleInit {
     armed: AtomicBool,
     /// The doubled window's first PFN; [`Self::NOT_DOUBLED`] before.

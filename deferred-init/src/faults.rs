@@ -6,7 +6,7 @@
 //! | fault | damage | caught by |
 //! |---|---|---|
 //! | [`corrupt_page`] | a node bit of one free page's struct page | the page scan (`links`) |
-//! | [`DeferredInit::arm_double_init`] | one window initialised twice, bypassing the claim (identical bytes) | the per-chunk init counter ([`BuddyMismatch::WindowInits`](crate::BuddyMismatch::WindowInits)) |
+//! | [`DoubleInit`] | one window initialised twice, bypassing the claim (identical bytes) | the per-chunk init counter ([`BuddyMismatch::WindowInits`](crate::BuddyMismatch::WindowInits)) |
 //! | [`corrupt_list_link`] | a free-list link pointing at a page that is not a free block head | the list walk ([`HeadProblem::NotBuddy`](crate::HeadProblem::NotBuddy)) |
 //! | [`place_free_block_in_pool`] | a free block inside the untouched pool | the list walk ([`BuddyMismatch::PoolOverlap`](crate::BuddyMismatch::PoolOverlap)) |
 //!
@@ -14,11 +14,14 @@
 //! returned, verification has not started, and nothing else touches the
 //! allocator or the struct pages meanwhile.
 
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use memmap::page::{PageLayout, NODES_PGSHIFT};
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{Pfn, PfnRange};
 
 use crate::buddy::BuddyAllocator;
+use crate::claim_hooks::ClaimHooks;
 use crate::run::DeferredInit;
 
 /// Flip a node bit in the struct page of `pfn`, as a stray write would.
@@ -35,6 +38,45 @@ pub unsafe fn corrupt_page<B: MemmapBacking>(memmap: &Memmap<B>, pfn: Pfn) -> bo
             true
         }
         None => false,
+    }
+}
+
+/// Claim hooks (given with [`DeferredInit::set_claim_hooks`]) that, when
+/// armed, have the next window processed initialised a second time
+/// through the counted init path, bypassing its claim, as a claim bug
+/// would. The bytes come out identical; only the window's chunk, which
+/// counts one initialisation more than it has claims, can tell.
+pub struct DoubleInit {
+    armed: AtomicBool,
+    /// The doubled window's first PFN; [`Self::NOT_DOUBLED`] before.
+    window_start: AtomicU64,
+}
+
+impl DoubleInit {
+    const NOT_DOUBLED: Pfn = Pfn::MAX;
+
+    /// Hooks that double the next window if `armed`, else do nothing.
+    pub const fn new(armed: bool) -> Self {
+        Self {
+            armed: AtomicBool::new(armed),
+            window_start: AtomicU64::new(Self::NOT_DOUBLED),
+        }
+    }
+
+    /// The first PFN of the window initialised twice, once there is one.
+    pub fn window(&self) -> Option<Pfn> {
+        let pfn = self.window_start.load(Ordering::Acquire);
+        (pfn != Self::NOT_DOUBLED).then_some(pfn)
+    }
+}
+
+impl ClaimHooks for DoubleInit {
+    fn init_again(&self, window: PfnRange) -> bool {
+        let again = self.armed.load(Ordering::Relaxed) && self.armed.swap(false, Ordering::AcqRel);
+        if again {
+            self.window_start.store(window.start, Ordering::Release);
+        }
+        again
     }
 }
 

@@ -32,6 +32,7 @@
 extern crate alloc;
 
 pub mod buddy;
+pub mod claim_hooks;
 pub mod clock;
 pub mod faults;
 pub mod handoff;

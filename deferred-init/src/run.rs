@@ -80,13 +80,11 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
 use crate::buddy::{for_each_max_block, BuddyAllocator, BuddyError, NR_ZONES};
+use crate::claim_hooks::{ClaimHooks, NoClaimHooks};
 use crate::clock::Clock;
 use crate::page_alloc::{Grow, PageAllocator};
 use crate::plan::{CpuId, DeferredPlan, Piece, WINDOW_NR_PAGES};
 use crate::stats::{DeferredReport, NodeStats, WorkerStats};
-
-/// `double_init_pfn` before the armed double init hit a window.
-const PFN_NOT_DOUBLED: Pfn = Pfn::MAX;
 
 /// Windows a worker claims at once: one section, as Linux's padata jobs.
 pub const WORKER_CLAIM_WINDOWS: u32 = (memmap::PAGES_PER_SECTION / WINDOW_NR_PAGES) as u32;
@@ -277,11 +275,9 @@ pub struct DeferredInit<'m, B> {
     buddy: &'m BuddyAllocator<'m, B>,
     nodes: Vec<NodeRuntime>,
     workers: Vec<WorkerRuntime>,
-    /// `test_fault=double_init`: the next window processed is initialised
-    /// twice (see [`DeferredInit::arm_double_init`]); then the window's
-    /// first PFN, for the log.
-    double_init_armed: AtomicBool,
-    double_init_pfn: AtomicU64,
+    /// What a test fault does in the claim loop; nothing unless given
+    /// ([`DeferredInit::set_claim_hooks`]).
+    hooks: &'m dyn ClaimHooks,
     /// Test-only: called with every range a worker or grower initialises.
     #[cfg(test)]
     pub(crate) init_hook: Option<InitHook>,
@@ -328,11 +324,16 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             buddy,
             nodes,
             workers,
-            double_init_armed: AtomicBool::new(false),
-            double_init_pfn: AtomicU64::new(PFN_NOT_DOUBLED),
+            hooks: &NoClaimHooks,
             #[cfg(test)]
             init_hook: None,
         })
+    }
+
+    /// Run the claim loop through `hooks` (the seam a test fault acts
+    /// through: see [`crate::faults::DoubleInit`]).
+    pub fn set_claim_hooks(&mut self, hooks: &'m dyn ClaimHooks) {
+        self.hooks = hooks;
     }
 
     pub fn plan(&self) -> &DeferredPlan {
@@ -514,14 +515,8 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         for w in claim.windows.clone() {
             let (window, pieces) = node.window_pieces(claim.chunk, w);
             nr_pages += self.init_window(pos, claim.chunk, window, pieces);
-            if self.double_init_armed.load(Ordering::Relaxed)
-                && self.double_init_armed.swap(false, Ordering::AcqRel)
-            {
-                // test_fault=double_init: the same window once more through
-                // the one init path, bypassing the claim. The bytes come out
-                // identical; only the init counter can tell.
+            if self.hooks.init_again(window) {
                 self.init_window(pos, claim.chunk, window, pieces);
-                self.double_init_pfn.store(window.start, Ordering::Release);
             }
             if self.mode == InitMode::InitAndFree {
                 self.free_window(window, pieces);
@@ -563,21 +558,6 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
                 for_each_max_block(r, |pfn, order| self.buddy.free_prepared_block(pfn, order));
             }
         }
-    }
-
-    /// `test_fault=double_init`: initialise the next window anyone
-    /// processes twice, through the counted init path, as a claim bug
-    /// would. Verification must catch it (the window's chunk counts one
-    /// initialisation more than it has claims).
-    pub fn arm_double_init(&self) {
-        self.double_init_armed.store(true, Ordering::Release);
-    }
-
-    /// The first PFN of the window an armed double init hit, once a window
-    /// was processed after [`arm_double_init`](Self::arm_double_init).
-    pub fn double_init_window(&self) -> Option<Pfn> {
-        let pfn = self.double_init_pfn.load(Ordering::Acquire);
-        (pfn != PFN_NOT_DOUBLED).then_some(pfn)
     }
 
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`

@@ -76,7 +76,7 @@ fn with_world<R>(f: impl FnOnce(&World<'_>) -> R) -> R {
 /// the workers start, and the workers run only if `run_workers` (otherwise
 /// the deferred memory stays an untouched pool, as `memmap=ondemand`).
 fn with_world_setup<R>(
-    before_run: impl FnOnce(&DeferredInit<'_, TestBacking>),
+    before_run: impl FnOnce(&mut DeferredInit<'_, TestBacking>),
     run_workers: bool,
     f: impl FnOnce(&World<'_>) -> R,
 ) -> R {
@@ -86,7 +86,7 @@ fn with_world_setup<R>(
 /// [`with_world_setup`] on the memory of `mb` (nodes 0 and 1).
 fn with_world_on<R>(
     mb: Memblock,
-    before_run: impl FnOnce(&DeferredInit<'_, TestBacking>),
+    before_run: impl FnOnce(&mut DeferredInit<'_, TestBacking>),
     run_workers: bool,
     f: impl FnOnce(&World<'_>) -> R,
 ) -> R {
@@ -107,11 +107,11 @@ fn with_world_on<R>(
     ];
     let plan =
         DeferredPlan::new(&out.deferred, &reserved, &node_cpus, PlanOptions::default()).unwrap();
-    let di = new_di(&mm, plan, InitMode::InitAndFree, &out.eager).unwrap();
+    let mut di = new_di(&mm, plan, InitMode::InitAndFree, &out.eager).unwrap();
     // SAFETY: the eager pages were initialised by init_memmap, are on no
     // list, and nothing else touches them.
     unsafe { crate::handoff::free_eager_pages(di.buddy(), &mb, &out.eager) }.unwrap();
-    before_run(&di);
+    before_run(&mut di);
     if run_workers {
         di.run(&ThreadExecutor::new(TEST_CPUS), &StdClock::new())
             .unwrap();
@@ -557,11 +557,12 @@ fn incomplete_scan_and_mismatch_cap() {
 /// bytes, so the page scan passes; the per-chunk init counter must not.
 #[test]
 fn double_init_is_caught_by_the_init_counter() {
+    static DOUBLE: faults::DoubleInit = faults::DoubleInit::new(true);
     with_world_setup(
-        |di| di.arm_double_init(),
+        |di| di.set_claim_hooks(&DOUBLE),
         true,
         |w| {
-            let doubled_pfn = w.di.double_init_window().expect("a window was processed");
+            let doubled_pfn = DOUBLE.window().expect("a window was processed");
             let pages = w.scan_all_parallel();
             assert!(
                 pages.is_ok(),

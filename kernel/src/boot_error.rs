@@ -172,7 +172,7 @@ impl From<PipelineError> for BootError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::s10_verify::VerifyError;
+    use crate::pipeline::error::VerifyError;
 
     #[test]
     fn statuses_are_the_documented_names() {

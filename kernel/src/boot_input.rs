@@ -22,7 +22,7 @@ use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
-use crate::pipeline::s1_memblock::EarlyReservation;
+use crate::pipeline::memblock::EarlyReservation;
 use crate::pipeline::Input;
 use memboot_contract::json::JsonObject;
 use memboot_contract::options::Options;

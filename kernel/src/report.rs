@@ -6,8 +6,8 @@ use core::fmt::{self, Write};
 
 use memboot_contract::summary::{Summary, SummaryCut, TscMhz, SUMMARY_VERSION};
 
+use crate::pipeline::facts::AllocTestReport;
 use crate::pipeline::facts::MmFacts;
-use crate::pipeline::s8_alloc_test::AllocTestReport;
 
 /// `[    5.123456] ` prefix for a time since kernel entry, like dmesg.
 pub struct Timestamp(pub u64 /* ns */);

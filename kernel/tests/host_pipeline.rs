@@ -28,7 +28,7 @@ use common::{load, run_on_host, Fixture};
 use memboot_contract::options::StructPageSize;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
-use memboot_kernel::pipeline::{s1_memblock, s2_zones, s3_vmemmap, s4_eager, s7_memory_blocks};
+use memboot_kernel::pipeline::{eager_memmap, memblock, memory_blocks, vmemmap, zones};
 use memmap::memblock::Memblock;
 use memmap::memory_block::BlockLookup;
 use memmap::page::{PageLayout, StructPage};
@@ -50,7 +50,8 @@ const ALL_FIXTURES: [&str; 8] = [
 ];
 
 /// The model of a fixture (see `common::model`), checked against what the
-/// kernel reported and against the pipeline's own stages 1–3 on the host:
+/// kernel reported and against the pipeline's memblock, zones and vmemmap
+/// steps on the host:
 /// - the summary's map-derived figures, every one (`Facts::by_key`);
 /// - nodes (span, present pages), zones (span, present pages, highest
 ///   zone), hole pages per zone (`ZoneLayout::unavailable_ranges`), present
@@ -72,25 +73,25 @@ fn checked_model(fx: &Fixture) -> Model {
     model
 }
 
-/// Stages 1-3 of the pipeline on the host for `fx` with struct pages of
-/// layout `P`, against `model`: nodes, zones, holes, present sections, and
+/// The memblock, zones and vmemmap steps on the host for `fx` with struct
+/// pages of layout `P`, against `model`: nodes, zones, holes, present sections, and
 /// the vmemmap's sections, bytes per node, page tables and memblock
 /// reservations.
 fn check_stages<P: PageLayout>(fx: &Fixture, model: &Model) {
     let reserve = fx.reserve();
-    let (mut mb, _) = s1_memblock::build(
+    let (mut mb, _) = memblock::build(
         &fx.input.map,
         fx.input.srat.as_deref(),
         fx.input.phys_addr_bits,
         &reserve,
     )
     .unwrap();
-    let layout = s2_zones::layout(&mb, &VecLog::default(), P::BYTES);
+    let layout = zones::layout(&mb, &VecLog::default(), P::BYTES);
     check_zone_layout(fx.name, &layout, model);
     check_vmemmap::<P>(fx, &mut mb, &layout, model);
 }
 
-/// Stage 2 against `model`: nodes (span, present pages), zones (span,
+/// The zones step against `model`: nodes (span, present pages), zones (span,
 /// present pages), each node's highest zone, hole pages per zone and the
 /// present sections.
 fn check_zone_layout(name: &str, layout: &ZoneLayout, model: &Model) {
@@ -163,7 +164,7 @@ fn check_zone_layout(name: &str, layout: &ZoneLayout, model: &Model) {
     );
 }
 
-/// Stage 3 against `model`: sections mapped (none at boot with
+/// The vmemmap step against `model`: sections mapped (none at boot with
 /// `memmap=ondemand`), page tables, struct-page bytes per node and
 /// memblock's reserved table afterwards, each block on its own node.
 fn check_vmemmap<P: PageLayout>(
@@ -175,7 +176,7 @@ fn check_vmemmap<P: PageLayout>(
     let name = fx.name;
     let mut mapper = HostMapper::new();
     let vstats = if fx.opts.memmap == memboot_contract::options::MemmapMode::OnDemand {
-        let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
+        let sections = vmemmap::SectionMapper::new(&mut mapper);
         let (backing, vstats) = sections.reserve::<P>(mb, layout).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
         assert_eq!(
@@ -185,7 +186,7 @@ fn check_vmemmap<P: PageLayout>(
         );
         vstats
     } else {
-        s3_vmemmap::populate::<_, P>(mb, &mut mapper).unwrap().1
+        vmemmap::populate::<_, P>(mb, &mut mapper).unwrap().1
     };
     assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
     assert_eq!(
@@ -377,21 +378,21 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     let fx = load("1t");
     let reserve = fx.reserve();
     let log = VecLog::default();
-    let (mut mb, _) = s1_memblock::build(
+    let (mut mb, _) = memblock::build(
         &fx.input.map,
         fx.input.srat.as_deref(),
         fx.input.phys_addr_bits,
         &reserve,
     )
     .unwrap();
-    let layout = s2_zones::layout(&mb, &log, 64);
+    let layout = zones::layout(&mb, &log, 64);
     let mut mapper = HostMapper::new();
-    let (backing, vstats) = s3_vmemmap::populate::<_, StructPage>(&mut mb, &mut mapper).unwrap();
+    let (backing, vstats) = vmemmap::populate::<_, StructPage>(&mut mb, &mut mapper).unwrap();
     let mut memmap = Memmap::new(backing);
     let pageblocks = PageblockMaps::new(&layout);
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
-    let outcome = s4_eager::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
-    let blocks = s7_memory_blocks::create(
+    let outcome = eager_memmap::init(mode.eager, &mut memmap, &mb, &layout, &pageblocks).unwrap();
+    let blocks = memory_blocks::create(
         &mb,
         fx.opts.memory_block_size,
         fx.opts.memory_block_lookup,
@@ -400,7 +401,7 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     .unwrap();
     // memory_block_lookup=linear: the same blocks, found the slow way.
     for lookup in BlockLookup::ALL {
-        let other = s7_memory_blocks::create(&mb, fx.opts.memory_block_size, lookup, true).unwrap();
+        let other = memory_blocks::create(&mb, fx.opts.memory_block_size, lookup, true).unwrap();
         assert_eq!(other.blocks(), blocks.blocks(), "{}", lookup.name());
     }
     let model = checked_model(&fx).facts();
@@ -620,7 +621,7 @@ fn every_test_fault_is_caught_by_verification() {
 }
 
 /// The allocation test records a phase per (CPU, node) up to
-/// `s8_alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
+/// `alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
 /// nodes beyond: 16G over 4 nodes (CPUs on nodes 0 and 1, as booted) with
 /// 256 CPUs is 1024 spans, with 257 CPUs it folds. The folded summary is
 /// whole JSON with a lane's worth of phases per CPU.
@@ -719,7 +720,7 @@ fn at_32_bytes(mut fx: Fixture) -> Fixture {
 
 /// Every fixture a host run can afford (all struct pages written up to
 /// 64G; the 32T one is `ondemand`), replayed with 32-byte struct pages:
-/// stages 1-3 and the whole run's figures against the model of the same
+/// the memblock, zones and vmemmap steps and the whole run's figures against the model of the same
 /// map at 32 bytes per struct page (half the vmemmap, placed and mapped
 /// by the same rules), the per-zone verification lines, and verification
 /// over the 32-byte pages. The kernel's summaries were 64-byte runs, so
@@ -787,11 +788,11 @@ fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
         mb.add(13 * SECTION, SECTION, 1).unwrap();
         let layout = ZoneLayout::new(&mb);
         let mut mapper = HostMapper::new();
-        let sections = s3_vmemmap::SectionMapper::new(&mut mapper);
+        let sections = vmemmap::SectionMapper::new(&mut mapper);
         let (backing, stats) = if lazy {
             sections.reserve::<StructPage32>(&mut mb, &layout).unwrap()
         } else {
-            sections.lend_mapper(|m| s3_vmemmap::populate::<_, StructPage32>(&mut mb, m).unwrap())
+            sections.lend_mapper(|m| vmemmap::populate::<_, StructPage32>(&mut mb, m).unwrap())
         };
         // Huge pages 0..=4 (sections 0-9, two each) and 6 (section 13).
         assert_eq!(stats.bytes, 6 * (2 << 20), "lazy {lazy}");

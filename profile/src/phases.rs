@@ -35,8 +35,8 @@ impl Kernel {
     pub fn phases(self) -> &'static [PhaseDef] {
         match self {
             // Names as `nm -C` prints them (no hash). run_cpu_workers runs
-            // each CPU's workers (kernel/src/pipeline/s6_deferred.rs);
-            // s4_eager::init is stage 4, the boot CPU's share. Both are
+            // each CPU's workers (kernel/src/pipeline/deferred_workers.rs);
+            // eager_memmap::init is the boot CPU's share of struct pages. Both are
             // #[inline(never)] for this table.
             Kernel::Memboot => &[
                 PhaseDef {
@@ -45,7 +45,7 @@ impl Kernel {
                 },
                 PhaseDef {
                     name: BOOT_CPU,
-                    functions: &["memboot_kernel::pipeline::s4_eager::init"],
+                    functions: &["memboot_kernel::pipeline::eager_memmap::init"],
                 },
             ],
             // mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and

@@ -8,7 +8,7 @@
 use alloc::format;
 use alloc::vec::Vec;
 use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
@@ -21,7 +21,8 @@ use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap;
 use memboot_kernel::kernel_image::ImageSizes;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
-use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
+use memboot_kernel::pipeline::fault_hooks::{CpuTraps, FaultHooks};
+use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
 use memboot_kernel::report::Timestamp;
 use memboot_kernel::report::{write_summary_line, BootFacts};
@@ -171,8 +172,10 @@ static MM_FACTS: Facts = Facts::new();
 /// fault inside the second, which only exits.
 static FINISH_CALLS: AtomicU32 = AtomicU32::new(0);
 
-/// `test_fault=panic_in_summary`: panic part-way through the summary line.
-static PANIC_IN_SUMMARY: AtomicBool = AtomicBool::new(false);
+/// What the command line's `test_fault=` does where it acts, once the
+/// line is read ([`NO_FAULTS`] until then).
+static FAULTS: spin::Once<FaultHooks> = spin::Once::new();
+static NO_FAULTS: FaultHooks = FaultHooks::new(TestFault::None);
 
 /// Print the summary line and leave QEMU with `code`: exit code and
 /// status only when the line went out whole (`report::write_summary_line`
@@ -210,15 +213,12 @@ fn finish(status: &'static str, code: ExitCode) -> ! {
     // A boot that ended before its CPUs started has not printed its held
     // report yet; its log shows what was read and replays too.
     held_report::print_once();
-    let panic_part_way = PANIC_IN_SUMMARY.load(Ordering::Relaxed);
+    let faults = FAULTS.get().unwrap_or(&NO_FAULTS);
     // Memory-init keys are always present (zero / "none" when the boot
     // failed before memory init, or when a fault hit mid-record), so
     // parsers need no special case.
     let written = serial::raw_line_with(|line| {
-        let mut line = PanicAfter {
-            out: line,
-            left: panic_part_way.then_some(PANIC_IN_SUMMARY_AFTER_BYTES),
-        };
+        let mut line = faults.in_summary(line);
         MM_FACTS
             .with(|mm| write_summary_line(&mut line, status, total_ns, &boot, mm))
             .unwrap_or_else(|| {
@@ -245,29 +245,6 @@ fn summary_failed_line(total_ns: u64, boot: &BootFacts) -> ! {
         )
     });
     exit(ExitCode::Failure)
-}
-
-/// Where `test_fault=panic_in_summary` panics: part-way through the line,
-/// so part of it is in the log (and perhaps on the wire).
-const PANIC_IN_SUMMARY_AFTER_BYTES: usize = 300;
-
-/// Passes the summary on; with `left` set, panics once that many bytes
-/// have gone through (`test_fault=panic_in_summary`).
-struct PanicAfter<'w> {
-    out: &'w mut dyn core::fmt::Write,
-    left: Option<usize>,
-}
-
-impl core::fmt::Write for PanicAfter<'_> {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        if let Some(left) = self.left.as_mut() {
-            if s.len() >= *left {
-                panic!("test_fault=panic_in_summary: panicking part-way through the summary line");
-            }
-            *left -= s.len();
-        }
-        self.out.write_str(s)
-    }
 }
 
 /// Fail the boot: summary with `status` (a short failure name), failure exit.
@@ -343,48 +320,22 @@ fn grow_heap_for_cpus(regions: &[MemoryRegion], heap: &mut EarlyReservation, nr_
     }
 }
 
-fn trigger_test_fault(fault: TestFault) {
-    match fault {
-        // Raised by the memory-init pipeline, where there is state to damage.
-        TestFault::None
-        | TestFault::CorruptPage
-        | TestFault::DoubleInit
-        | TestFault::ListCorrupt
-        | TestFault::PoolOverlap => {}
-        // Raised by AP bring-up, where there is an AP to give up on.
-        TestFault::LateAp => {}
-        // Raised by `finish`, where there is a summary line to cut.
-        TestFault::PanicInSummary => PANIC_IN_SUMMARY.store(true, Ordering::Relaxed),
-        TestFault::Panic => panic!("test_fault=panic requested on the command line"),
-        TestFault::PanicInLog => {
-            /// Panics when formatted, i.e. inside `serial::log` with the
-            /// serial lock held.
-            struct PanicsWhenShown;
-            impl core::fmt::Display for PanicsWhenShown {
-                fn fmt(&self, _: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                    panic!("test_fault=panic_in_log: Display panicked inside kprintln")
-                }
-            }
-            // The text before the value is already in the log when the
-            // panic hits (and perhaps on the wire: lines are appended to the
-            // log piece by piece).
-            kprintln!(
-                "test_fault: formatting a value whose Display panics; the serial lock is held and the start of this line is already in the log: {}",
-                PanicsWhenShown
-            );
-        }
-        TestFault::PageFault => {
-            kprintln!("test_fault: reading unmapped address 0xdead0000000");
-            // SAFETY: deliberately unsound on request: this read faults, and
-            // the page-fault handler ends the boot.
-            let v = unsafe { core::ptr::read_volatile(0x0dea_d000_0000 as *const u64) };
-            kprintln!("test_fault: read {v} without a fault?");
-        }
-        TestFault::InvalidOpcode => {
-            kprintln!("test_fault: executing ud2");
-            // SAFETY: raises #UD on request; the handler ends the boot.
-            unsafe { core::arch::asm!("ud2") };
-        }
+/// The exceptions a `test_fault=` raises, for real.
+struct KernelTraps;
+
+impl CpuTraps for KernelTraps {
+    fn page_fault(&self) {
+        kprintln!("test_fault: reading unmapped address 0xdead0000000");
+        // SAFETY: deliberately unsound on request: this read faults, and
+        // the page-fault handler ends the boot.
+        let v = unsafe { core::ptr::read_volatile(0x0dea_d000_0000 as *const u64) };
+        kprintln!("test_fault: read {v} without a fault?");
+    }
+
+    fn invalid_opcode(&self) {
+        kprintln!("test_fault: executing ud2");
+        // SAFETY: raises #UD on request; the handler ends the boot.
+        unsafe { core::arch::asm!("ud2") };
     }
 }
 
@@ -537,7 +488,8 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     let cmdline = cmdline.expect("read once the heap was up")?;
     kprintln!("Kernel command line: {cmdline}");
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
-    trigger_test_fault(opts.test_fault);
+    let faults = FAULTS.call_once(|| FaultHooks::new(opts.test_fault));
+    faults.at_boot(&SerialLog, &KernelTraps);
 
     let acpi_info = read_acpi(rsdp, phys_offset, regions, &map)?;
     let mut heap = heap;
@@ -549,13 +501,10 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         heap.size >> 20,
         acpi_info.cpus.len().max(1)
     );
-    let late_ap = opts.test_fault == TestFault::LateAp;
     let enabled_cpus = acpi_info.cpus.iter().filter(|c| c.enabled).count();
-    if late_ap && enabled_cpus < 3 {
-        return Err(BootError::BadOption(format!(
-            "test_fault=late_ap: {enabled_cpus} CPUs; it gives up on the first AP and needs a second one to start after it: boot with --smp 3 or more"
-        )));
-    }
+    let late_ap = faults
+        .late_ap(enabled_cpus)
+        .map_err(|e| BootError::BadOption(format!("{e}")))?;
     // Plans the CPUs (MADT and CPUID only); the pipeline sets up the APIC
     // and the trampoline and starts the APs where its mode first needs them
     // (`CpuBringup`), the executor waits for them (and runs the SMP
@@ -573,7 +522,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(),
     });
-    run_pipeline(&opts, input, phys_offset)
+    run_pipeline(&opts, faults, input, phys_offset)
 }
 
 /// The kernel image's code, data and bss sizes, from its section bounds.
@@ -584,7 +533,12 @@ fn kernel_image_sizes() -> ImageSizes {
 /// The memory-init pipeline on this machine's hardware, from `input`
 /// (which the log gets as its `memboot-input:` line where the boot CPU
 /// stops working alone: `hw::held_report`).
-fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(), BootError> {
+fn run_pipeline(
+    opts: &Options,
+    faults: &FaultHooks,
+    input: &BootInput,
+    phys_offset: u64,
+) -> Result<(), BootError> {
     let reserve = input.early_reservations();
     // SAFETY: the bootloader's physical-memory offset; from here on the
     // boot CPU alone edits the page tables (APs only run jobs, which do not
@@ -598,7 +552,12 @@ fn run_pipeline(opts: &Options, input: &BootInput, phys_offset: u64) -> Result<(
         log: &SerialLog,
         cpu_nodes: &input.cpu_nodes,
     };
-    let result = pipeline::run(&input.pipeline_input(opts, &reserve), machine, &MM_FACTS);
+    let result = pipeline::run(
+        &input.pipeline_input(opts, &reserve),
+        machine,
+        &MM_FACTS,
+        faults,
+    );
     kprintln!(
         "heap: peak {} KiB of {} KiB",
         HEAP.peak_bytes() >> 10,

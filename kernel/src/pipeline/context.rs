@@ -1,5 +1,5 @@
-//! What every stage is given: the options, the mode's plan, the seams and
-//! the facts, with the one helper that times a boot-CPU phase and records
+//! What every stage is given: the options, the mode's plan, the seams, the
+//! fault hooks and the facts, with the one helper that times a boot-CPU phase and records
 //! it in the summary's `phases`.
 
 use crate::kernel_image::ImageSizes;
@@ -7,6 +7,7 @@ use memboot_contract::options::{Drain, Options};
 use memmap::NodeId;
 
 use super::facts::{Facts, Phase};
+use super::fault_hooks::FaultHooks;
 use super::mode::{Deferral, ModePlan};
 use super::seams::{Clock, Executor, Log, BOOT_CPU};
 
@@ -18,6 +19,8 @@ pub struct Ctx<'a> {
     pub clock: &'a dyn Clock,
     pub log: &'a dyn Log,
     pub facts: &'a Facts,
+    /// What a `test_fault=` does where it acts; nothing on a normal boot.
+    pub faults: &'a FaultHooks,
     /// `cpu_nodes[cpu]`: the node of each CPU of `executor`.
     pub cpu_nodes: &'a [NodeId],
     /// CPUID's hypervisor bit (memory-block sizing).

@@ -1,16 +1,18 @@
-//! The pipeline's one error type: which stage failed and why, with a
-//! message that says what to do, and the summary `status` it maps to.
+//! The pipeline's one error type: which step failed and why, with a
+//! message that says what to do, and the summary `status` it maps to;
+//! and each step's own error type, which it wraps.
 
+use alloc::string::String;
 use core::fmt;
 
 use deferred_init::{DeferredInitError, FreeError, PlanError};
 use memmap::init::MemmapInitError;
+use memmap::memblock::MemblockError;
 use memmap::memory_block::BlockError;
+use memmap::Pfn;
 
-use super::s10_verify::{FaultNotApplied, VerifyError};
-use super::s1_memblock::MemblockStageError;
-use super::s3_vmemmap::VmemmapError;
-use super::s8_alloc_test::AllocTestError;
+use super::fault_hooks::FaultNotApplied;
+use super::seams::MapError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineError {
@@ -62,5 +64,89 @@ impl fmt::Display for PipelineError {
             PipelineError::Verify(e) => write!(f, "{e}"),
             PipelineError::TestFault(e) => write!(f, "{e}"),
         }
+    }
+}
+
+/// Why memblock could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemblockStageError {
+    /// The input that was refused ("firmware map", "SRAT affinity", or an
+    /// early reservation's `what`).
+    pub what: &'static str,
+    pub err: MemblockError,
+}
+
+impl fmt::Display for MemblockStageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "memblock ({}): {}", self.what, self.err)
+    }
+}
+
+/// Why the vmemmap could not be populated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmemmapError {
+    /// memblock could not provide backing or page-table memory.
+    OutOfMemory {
+        what: &'static str,
+        err: MemblockError,
+    },
+    Map(MapError),
+}
+
+impl fmt::Display for VmemmapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmemmapError::OutOfMemory { what, err } => write!(
+                f,
+                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node (1/128 with struct_page=32)"
+            ),
+            VmemmapError::Map(e) => write!(f, "vmemmap: {e}"),
+        }
+    }
+}
+
+impl From<MapError> for VmemmapError {
+    fn from(e: MapError) -> Self {
+        VmemmapError::Map(e)
+    }
+}
+
+/// What went wrong in the allocation test that is not a failed allocation
+/// (those are counted): the allocator refused a block back, or a drain
+/// step failed. Either is an allocator bug.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocTestError {
+    Free {
+        pfn: Pfn,
+        order: u32,
+        err: FreeError,
+    },
+    DrainStep(DeferredInitError),
+}
+
+impl fmt::Display for AllocTestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocTestError::Free { pfn, order, err } => write!(
+                f,
+                "alloc_test: freeing the order-{order} block at pfn {pfn:#x} it had allocated failed: {err}; an allocator bug, report it with the log"
+            ),
+            AllocTestError::DrainStep(e) => write!(
+                f,
+                "alloc_test: a drain step failed: {e}; a deferred-init bug, report it with the log"
+            ),
+        }
+    }
+}
+
+/// What differs, as the first lines of the checker's report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyError {
+    pub message: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
     }
 }

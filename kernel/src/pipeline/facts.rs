@@ -8,7 +8,7 @@ use memmap::NodeId;
 
 use deferred_init::DeferredReport;
 
-use super::s8_alloc_test::AllocTestReport;
+use memmap::MAX_ORDER;
 
 /// The summary's timeline entries: the schema's own types.
 pub use memboot_contract::summary::{Phase, PhaseSpan};
@@ -49,7 +49,7 @@ pub struct MmFacts {
     pub low_zone_pages: u64,
     pub deferred_pages: u64,
     pub reserved_pages: u64,
-    /// Hole pages the boot CPU initialised as reserved (stage 4).
+    /// Hole pages the boot CPU initialised as reserved (`eager_memmap`).
     pub hole_pages: u64,
     /// Hole pages a lazy vmemmap initialised with their sections, as each
     /// was first mapped (`ondemand`, whose boot writes no hole page).
@@ -231,4 +231,84 @@ impl Default for Facts {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The orders the allocation test mixes, and the summary's `alloc_orders`.
+pub const ORDERS: [u32; 4] = [0, 3, 9, MAX_ORDER];
+
+/// One order's figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OrderFigures {
+    pub order: u32,
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Block windows the allocations of this order initialised.
+    pub growth_steps: u64,
+}
+
+impl OrderFigures {
+    pub const fn none(order: u32) -> Self {
+        OrderFigures {
+            order,
+            count: 0,
+            p50_ns: 0,
+            p99_ns: 0,
+            max_ns: 0,
+            growth_steps: 0,
+        }
+    }
+}
+
+/// The growth steps the test's allocations took (`ondemand`): how long
+/// each took, one block window of struct pages initialised per step
+/// (`deferred_init::GROW_CLAIM_WINDOWS`). The cost `ondemand` moves from
+/// boot to the allocations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrowthFigures {
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl GrowthFigures {
+    pub const NONE: GrowthFigures = GrowthFigures {
+        count: 0,
+        p50_ns: 0,
+        p99_ns: 0,
+        max_ns: 0,
+    };
+}
+
+/// What the allocation test did (`alloc_test`, which fills it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocTestReport {
+    /// Bytes asked for per node (the option), and allocated on all nodes.
+    pub bytes_per_node: u64,
+    pub allocated_pages: u64,
+    pub nr_nodes: usize,
+    pub failed: u64,
+    pub orders: [OrderFigures; 4],
+    pub growth: GrowthFigures,
+    pub wall_ns: u64,
+}
+
+impl AllocTestReport {
+    /// The figures of a test that did not run.
+    pub const NOT_RUN: AllocTestReport = AllocTestReport {
+        bytes_per_node: 0,
+        allocated_pages: 0,
+        nr_nodes: 0,
+        failed: 0,
+        orders: [
+            OrderFigures::none(ORDERS[0]),
+            OrderFigures::none(ORDERS[1]),
+            OrderFigures::none(ORDERS[2]),
+            OrderFigures::none(ORDERS[3]),
+        ],
+        growth: GrowthFigures::NONE,
+        wall_ns: 0,
+    };
 }

@@ -12,8 +12,8 @@ use std::vec::Vec;
 
 use memmap::sections::{Vmemmap, VMEMMAP_HUGE_PAGE_BYTES};
 
-use super::s3_vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
 use super::seams::{CpuBringup, Log, MapError, VmemmapMapper};
+use super::vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
 
 /// A lazily backed vmemmap area. It also checks the pipeline's page-table
 /// plan against its own model of a 4-level walk: each mapping must bring

@@ -7,7 +7,7 @@ use memmap::init::Strategy;
 
 use memboot_contract::options::MemmapMode;
 
-/// What the boot CPU does with struct pages (stage 4).
+/// What the boot CPU does with struct pages ([`super::eager_memmap`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EagerWork {
     /// A Linux memmap-init strategy.
@@ -16,7 +16,7 @@ pub enum EagerWork {
     Touch,
 }
 
-/// When the vmemmap's sections are mapped (stage 3).
+/// When the vmemmap's sections are mapped ([`super::vmemmap`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmemmapMapping {
     /// Every present section at boot, as Linux's `sparse_init()`.
@@ -26,7 +26,8 @@ pub enum VmemmapMapping {
     OnFirstUse,
 }
 
-/// What becomes of the memory the boot CPU leaves uninitialised (stage 6).
+/// What becomes of the memory the boot CPU leaves uninitialised ([`super::deferred_workers`] or
+/// [`super::ondemand_pool`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deferral {
     /// Per-node workers initialise it during boot (`deferred`, `touch`; the
@@ -41,7 +42,7 @@ pub enum Deferral {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StartCpus {
     /// Before the boot CPU's eager phase, which hides their bring-up: the
-    /// workers of stage 6 need them right after it.
+    /// deferred-init workers need them right after it.
     BeforeEager,
     /// Once memory is ready: nothing before it needs another CPU.
     WhenMemoryReady,

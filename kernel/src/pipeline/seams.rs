@@ -119,6 +119,6 @@ pub unsafe trait VmemmapMapper: Send {
     /// Map the 2 MiB page at `virt` (inside the area) to physical `phys`.
     /// `new_tables` are fresh frames, in the order the walk needs them
     /// (page-directory-pointer table first, then page directory), exactly
-    /// as [`crate::pipeline::s3_vmemmap::tables_needed`] planned.
+    /// as [`crate::pipeline::vmemmap::tables_needed`] planned.
     fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError>;
 }

@@ -15,8 +15,9 @@ use memboot_contract::options::Options;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
+use memboot_kernel::pipeline::fault_hooks::FaultHooks;
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
-use memboot_kernel::pipeline::s1_memblock::EarlyReservation;
+use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
 
 /// A boot as its serial log describes it.
@@ -108,7 +109,8 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
         log: &log,
         cpu_nodes: &fx.input.cpu_nodes,
     };
-    let result = pipeline::run(&input, machine, &facts);
+    let faults = FaultHooks::new(fx.opts.test_fault);
+    let result = pipeline::run(&input, machine, &facts, &faults);
     let mm = facts.with(|f| f.clone()).unwrap();
     HostRun {
         result,

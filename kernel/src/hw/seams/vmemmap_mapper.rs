@@ -5,11 +5,11 @@
 //! exactly 2 MiB, so every present section is one huge page of memmap and a
 //! section without memory costs nothing (Linux `vmemmap_populate` on x86_64
 //! uses PMD mappings the same way). Where the memory and the page-table
-//! frames come from is decided by the pipeline (`s3_vmemmap`); this module
+//! frames come from is decided by the pipeline (`vmemmap`); this module
 //! only writes the entries.
 
-use memboot_kernel::pipeline::s3_vmemmap::PDPT_SPAN_BYTES;
 use memboot_kernel::pipeline::seams::{MapError, VmemmapMapper};
+use memboot_kernel::pipeline::vmemmap::PDPT_SPAN_BYTES;
 use memmap::sections::Vmemmap;
 use x86_64::structures::paging::mapper::MapToError;
 use x86_64::structures::paging::{

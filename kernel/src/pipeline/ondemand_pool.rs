@@ -1,7 +1,8 @@
-//! Stage 6 with a pool (`ondemand`): the memory the boot CPU left goes to
+//! Memory ready with a pool (`ondemand`; the alternative to
+//! `deferred_workers`): the memory the boot CPU left goes to
 //! the allocator untouched, all of it reachable at once (growth claims a
 //! block window at a time); memory is ready now. The boot CPU then creates
-//! the memory-block devices (stage 7's work).
+//! the memory-block devices ([`super::memory_blocks::create_timed`]).
 
 use deferred_init::DeferredInit;
 use memmap::memblock::Memblock;
@@ -10,9 +11,9 @@ use memmap::store::{Memmap, VmemmapBacking};
 
 use super::context::Ctx;
 use super::error::PipelineError;
-use super::s7_memory_blocks::{self, Created};
+use super::memory_blocks::{self, Created};
 
-/// Stage 6: hand the pool over; returns the memory blocks.
+/// Hand the pool over; returns the memory blocks.
 pub fn run<P: PageLayout>(
     cx: &Ctx<'_>,
     di: &DeferredInit<'_, VmemmapBacking<P>>,
@@ -31,7 +32,7 @@ pub fn run<P: PageLayout>(
         di.plan().nodes().len(),
         now / 1000
     ));
-    s7_memory_blocks::create_timed(
+    memory_blocks::create_timed(
         mb,
         cx.opts.memory_block_size,
         cx.opts.memory_block_lookup,

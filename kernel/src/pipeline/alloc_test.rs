@@ -1,4 +1,4 @@
-//! Stage 8, the allocation test: what allocations pay for how memory was
+//! The allocation test, once memory is ready: what allocations pay for how memory was
 //! initialised. On every node, in turn, all CPUs at once allocate the
 //! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
 //! round of 16 MiB, interleaved), timing every allocation, then free
@@ -13,24 +13,21 @@
 //! list of blocks to free.
 
 use alloc::vec::Vec;
-use core::fmt;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use deferred_init::{
-    Clock, CpuId, DeferredInit, DeferredInitError, Executor, FreeError, PageAllocator,
-};
+use deferred_init::{Clock, CpuId, DeferredInit, Executor, PageAllocator};
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
-use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER, PAGE_SHIFT};
+use memmap::{NodeId, Pfn, ZoneType, PAGE_SHIFT};
 
 use memboot_contract::options::ALLOC_TEST_ROUND_BYTES;
 
 use super::context::Ctx;
-use super::error::PipelineError;
-use super::facts::{Facts, Phase};
+use super::error::{AllocTestError, PipelineError};
+use super::facts::{AllocTestReport, Facts, GrowthFigures, OrderFigures, Phase, ORDERS};
 use super::seams::Log;
 
-/// Stage 8: the allocation test, if `alloc_test=` asks for one and the
+/// The allocation test, if `alloc_test=` asks for one and the
 /// mode has an allocator; logged and recorded.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
@@ -53,34 +50,6 @@ pub fn run<B: MemmapBacking>(
     Ok(())
 }
 
-/// What went wrong in the allocation test that is not a failed allocation
-/// (those are counted): the allocator refused a block back, or a drain
-/// step failed. Either is an allocator bug.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AllocTestError {
-    Free {
-        pfn: Pfn,
-        order: u32,
-        err: FreeError,
-    },
-    DrainStep(DeferredInitError),
-}
-
-impl fmt::Display for AllocTestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AllocTestError::Free { pfn, order, err } => write!(
-                f,
-                "alloc_test: freeing the order-{order} block at pfn {pfn:#x} it had allocated failed: {err}; an allocator bug, report it with the log"
-            ),
-            AllocTestError::DrainStep(e) => write!(
-                f,
-                "alloc_test: a drain step failed: {e}; a deferred-init bug, report it with the log"
-            ),
-        }
-    }
-}
-
 /// The first error any CPU met (the rest would repeat it).
 struct FirstError(spin::Mutex<Option<AllocTestError>>);
 
@@ -90,8 +59,6 @@ impl FirstError {
     }
 }
 
-/// The orders the test mixes, and the summary's `alloc_orders`.
-pub const ORDERS: [u32; 4] = [0, 3, 9, MAX_ORDER];
 /// Per round, 4 MiB of each order.
 const ROUND_PAGES: u64 = ALLOC_TEST_ROUND_BYTES >> PAGE_SHIFT;
 const PAGES_PER_ORDER_PER_ROUND: u64 = ROUND_PAGES / ORDERS.len() as u64;
@@ -179,90 +146,14 @@ impl Default for Histogram {
     }
 }
 
-/// One order's figures.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OrderFigures {
-    pub order: u32,
-    pub count: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-    /// Block windows the allocations of this order initialised.
-    pub growth_steps: u64,
-}
-
-impl OrderFigures {
-    const fn none(order: u32) -> Self {
-        OrderFigures {
-            order,
-            count: 0,
-            p50_ns: 0,
-            p99_ns: 0,
-            max_ns: 0,
-            growth_steps: 0,
-        }
+/// The growth steps' figures from their histogram.
+fn growth_figures(h: &Histogram) -> GrowthFigures {
+    GrowthFigures {
+        count: h.count(),
+        p50_ns: h.percentile(500),
+        p99_ns: h.percentile(990),
+        max_ns: h.max(),
     }
-}
-
-/// The growth steps the test's allocations took (`ondemand`): how long
-/// each took, one block window of struct pages initialised per step
-/// (`deferred_init::GROW_CLAIM_WINDOWS`). The cost `ondemand` moves from
-/// boot to the allocations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GrowthFigures {
-    pub count: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-}
-
-impl GrowthFigures {
-    const NONE: GrowthFigures = GrowthFigures {
-        count: 0,
-        p50_ns: 0,
-        p99_ns: 0,
-        max_ns: 0,
-    };
-
-    fn of(h: &Histogram) -> Self {
-        GrowthFigures {
-            count: h.count(),
-            p50_ns: h.percentile(500),
-            p99_ns: h.percentile(990),
-            max_ns: h.max(),
-        }
-    }
-}
-
-/// What the test did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AllocTestReport {
-    /// Bytes asked for per node (the option), and allocated on all nodes.
-    pub bytes_per_node: u64,
-    pub allocated_pages: u64,
-    pub nr_nodes: usize,
-    pub failed: u64,
-    pub orders: [OrderFigures; 4],
-    pub growth: GrowthFigures,
-    pub wall_ns: u64,
-}
-
-impl AllocTestReport {
-    /// The figures of a test that did not run.
-    pub const NOT_RUN: AllocTestReport = AllocTestReport {
-        bytes_per_node: 0,
-        allocated_pages: 0,
-        nr_nodes: 0,
-        failed: 0,
-        orders: [
-            OrderFigures::none(ORDERS[0]),
-            OrderFigures::none(ORDERS[1]),
-            OrderFigures::none(ORDERS[2]),
-            OrderFigures::none(ORDERS[3]),
-        ],
-        growth: GrowthFigures::NONE,
-        wall_ns: 0,
-    };
 }
 
 /// A held block: head PFN and order, packed (orders fit in 6 bits).
@@ -484,7 +375,7 @@ pub fn test<B: MemmapBacking>(
             growth_steps: growth_steps[slot].load(Ordering::Relaxed),
         };
     }
-    report.growth = GrowthFigures::of(&step_histogram);
+    report.growth = growth_figures(&step_histogram);
     match error.0.into_inner() {
         Some(e) => Err(e),
         None => Ok(report),

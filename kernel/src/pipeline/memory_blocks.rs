@@ -1,9 +1,9 @@
-//! Stage 7, memory-block devices (Linux `memory_dev_init()`): one per
+//! Memory-block devices (Linux `memory_dev_init()`): one per
 //! block-size-aligned range with memory, linked to the nodes in it, each
 //! section's block found as `memory_block_lookup=` says (the registry's
 //! `BlockLookup`: indexed, or Linux's linear search before 4fb6eabf1037). The
-//! boot CPU creates them during stage 6 (while the deferred-init workers
-//! run, or after the pool is handed over); this stage reports them and
+//! boot CPU creates them during `deferred_workers` (while the deferred-init workers
+//! run, or after the pool is handed over, in `ondemand_pool`); this module reports them and
 //! what the allocator holds (Linux's `Memory:` line).
 
 use deferred_init::{DeferredInit, PageAllocator};
@@ -48,7 +48,7 @@ pub fn create_timed(
     })
 }
 
-/// Stage 7: record and log the blocks and what the allocator holds.
+/// Record and log the blocks and what the allocator holds.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
     created: Created,

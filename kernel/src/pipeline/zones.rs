@@ -1,4 +1,4 @@
-//! Stage 2, zones: DMA / DMA32 / Normal per node and the present sections,
+//! Zones: DMA / DMA32 / Normal per node and the present sections,
 //! printed as Linux's `free_area_init()` prints them ([`log`]: the pipeline
 //! prints them where the boot CPU stops working alone, with the kernel's
 //! held-back boot report, since formatting them is first-run code that
@@ -11,7 +11,7 @@ use super::context::Ctx;
 use super::facts::Phase;
 use super::seams::{log_lines, Log};
 
-/// Stage 2: the zones; their page counts recorded.
+/// The zones; their page counts recorded.
 pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
     let (layout, _) = cx.timed(Phase::Zones, || ZoneLayout::new(mb));
     cx.facts.record(|f| {

@@ -1,4 +1,4 @@
-//! Stage 4, eager memmap init on the boot CPU, as the `memmap=` mode says
+//! Eager memmap init on the boot CPU, as the `memmap=` mode says
 //! ([`super::mode::ModePlan::eager`]).
 
 use alloc::vec::Vec;
@@ -19,7 +19,7 @@ use super::facts::Phase;
 use super::mode::EagerWork;
 use super::seams::Log;
 
-/// Stage 4: the boot CPU's share of struct pages, logged and recorded.
+/// The boot CPU's share of struct pages, logged and recorded.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
     memmap: &mut Memmap<B>,

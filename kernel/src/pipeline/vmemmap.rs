@@ -1,4 +1,5 @@
-//! Stage 3, vmemmap: struct-page storage for every present section.
+//! The vmemmap: struct-page storage for every present section, and what
+//! first use mapped of it ([`report_first_use`]).
 //!
 //! Each present 128 MiB section's 32768 struct pages (2 MiB at 64 bytes,
 //! 1 MiB at 32) come from its own node's memory (Linux `sparse_init_nid()`
@@ -36,10 +37,9 @@
 
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
-use core::fmt;
 use core::ops::Range;
 
-use memmap::memblock::{Memblock, MemblockError};
+use memmap::memblock::Memblock;
 use memmap::page::PageLayout;
 use memmap::sections::{
     section_memmap_bytes, vmemmap_backing_ranges, Vmemmap, VmemmapRange, VMEMMAP_HUGE_PAGE_BYTES,
@@ -49,12 +49,12 @@ use memmap::zones::ZoneLayout;
 use memmap::{section_nr_to_pfn, NodeId, PAGES_PER_SECTION, PAGE_SIZE};
 
 use super::context::Ctx;
-use super::error::PipelineError;
+use super::error::{PipelineError, VmemmapError};
 use super::facts::Phase;
 use super::mode::VmemmapMapping;
 use super::seams::{Log, MapError, VmemmapMapper};
 
-/// Stage 3: struct-page storage (of layout `P`) for every present
+/// Struct-page storage (of layout `P`) for every present
 /// section, mapped now or on first use as the mode says.
 pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
@@ -73,6 +73,29 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
         f.vmemmap_bytes = stats.bytes;
     });
     Ok(Memmap::new(backing))
+}
+
+/// How much of the vmemmap first use mapped (`memmap=ondemand`), once
+/// everything that allocates has run; an error if a mapping failed.
+pub fn report_first_use<M: VmemmapMapper, P: PageLayout>(
+    cx: &Ctx<'_>,
+    memmap: &Memmap<VmemmapBacking<P>>,
+    sections: &SectionMapper<'_, M>,
+) -> Result<(), PipelineError> {
+    if cx.mode.vmemmap != VmemmapMapping::OnFirstUse {
+        return Ok(());
+    }
+    let backing = memmap.backing();
+    let (mapped, table_frames, error) = sections.first_use();
+    cx.log.line(format_args!(
+        "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages and {} hole pages written",
+        backing.mapped().len(),
+        backing.hole_pages_on_first_use()
+    ));
+    match error {
+        Some(e) => Err(PipelineError::Vmemmap(VmemmapError::Map(e))),
+        None => Ok(()),
+    }
 }
 
 /// Area bytes one page directory maps with 2 MiB entries.
@@ -119,35 +142,6 @@ pub struct VmemmapStats {
     pub node_bytes: Vec<(NodeId, u64)>,
     /// Huge pages of struct pages that had to come from another node.
     pub off_node_huge_pages: u64,
-}
-
-/// Why the vmemmap could not be populated.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VmemmapError {
-    /// memblock could not provide backing or page-table memory.
-    OutOfMemory {
-        what: &'static str,
-        err: MemblockError,
-    },
-    Map(MapError),
-}
-
-impl fmt::Display for VmemmapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VmemmapError::OutOfMemory { what, err } => write!(
-                f,
-                "vmemmap: no memory for {what} ({err}); struct pages need 1/64 of RAM per node (1/128 with struct_page=32)"
-            ),
-            VmemmapError::Map(e) => write!(f, "vmemmap: {e}"),
-        }
-    }
-}
-
-impl From<MapError> for VmemmapError {
-    fn from(e: MapError) -> Self {
-        VmemmapError::Map(e)
-    }
 }
 
 /// The vmemmap area for `mb`'s present sections' struct pages of
@@ -320,7 +314,7 @@ pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: Vmemma
     }
 }
 
-/// The mapper behind a lock: stage 3 maps every section through it at
+/// The mapper behind a lock: [`run`] maps every section through it at
 /// boot, or reserves and leaves it to map each section on first use (a
 /// [`SectionPopulator`] the backing calls, on any CPU).
 pub struct SectionMapper<'m, M> {

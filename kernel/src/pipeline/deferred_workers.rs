@@ -1,7 +1,7 @@
-//! Stage 6 with per-node workers (`deferred`, `regions`, `perpfn`, `touch`):
+//! Memory ready through per-node workers (`deferred`, `regions`, `perpfn`, `touch`):
 //! every node's remaining struct pages, initialised and freed into the buddy
 //! lists by workers on that node's CPUs, while the boot CPU first creates
-//! the memory-block devices (stage 7's work) and then does its own share,
+//! the memory-block devices ([`super::memory_blocks::create_timed`]) and then does its own share,
 //! as Linux's boot CPU goes on booting while the pgdatinit threads run and
 //! then waits for them in `page_alloc_init_late()`. Memory is ready when
 //! the boot CPU is back from that wait.
@@ -14,10 +14,10 @@ use memmap::zones::ZoneLayout;
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
-use super::s7_memory_blocks::{self, Created};
+use super::memory_blocks::{self, Created};
 use super::seams::{log_lines, Clock, Executor, BOOT_CPU};
 
-/// Stage 6: run the workers and, on the boot CPU, create the memory blocks;
+/// Run the workers and, on the boot CPU, create the memory blocks;
 /// returns the blocks once every worker is done.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
@@ -36,7 +36,7 @@ pub fn run<B: MemmapBacking>(
     let (size, lookup) = (cx.opts.memory_block_size, cx.opts.memory_block_lookup);
     let (hypervisor, clock) = (cx.under_hypervisor, cx.clock);
     let make_blocks = || {
-        *created.lock() = Some(s7_memory_blocks::create_timed(
+        *created.lock() = Some(memory_blocks::create_timed(
             mb, size, lookup, hypervisor, clock,
         ))
     };

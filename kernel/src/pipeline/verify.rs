@@ -1,31 +1,31 @@
-//! Stage 10, verification: the boot CPU's ranges checked for overlap, then
+//! Verification, last: the boot CPU's ranges checked for overlap, then
 //! `deferred_init::verify::check_all`: every initialised PFN's struct page
 //! on all CPUs, the buddy lists against the pages and the per-zone counts —
 //! with the untouched pool (`ondemand`) accounted from its claim counters,
 //! never read — and an alloc/free self-test per node.
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
 use deferred_init::verify::{check_all, Verified};
-use deferred_init::{faults, DeferredInit, PageAllocator};
-use memmap::init::{EagerRange, InitOutcome};
+use deferred_init::{DeferredInit, PageAllocator};
+use memmap::init::InitOutcome;
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
-use memmap::{NodeId, Pfn, PfnRange, ZoneType};
+use memmap::{NodeId, PfnRange, ZoneType};
 
-use memboot_contract::options::{TestFault, Verify};
+use memboot_contract::options::Verify;
 
 use super::context::Ctx;
-use super::error::PipelineError;
+use super::error::{PipelineError, VerifyError};
 use super::facts::{Phase, VerifyOutcome};
+use super::fault_hooks::VerifyState;
 use super::mode::Deferral;
 use super::seams::{log_lines, Log};
 
-/// Stage 10: apply a damaging `test_fault=` if asked, then verify, if the
+/// Give a `test_fault=` its chance to damage the state, then verify, if the
 /// mode has Linux state to check and `verify=off` was not given.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
@@ -46,17 +46,16 @@ pub fn run<B: MemmapBacking>(
         cx.facts.record(|f| f.verify = VerifyOutcome::Off);
         return Ok(());
     }
-    let pool_mode = cx.mode.deferral == Deferral::Pool;
-    apply_fault(
-        cx.opts.test_fault,
-        pool_mode,
-        memmap,
-        mb,
-        &outcome.eager,
-        di,
-        cx.log,
-    )
-    .map_err(PipelineError::TestFault)?;
+    cx.faults
+        .before_verify(&VerifyState {
+            pool_mode: cx.mode.deferral == Deferral::Pool,
+            memmap,
+            mb,
+            eager: &outcome.eager,
+            di,
+            log: cx.log,
+        })
+        .map_err(PipelineError::TestFault)?;
     let (verdict, verify_ns) = cx.timed(Phase::Verify, || {
         check_eager(outcome)?;
         let verified =
@@ -75,18 +74,6 @@ pub fn run<B: MemmapBacking>(
     let verified = verdict.map_err(PipelineError::Verify)?;
     log_ok(cx.log, &verified, verify_ns);
     Ok(())
-}
-
-/// What differs, as the first lines of the checker's report.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifyError {
-    pub message: String,
-}
-
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
 }
 
 fn failed(e: impl fmt::Display) -> VerifyError {
@@ -167,98 +154,6 @@ fn check_eager(outcome: &InitOutcome) -> Result<u64, VerifyError> {
     Ok(sorted.iter().map(|r| r.nr_pages()).sum())
 }
 
-/// A `test_fault=` that could not damage anything on this machine: the
-/// boot must not then report a verification that proved nothing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FaultNotApplied {
-    pub fault: TestFault,
-    pub why: &'static str,
-}
-
-impl fmt::Display for FaultNotApplied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Kernel command line rejected: test_fault={}: {}; nothing was damaged, so this boot cannot test verification (use a larger -m, or alloc_test= so that growth initialises memory)",
-            self.fault.name(),
-            self.why
-        )
-    }
-}
-
-/// Apply the state-damaging `test_fault=` (see `deferred_init::faults`)
-/// right before verification, log what was damaged, and say whether it
-/// could be. `pool_mode`: the mode keeps an untouched pool (`ondemand`),
-/// where `corrupt_page` picks a page initialised by growth.
-fn apply_fault<B: MemmapBacking>(
-    fault: TestFault,
-    pool_mode: bool,
-    memmap: &Memmap<B>,
-    mb: &Memblock,
-    eager: &[EagerRange],
-    di: &DeferredInit<'_, B>,
-    log: &dyn Log,
-) -> Result<(), FaultNotApplied> {
-    let not_applied = |why| FaultNotApplied { fault, why };
-    match fault {
-        TestFault::CorruptPage => {
-            let pfn = if pool_mode {
-                faults::free_page_in_claimed_windows(di).ok_or(not_applied(
-                    "no free page in a block window initialised after boot",
-                ))?
-            } else {
-                last_free_eager_page(mb, eager)
-                    .ok_or(not_applied("no free page initialised by the boot CPU"))?
-            };
-            // SAFETY: every worker and allocation has returned and
-            // verification has not started: nothing references this page.
-            if !unsafe { faults::corrupt_page(memmap, pfn) } {
-                return Err(not_applied("the chosen page has no struct-page backing"));
-            }
-            log.line(format_args!(
-                "test_fault: flipped a node bit in the struct page of pfn {pfn:#x}"
-            ));
-        }
-        TestFault::DoubleInit => {
-            let pfn = di
-                .double_init_window()
-                .ok_or(not_applied("no block window was initialised after boot"))?;
-            log.line(format_args!(
-                "test_fault: initialised the block window at pfn {pfn:#x} (section {}) twice, bypassing its claim",
-                memmap::pfn_to_section_nr(pfn)
-            ));
-        }
-        TestFault::ListCorrupt => {
-            // SAFETY: as above; the allocator is not used again before
-            // verification reports.
-            let (head, target) = unsafe { faults::corrupt_list_link(di.buddy(), memmap) }
-                .ok_or(not_applied("no free block of order 1 or more"))?;
-            log.line(format_args!(
-                "test_fault: pointed the free-list link of pfn {head:#x} at pfn {target:#x}, a tail page of its block"
-            ));
-        }
-        TestFault::PoolOverlap => {
-            // SAFETY: as above.
-            let pfn = unsafe { faults::place_free_block_in_pool(di, memmap) }
-                .ok_or(not_applied("the untouched pool has no free page left"))?;
-            log.line(format_args!(
-                "test_fault: freed pfn {pfn:#x}, in the untouched pool, onto a free list"
-            ));
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-/// The last free page the boot CPU initialised: every mode initialises
-/// those, while deferred memory may still be untouched.
-fn last_free_eager_page(mb: &Memblock, eager: &[EagerRange]) -> Option<Pfn> {
-    mb.free_ranges(None)
-        .flat_map(|(free, _)| eager.iter().filter_map(move |e| free.intersect(&e.pfns)))
-        .last()
-        .map(|free| free.end - 1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,7 +169,7 @@ mod tests {
     type Booted = (Memmap<VecBacking<StructPage>>, InitOutcome, PageblockMaps);
 
     /// `strategy`'s eager init over a map with two zones (DMA, DMA32) and a
-    /// hole, as stage 4 runs it.
+    /// hole, as the eager memmap init runs it.
     fn booted(strategy: Strategy) -> Booted {
         let (mb, _) = Memblock::from_firmware(
             [
@@ -309,7 +204,7 @@ mod tests {
     }
 
     /// A range initialised a second time through the init path (as a bug
-    /// would), its writes counted as stage 4 counts them: same bytes, so
+    /// would), its writes counted as the eager memmap init counts them: same bytes, so
     /// only the count can tell, and it names the node and zone.
     #[test]
     fn a_range_written_twice_fails_naming_its_zone() {

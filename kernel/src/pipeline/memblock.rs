@@ -1,21 +1,19 @@
-//! Stage 1, memblock: the firmware map, node-tagged from SRAT, with the
+//! Memblock, first: the firmware map, node-tagged from SRAT, with the
 //! early reservations memblock cannot see in the map (Linux x86 reserves
 //! the first 1 MiB; memboot's heap came out of usable RAM before memblock
 //! existed). Linux: `e820__memblock_setup()`, `numa_register_memblks()`,
 //! `memblock_reserve()`.
 
-use core::fmt;
-
 use memmap::firmware::{FirmwareRegion, NodeAffinity};
-use memmap::memblock::{FirmwareReport, Memblock, MemblockConfig, MemblockError};
+use memmap::memblock::{FirmwareReport, Memblock, MemblockConfig};
 
 use super::context::Ctx;
-use super::error::PipelineError;
+use super::error::{MemblockStageError, PipelineError};
 use super::facts::Phase;
 use super::seams::Log;
 use super::Input;
 
-/// Stage 1: build memblock from the input, log it, record its time.
+/// Build memblock from the input, log it, record its time.
 pub fn run(cx: &Ctx<'_>, input: &Input<'_>) -> Result<Memblock, PipelineError> {
     let (built, memblock_ns) = cx.timed(Phase::Memblock, || {
         build(
@@ -38,21 +36,6 @@ pub struct EarlyReservation {
     pub size: u64,
     /// What it is, for messages ("low 1 MiB", "kernel heap").
     pub what: &'static str,
-}
-
-/// Why memblock could not be built.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemblockStageError {
-    /// The input that was refused ("firmware map", "SRAT affinity", or an
-    /// [`EarlyReservation::what`]).
-    pub what: &'static str,
-    pub err: MemblockError,
-}
-
-impl fmt::Display for MemblockStageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "memblock ({}): {}", self.what, self.err)
-    }
 }
 
 /// Build memblock. `affinity` is `None` without SRAT: then all memory is

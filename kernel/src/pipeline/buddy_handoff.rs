@@ -1,4 +1,4 @@
-//! Stage 5: the deferred-init plan, the page allocator's free lists over
+//! The buddy hand-off: the deferred-init plan, the page allocator's free lists over
 //! the eager and the deferred memory, the hand-off of the boot CPU's free
 //! pages to them (Linux `memblock_free_all()` for the part `memmap_init()`
 //! did), and deferred init set up as the lists' client.
@@ -14,21 +14,19 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, PfnRange};
 
-use memboot_contract::options::TestFault;
-
 use super::context::Ctx;
 use super::error::PipelineError;
 use super::facts::Phase;
 use super::mode::Deferral;
 
-/// What stage 5 hands on: the plan, and the free lists the pipeline owns
+/// What the hand-off hands on: the plan, and the free lists the pipeline owns
 /// (deferred init and every allocating stage borrow them).
 pub struct Handoff<'m, B> {
     pub plan: DeferredPlan,
     pub buddy: BuddyAllocator<'m, B>,
 }
 
-/// Stage 5: plan the deferred work on each node's CPUs, set up the buddy
+/// Plan the deferred work on each node's CPUs, set up the buddy
 /// allocator, and hand it the boot CPU's free pages.
 pub fn run<'m, B: MemmapBacking>(
     cx: &Ctx<'_>,
@@ -69,19 +67,17 @@ pub fn run<'m, B: MemmapBacking>(
     Ok(Handoff { plan, buddy })
 }
 
-/// Deferred init of `plan` over `memmap`, freeing into `buddy` (armed for
-/// `test_fault=double_init` if asked).
+/// Deferred init of `plan` over `memmap`, freeing into `buddy`, its claim
+/// loop run through the fault hooks.
 pub fn deferred_init<'m, B: MemmapBacking>(
-    cx: &Ctx<'_>,
+    cx: &Ctx<'m>,
     memmap: &'m Memmap<B>,
     buddy: &'m BuddyAllocator<'m, B>,
     plan: DeferredPlan,
 ) -> Result<DeferredInit<'m, B>, PipelineError> {
-    let di = DeferredInit::new(memmap, buddy, plan, cx.mode.workers)
+    let mut di = DeferredInit::new(memmap, buddy, plan, cx.mode.workers)
         .map_err(PipelineError::DeferredInit)?;
-    if cx.opts.test_fault == TestFault::DoubleInit {
-        di.arm_double_init();
-    }
+    di.set_claim_hooks(cx.faults.claim_hooks());
     Ok(di)
 }
 
@@ -107,7 +103,7 @@ fn hand_off<B: MemmapBacking>(
     outcome: &InitOutcome,
 ) -> Result<u64, PipelineError> {
     // SAFETY: the boot CPU initialised every struct page of `outcome.eager`
-    // just now (stage 4), none is on a free list, no worker ever touches
+    // just now (`eager_memmap`), none is on a free list, no worker ever touches
     // eager ranges, and `buddy` was built with them as managed.
     unsafe { deferred_init::handoff::free_eager_pages(buddy, mb, &outcome.eager) }
         .map_err(PipelineError::BuddyHandoff)

@@ -40,7 +40,7 @@ pub mod profile_table;
 pub mod readme_figures;
 pub mod seeds;
 pub mod tap;
-/// Chrome trace-event files of a boot (`run-qemu.sh --trace`).
+// Chrome trace-event files of a boot (`run-qemu.sh --trace`).
 pub mod trace;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").

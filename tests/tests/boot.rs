@@ -518,14 +518,20 @@ fn masked(msg: &str) -> String {
 }
 
 /// `console=direct` writes each line out as it is logged instead of
-/// buffering it until an AP prints: the boot succeeds, and its log has the
-/// same lines in the same order as a buffered boot's, figures aside. The
-/// first AP's `smpboot: CPU 1 (APIC 0x1) up …` line is the AP's own, logged
-/// while the boot CPU goes on logging: where it falls among the boot CPU's
-/// lines differs from boot to boot in either mode, so it is only counted.
+/// buffering it until an AP prints, and prints the boot report and the zone
+/// lines where they are known instead of holding them back: the boot
+/// succeeds with the same lines as a buffered boot's, figures aside; the
+/// report comes before memblock's line and the zones before the vmemmap's
+/// (after both in a buffered boot), and every other line keeps its order.
+/// The first AP's `smpboot: CPU 1 (APIC 0x1) up …` line is the AP's own,
+/// logged while the boot CPU goes on logging: where it falls among the boot
+/// CPU's lines differs from boot to boot in either mode, so it is only
+/// counted.
 #[test]
-fn direct_console_logs_the_same_lines() {
+fn direct_console_logs_the_same_lines_early() {
     const AP_LINE: &str = "smpboot: CPU # (APIC #) up ";
+    const REPORT: &str = "BIOS-provided physical RAM map:";
+    const ZONES: &str = "Zone ranges:";
     let boot_with = |console: &str| {
         let b = boot(
             &["-m", "1G", "--smp", "2"],
@@ -548,13 +554,49 @@ fn direct_console_logs_the_same_lines() {
             .filter(|m| !m.starts_with(AP_LINE))
             .collect::<Vec<_>>()
     };
+    let at = |lines: &[String], prefix: &str| {
+        lines
+            .iter()
+            .position(|m| m.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no '{prefix}' in {lines:#?}"))
+    };
     let buffered = boot_with("console=buffered");
     let direct = boot_with("console=direct");
     assert!(buffered.len() > 50, "{buffered:?}");
-    for (i, (b, d)) in buffered.iter().zip(&direct).enumerate() {
-        assert_eq!(b, d, "line {i} differs");
-    }
-    assert_eq!(buffered.len(), direct.len(), "{buffered:#?}\n{direct:#?}");
+    let sorted = |lines: &[String]| {
+        let mut v = lines.to_vec();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(&buffered), sorted(&direct), "the same lines");
+    // Where the report and the zones go out.
+    assert!(
+        at(&direct, REPORT) < at(&direct, "memblock: "),
+        "{direct:#?}"
+    );
+    assert!(at(&direct, ZONES) < at(&direct, "vmemmap: "), "{direct:#?}");
+    assert!(
+        at(&buffered, REPORT) > at(&buffered, "vmemmap: "),
+        "{buffered:#?}"
+    );
+    assert!(
+        at(&buffered, ZONES) > at(&buffered, "vmemmap: "),
+        "{buffered:#?}"
+    );
+    // The blocks that moved: the report up to memblock's line, the zones
+    // up to the vmemmap's. Everything else in the same order.
+    let moved: Vec<&String> = direct[at(&direct, REPORT)..at(&direct, "memblock: ")]
+        .iter()
+        .chain(&direct[at(&direct, ZONES)..at(&direct, "vmemmap: ")])
+        .collect();
+    let rest = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|m| !moved.contains(m))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rest(&buffered), rest(&direct));
 }
 
 /// An AP that runs the trampoline after the CPU starting it gave up on it

@@ -522,6 +522,11 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(),
     });
+    // console=direct is for seeing how far a boot got: the report goes out
+    // now rather than where the boot CPU stops working alone.
+    if opts.console == Console::Direct {
+        held_report::print_once();
+    }
     run_pipeline(&opts, faults, input, phys_offset)
 }
 

@@ -24,7 +24,7 @@
 //! the worker modes, once memory is ready for a pool, so that until then
 //! the boot CPU runs alone; the zone lines ([`zones::log`]) are printed
 //! there, with the kernel's held-back boot report (first-run code memory
-//! init does not need).
+//! init does not need), or right after the zones with `console=direct`.
 //!
 //! [`mode::ModePlan`] says what the `memmap=` mode does in each step;
 //! [`facts`] records what the summary line reports; [`fault_hooks`] is
@@ -69,7 +69,7 @@ use error::PipelineError;
 use facts::Facts;
 use fault_hooks::FaultHooks;
 use memblock::EarlyReservation;
-use memboot_contract::options::Options;
+use memboot_contract::options::{Console, Options};
 use mode::{Deferral, ModePlan, StartCpus};
 use seams::{Clock, CpuBringup, Executor, Log, VmemmapMapper};
 
@@ -110,6 +110,10 @@ pub fn run<M: VmemmapMapper>(
     let cx = context(input, &machine, facts, faults);
     let mb = memblock::run(&cx, input)?;
     let layout = zones::run(&cx, &mb);
+    if cx.opts.console == Console::Direct {
+        // Seeing how far a boot got matters more here than first-run cost.
+        zones::log(cx.log, &layout, &mb, cx.opts.struct_page.bytes());
+    }
     match input.opts.struct_page {
         StructPageSize::Bytes64 => run_memmap::<M, StructPage>(&cx, machine, mb, &layout),
         StructPageSize::Bytes32 => run_memmap::<M, StructPage32>(&cx, machine, mb, &layout),
@@ -178,7 +182,8 @@ fn context<'a, M>(
 
 /// If the mode starts the other CPUs `when`, the boot CPU stops working
 /// alone: they start (on the kernel, after its held-back boot report),
-/// and the zones, held back with that report, are printed.
+/// and the zones, held back with that report, are printed (already out
+/// with `console=direct`).
 fn start_cpus<M: VmemmapMapper>(
     cx: &Ctx<'_>,
     when: StartCpus,
@@ -191,7 +196,9 @@ fn start_cpus<M: VmemmapMapper>(
         return;
     }
     sections.lend_mapper(|mapper| bringup.start(mapper));
-    zones::log(cx.log, layout, mb, cx.opts.struct_page.bytes());
+    if cx.opts.console == Console::Buffered {
+        zones::log(cx.log, layout, mb, cx.opts.struct_page.bytes());
+    }
 }
 
 /// What was written and mapped by the end of the pipeline.

@@ -46,3 +46,42 @@ pub const WINDOW_MIB: u64 = 4;
 /// a host: their struct pages alone are 1/64 of guest RAM in host memory
 /// (16 GiB at 1 TiB).
 pub const LARGE_GUEST_MIB: u64 = 64 * 1024;
+
+/// Bytes of the buddy allocator's free bitmaps (`buddy=bitmaps`) for a
+/// machine whose memory map ends at page `nr_pages`, with `nr_nodes` nodes
+/// of up to four zones each: per (node, zone), a bit per block of each order 0..=10 over
+/// the zone's span (aligned down to a 4 MiB block), a summary bit per
+/// bitmap word, each rounded up to whole words. The zones' spans are
+/// disjoint (each node's memory is contiguous), so the bits total under
+/// two per page: about RAM/16384 bytes, 0.5 GiB at 8 TiB. The kernel sizes
+/// its heap with it; the host counts it as memory the boot writes.
+pub const fn free_bitmap_bytes(nr_pages: u64, nr_nodes: u64) -> u64 {
+    const MAX_ORDER: u32 = memmap::MAX_ORDER;
+    let nr_zones = nr_nodes * memmap::ZoneType::ALL.len() as u64;
+    let mut words = 0;
+    let mut order = 0;
+    while order <= MAX_ORDER {
+        // The span's alignment adds at most one block, rounding one word,
+        // per zone: 2 words per zone and order, for bitmap and summary.
+        let bits = (nr_pages >> order) + nr_zones;
+        let order_words = bits.div_ceil(64) + nr_zones;
+        words += order_words + order_words.div_ceil(64) + nr_zones;
+        order += 1;
+    }
+    words * 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_bitmaps_are_about_two_bits_a_page() {
+        let eight_tib_pages = 8u64 << (40 - 12);
+        let bytes = free_bitmap_bytes(eight_tib_pages, 1);
+        // Two bits a page and 1/64 more for the summaries: 0.5 GiB + 1/64.
+        let two_bits = eight_tib_pages / 4;
+        assert!(bytes >= two_bits - two_bits / 1024, "{bytes}");
+        assert!(bytes <= two_bits + two_bits / 32, "{bytes}");
+    }
+}

@@ -14,7 +14,7 @@ use core::fmt;
 /// (`memory_block_lookup=`): `indexed` (the default, Linux since
 /// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
 pub use memmap::memory_block::BlockLookup;
-pub use memmap::page_size::StructPageSize;
+pub use memmap::page_size::{BuddyStore, StructPageSize};
 
 /// A fault the kernel raises on purpose, so tests can check that the
 /// exception path reports and exits instead of hanging or rebooting.
@@ -210,9 +210,23 @@ pub struct Options {
     /// The TSC frequency in kHz, given (`tsc_khz=`, as Linux's
     /// `tsc_early_khz=`): no calibration. `None`: CPUID, else the PIT.
     pub tsc_khz: Option<u64>,
-    /// The struct page layout (`struct_page=64|32`).
+    /// The struct page layout (`struct_page=64|32|8`).
     pub struct_page: StructPageSize,
+    /// Where the buddy allocator keeps free blocks (`buddy=`), if given;
+    /// [`Options::buddy_store`] is what applies.
+    pub buddy: Option<BuddyStore>,
     pub console: Console,
+}
+
+impl Options {
+    /// The buddy allocator's store: as given, else free lists where the
+    /// struct page can hold them and bitmaps where it cannot.
+    pub const fn buddy_store(&self) -> BuddyStore {
+        match self.buddy {
+            Some(store) => store,
+            None => BuddyStore::default_for(self.struct_page.has_list_link()),
+        }
+    }
 }
 
 impl Default for Options {
@@ -228,6 +242,7 @@ impl Default for Options {
             alloc_test_bytes: ALLOC_TEST_DEFAULT_BYTES,
             tsc_khz: None,
             struct_page: StructPageSize::default(),
+            buddy: None,
             console: Console::default(),
         }
     }
@@ -326,7 +341,7 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page, console";
+    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page, buddy, console";
 
 /// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
 pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
@@ -399,7 +414,19 @@ fn check_combination<'a>(o: &Options, given: &Given<'a>) -> Result<(), OptionErr
         )?,
         _ => {}
     }
+    if o.buddy_store() == BuddyStore::Lists && !o.struct_page.has_list_link() {
+        conflict(
+            "buddy",
+            given.setting("struct_page", "struct_page=64"),
+            "this struct page has no list link to keep free lists in (use buddy=bitmaps)",
+        )?;
+    }
     if o.memmap == MemmapMode::Touch {
+        conflict(
+            "buddy",
+            memmap,
+            "memmap=touch builds no allocator (leave buddy= out)",
+        )?;
         if o.alloc_test_bytes > 0 {
             conflict(
                 "alloc_test",
@@ -502,6 +529,7 @@ const SETTERS: &[(&str, SetField)] = &[
     ("alloc_test", set_alloc_test),
     ("tsc_khz", set_tsc_khz),
     ("struct_page", set_struct_page),
+    ("buddy", set_buddy),
     ("console", set_console),
     ("verify", set_verify),
 ];
@@ -590,7 +618,17 @@ fn set_struct_page(options: &mut Options, value: &str) -> Result<(), &'static st
         .parse()
         .ok()
         .and_then(StructPageSize::of_bytes)
-        .ok_or("64|32 (bytes per struct page)")?;
+        .ok_or("64|32|8 (bytes per struct page)")?;
+    Ok(())
+}
+
+fn set_buddy(options: &mut Options, value: &str) -> Result<(), &'static str> {
+    options.buddy = Some(
+        BuddyStore::ALL
+            .into_iter()
+            .find(|b| b.name() == value)
+            .ok_or("lists|bitmaps (where the buddy allocator keeps free blocks)")?,
+    );
     Ok(())
 }
 
@@ -631,6 +669,42 @@ mod tests {
     }
 
     #[test]
+    fn buddy_store_defaults_by_layout_and_refuses_lists_without_links() {
+        assert_eq!(parse("").unwrap().buddy_store(), BuddyStore::Lists);
+        assert_eq!(
+            parse("struct_page=8").unwrap().buddy_store(),
+            BuddyStore::Bitmaps
+        );
+        assert_eq!(
+            parse("struct_page=32 buddy=bitmaps").unwrap().buddy_store(),
+            BuddyStore::Bitmaps
+        );
+        let e = parse("buddy=lists struct_page=8").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OptionError::Conflict {
+                    option: "buddy=lists",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("use buddy=bitmaps"), "{e}");
+        assert!(matches!(
+            parse("memmap=touch verify=off alloc_test=0 buddy=bitmaps"),
+            Err(OptionError::Conflict {
+                option: "buddy=bitmaps",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse("buddy=trees"),
+            Err(OptionError::BadValue { key: "buddy", .. })
+        ));
+    }
+
+    #[test]
     fn struct_page_takes_64_or_32_bytes() {
         assert_eq!(parse("").unwrap().struct_page, StructPageSize::Bytes64);
         assert_eq!(
@@ -648,7 +722,7 @@ mod tests {
             "struct_page=0x20",
         ] {
             let err = parse(bad).unwrap_err().to_string();
-            assert!(err.contains("64|32"), "{bad}: {err}");
+            assert!(err.contains("64|32|8"), "{bad}: {err}");
         }
     }
 

@@ -23,7 +23,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 1;
+pub const SUMMARY_VERSION: u64 = 2;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -273,6 +273,12 @@ summary_schema! {
         pub reset_to_entry_ns: u64,
         /// [`SUMMARY_VERSION`] when written by this schema.
         pub summary_version: u64,
+        /// Where the buddy allocator kept free blocks: `lists`, `bitmaps`,
+        /// or `none` (no allocator). Since version 2.
+        pub buddy_store: Cow<'a, str>,
+        /// Bytes of the allocator's own structures beyond the struct pages
+        /// (the bitmaps). Since version 2.
+        pub buddy_index_bytes: u64,
     }
 }
 

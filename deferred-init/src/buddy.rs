@@ -1,7 +1,12 @@
 //! A binary buddy allocator over struct pages, per (node, zone), orders
-//! `0..=MAX_ORDER` (order 10: 1024 pages, 4 MiB).
+//! `0..=MAX_ORDER` (order 10: 1024 pages, 4 MiB), keeping its free blocks
+//! in one of two stores ([`BuddyStore`], `buddy=`): doubly linked lists
+//! through the heads' struct pages, as Linux does, or bitmaps out of the
+//! page (the private `free_bitmap` module), the only store an 8-byte struct page,
+//! which has no room for links, can use. Both type the pages alike, so
+//! verification checks either against the same page states.
 //!
-//! # Free lists in struct pages
+//! # Free lists in struct pages (`buddy=lists`)
 //! A free block is represented by its head page: `PageBuddy` set in
 //! `_mapcount` and the order in `private` (Linux `set_buddy_order`), and
 //! `_refcount == 0` on every page of the block (Linux `__free_pages_core`).
@@ -11,6 +16,12 @@
 //! head (first PFN and block count) lives in the allocator. PFNs survive any
 //! remapping of the vmemmap and make corruption easy to spot. A page taken off
 //! a list gets a self-linked `lru` again (`INIT_LIST_HEAD`), as after init.
+//!
+//! # Free bitmaps (`buddy=bitmaps`)
+//! The head page is typed the same (`PageBuddy` and the order); the block
+//! is a set bit in its order's bitmap, and the bitmap, not the page, says
+//! whether a buddy is free. Allocation takes the lowest-address block of
+//! the smallest order that has one.
 //!
 //! # Allocation and free
 //! `alloc` takes the first block of the smallest non-empty order ≥ the
@@ -38,10 +49,13 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use memmap::page::{ListHead, PageLayout, MAX_NUMNODES};
+pub use memmap::page_size::BuddyStore;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use spin::Mutex;
+
+use crate::free_bitmap::FreeBitmaps;
 
 /// Number of free lists per zone (orders `0..=MAX_ORDER`).
 pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
@@ -53,25 +67,31 @@ pub(crate) const NR_ZONES: usize = ZoneType::ALL.len();
 /// A PFN range whose free pages a (node, zone) of the allocator may hold.
 pub type ManagedRange = memmap::ZoneRange;
 
-#[derive(Clone, Copy, Debug)]
-struct FreeList {
-    head: Pfn,
-    nr_blocks: u64,
+/// Where one (node, zone) keeps its free blocks.
+// One per (node, zone), so size does not matter; kept inline so the
+// allocation path follows no pointer to reach the bitmaps' vectors.
+#[allow(clippy::large_enum_variant)]
+enum FreeIndex {
+    /// Each order's first block (`PFN_NONE`: empty); the links are in the
+    /// heads' struct pages.
+    Lists([Pfn; NR_ORDERS]),
+    Bitmaps(FreeBitmaps),
 }
 
 struct ZoneFree {
-    lists: [FreeList; NR_ORDERS],
+    nr_blocks: [u64; NR_ORDERS],
     nr_free_pages: u64,
+    index: FreeIndex,
 }
 
 impl ZoneFree {
-    const EMPTY: ZoneFree = ZoneFree {
-        lists: [FreeList {
-            head: PFN_NONE,
-            nr_blocks: 0,
-        }; NR_ORDERS],
-        nr_free_pages: 0,
-    };
+    fn new(index: FreeIndex) -> Self {
+        Self {
+            nr_blocks: [0; NR_ORDERS],
+            nr_free_pages: 0,
+            index,
+        }
+    }
 }
 
 /// Why the allocator could not be built.
@@ -90,6 +110,14 @@ pub enum BuddyError {
     SectionNotBacked {
         section_nr: u64,
         range: ManagedRange,
+    },
+    /// Free lists asked of struct pages that have no list link.
+    NoListLink { page_bytes: u64 },
+    /// The heap could not hold a zone's free bitmaps.
+    NoMemoryForBitmaps {
+        nid: NodeId,
+        zone: ZoneType,
+        bytes: u64,
     },
 }
 
@@ -115,6 +143,15 @@ impl fmt::Display for BuddyError {
                 f,
                 "section {section_nr} of managed range {:#x}..{:#x} (node {}) has no struct-page backing; populate the vmemmap for every section with present memory first",
                 range.pfns.start, range.pfns.end, range.nid
+            ),
+            BuddyError::NoListLink { page_bytes } => write!(
+                f,
+                "a {page_bytes}-byte struct page has no list link for free lists; use buddy=bitmaps"
+            ),
+            BuddyError::NoMemoryForBitmaps { nid, zone, bytes } => write!(
+                f,
+                "the heap cannot hold the {bytes} bytes of free bitmaps of node {nid} zone {}; the heap is sized by bootmap::heap_bytes: report it with this log",
+                zone.name()
             ),
         }
     }
@@ -209,13 +246,14 @@ impl fmt::Display for FreeError {
     }
 }
 
-/// Per-(node, zone) buddy free lists over the struct pages of `memmap`.
+/// Per-(node, zone) buddy free blocks over the struct pages of `memmap`.
 pub struct BuddyAllocator<'m, B> {
     memmap: &'m Memmap<B>,
     /// Managed ranges: sorted, disjoint, adjacent ones of the same slot merged.
     ranges: Vec<(PfnRange, u32)>,
     /// Slot `nid * NR_ZONES + zone`.
     zones: Vec<Mutex<ZoneFree>>,
+    store: BuddyStore,
 }
 
 /// Index of the free lists of (nid, zone): `nid * NR_ZONES + zone`. The one
@@ -232,13 +270,29 @@ pub(crate) fn slot_key(s: usize) -> (NodeId, ZoneType) {
 }
 
 impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
-    /// An allocator with empty free lists for the given managed ranges.
-    /// Pages join the lists through [`free_initialised_range`](Self::free_initialised_range)
+    /// An allocator with no free blocks for the given managed ranges, in
+    /// the layout's default store ([`BuddyStore::default_for`]). Pages join
+    /// it through [`free_initialised_range`](Self::free_initialised_range)
     /// or deferred-init workers.
     pub fn new(
         memmap: &'m Memmap<B>,
         managed: impl IntoIterator<Item = ManagedRange>,
     ) -> Result<Self, BuddyError> {
+        let store = BuddyStore::default_for(<B::Page as PageLayout>::HAS_LIST_LINK);
+        Self::with_store(memmap, managed, store)
+    }
+
+    /// [`new`](Self::new) with the free blocks kept in `store`.
+    pub fn with_store(
+        memmap: &'m Memmap<B>,
+        managed: impl IntoIterator<Item = ManagedRange>,
+        store: BuddyStore,
+    ) -> Result<Self, BuddyError> {
+        if store == BuddyStore::Lists && !<B::Page as PageLayout>::HAS_LIST_LINK {
+            return Err(BuddyError::NoListLink {
+                page_bytes: <B::Page as PageLayout>::BYTES,
+            });
+        }
         let mut v: Vec<ManagedRange> = managed.into_iter().filter(|m| !m.pfns.is_empty()).collect();
         v.sort_unstable_by_key(|m| m.pfns.start);
         let mut max_nid = 0;
@@ -280,12 +334,37 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         } else {
             (max_nid as usize + 1) * NR_ZONES
         };
-        let zones = (0..nr_slots).map(|_| Mutex::new(ZoneFree::EMPTY)).collect();
+        let mut zones = Vec::with_capacity(nr_slots);
+        for s in 0..nr_slots {
+            let index = match store {
+                BuddyStore::Lists => FreeIndex::Lists([PFN_NONE; NR_ORDERS]),
+                BuddyStore::Bitmaps => FreeIndex::Bitmaps(slot_bitmaps(&ranges, s)?),
+            };
+            zones.push(Mutex::new(ZoneFree::new(index)));
+        }
         Ok(Self {
             memmap,
             ranges,
             zones,
+            store,
         })
+    }
+
+    /// Where the free blocks are kept.
+    pub fn store(&self) -> BuddyStore {
+        self.store
+    }
+
+    /// Bytes of the allocator's own structures beyond the struct pages
+    /// (the bitmaps; free lists need none).
+    pub fn index_bytes(&self) -> u64 {
+        self.zones
+            .iter()
+            .map(|z| match &z.lock().index {
+                FreeIndex::Lists(_) => 0,
+                FreeIndex::Bitmaps(b) => b.bytes(),
+            })
+            .sum()
     }
 
     /// The managed range holding `pfn` and its slot.
@@ -311,58 +390,103 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             .expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)")[0])
     }
 
-    /// Push the block `pfn`/`order` on its list. Caller holds the zone lock
-    /// and owns the block.
+    /// Make the block `pfn`/`order` free: head typed, then in its order's
+    /// list or bitmap. Caller holds the zone lock and owns the block.
     fn push(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32) {
-        let list = &mut zf.lists[order as usize];
-        let old = list.head;
-        // SAFETY: the caller owns the block being pushed.
-        unsafe {
-            self.with_page(pfn, |p| {
-                p.set_buddy(order);
-                *p.lru_mut() = ListHead {
-                    next: old,
-                    prev: PFN_NONE,
+        match &mut zf.index {
+            FreeIndex::Lists(heads) => {
+                let old = heads[order as usize];
+                // SAFETY: the caller owns the block being pushed.
+                unsafe {
+                    self.with_page(pfn, |p| {
+                        p.set_buddy(order);
+                        set_link(p, |l| {
+                            *l = ListHead {
+                                next: old,
+                                prev: PFN_NONE,
+                            }
+                        });
+                    })
                 };
-            })
-        };
-        if old != PFN_NONE {
-            // SAFETY: `old` heads a block on this zone's list; we hold its lock.
-            unsafe { self.with_page(old, |p| p.lru_mut().prev = pfn) };
+                if old != PFN_NONE {
+                    // SAFETY: `old` heads a block on this zone's list; we hold its lock.
+                    unsafe { self.with_page(old, |p| set_link(p, |l| l.prev = pfn)) };
+                }
+                heads[order as usize] = pfn;
+            }
+            FreeIndex::Bitmaps(bits) => {
+                // SAFETY: the caller owns the block being pushed.
+                unsafe { self.with_page(pfn, |p| p.set_buddy(order)) };
+                bits.insert(pfn, order);
+            }
         }
-        list.head = pfn;
-        list.nr_blocks += 1;
+        zf.nr_blocks[order as usize] += 1;
         zf.nr_free_pages += 1 << order;
     }
 
-    /// Take the free block `pfn`/`order` off its list. Caller holds the lock.
+    /// Take the free block `pfn`/`order` out. Caller holds the lock.
     fn unlink(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32) {
-        // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
-        let ListHead { next, prev } = unsafe {
-            self.with_page(pfn, |p| {
-                let links = p.lru();
-                p.clear_buddy();
-                let own = p.lru_addr();
-                *p.lru_mut() = ListHead {
-                    next: own,
-                    prev: own,
+        match &mut zf.index {
+            FreeIndex::Lists(heads) => {
+                // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
+                let ListHead { next, prev } = unsafe {
+                    self.with_page(pfn, |p| {
+                        p.clear_buddy();
+                        let own = p.list_link_addr().unwrap_or_default();
+                        let links = p.list_link().unwrap_or_default();
+                        set_link(p, |l| {
+                            *l = ListHead {
+                                next: own,
+                                prev: own,
+                            }
+                        });
+                        links
+                    })
                 };
-                links
-            })
-        };
-        let list = &mut zf.lists[order as usize];
-        if prev == PFN_NONE {
-            list.head = next;
-        } else {
-            // SAFETY: neighbours on this zone's list; we hold its lock.
-            unsafe { self.with_page(prev, |p| p.lru_mut().next = next) };
+                if prev == PFN_NONE {
+                    heads[order as usize] = next;
+                } else {
+                    // SAFETY: neighbours on this zone's list; we hold its lock.
+                    unsafe { self.with_page(prev, |p| set_link(p, |l| l.next = next)) };
+                }
+                if next != PFN_NONE {
+                    // SAFETY: as above.
+                    unsafe { self.with_page(next, |p| set_link(p, |l| l.prev = prev)) };
+                }
+            }
+            FreeIndex::Bitmaps(bits) => {
+                bits.remove(pfn, order);
+                // SAFETY: `pfn` heads a free block of this zone; we hold its lock.
+                unsafe { self.with_page(pfn, |p| p.clear_buddy()) };
+            }
         }
-        if next != PFN_NONE {
-            // SAFETY: as above.
-            unsafe { self.with_page(next, |p| p.lru_mut().prev = prev) };
-        }
-        list.nr_blocks -= 1;
+        zf.nr_blocks[order as usize] -= 1;
         zf.nr_free_pages -= 1 << order;
+    }
+
+    /// Is the managed `buddy` a free block of `order`? Caller holds the lock.
+    #[inline]
+    fn is_free_block(&self, zf: &ZoneFree, buddy: Pfn, order: u32) -> bool {
+        match &zf.index {
+            // SAFETY: the buddy is managed by this (node, zone), so it is
+            // initialised (same section as the block being freed: its chunk
+            // is ours, or it was handed over initialised) and, if free,
+            // protected by our lock; if allocated we only read, per the
+            // module contract.
+            FreeIndex::Lists(_) => unsafe {
+                self.with_page(buddy, |b| b.is_buddy() && b.buddy_order() == order)
+            },
+            FreeIndex::Bitmaps(bits) => bits.contains(buddy, order),
+        }
+    }
+
+    /// The first free block of `order` (list head, or lowest address).
+    #[inline]
+    fn first_block(zf: &mut ZoneFree, order: u32) -> Option<Pfn> {
+        match &mut zf.index {
+            FreeIndex::Lists(heads) => Some(heads[order as usize]).filter(|&h| h != PFN_NONE),
+            FreeIndex::Bitmaps(bits) => bits.first(order),
+        }
     }
 
     /// Merge `pfn`/`order` with free buddies and push the result. Every page
@@ -373,16 +497,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             // `new` merges adjacent ranges of one (node, zone), so a free
             // buddy of this (node, zone) lies in `range`; one outside it is
             // another zone's, or not wholly free memory.
-            if !range.contains(buddy) {
-                break;
-            }
-            // SAFETY: the buddy is managed by this (node, zone), so it is
-            // initialised (same section as our block: its chunk is ours, or it
-            // was handed over initialised) and, if free, protected by our lock;
-            // if allocated we only read, per the module contract.
-            let is_free =
-                unsafe { self.with_page(buddy, |b| b.is_buddy() && b.buddy_order() == order) };
-            if !is_free {
+            if !range.contains(buddy) || !self.is_free_block(zf, buddy, order) {
                 break;
             }
             self.unlink(zf, buddy, order);
@@ -414,11 +529,18 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             .get(slot(nid, zone))
             .ok_or(AllocError::UnknownNode { nid })?;
         let mut zf = zl.lock();
-        let Some(found) = (order..=MAX_ORDER).find(|&o| zf.lists[o as usize].head != PFN_NONE)
-        else {
+        let mut first = None;
+        for o in order..=MAX_ORDER {
+            if zf.nr_blocks[o as usize] != 0 {
+                first = Self::first_block(&mut zf, o).map(|pfn| (o, pfn));
+                if first.is_some() {
+                    break;
+                }
+            }
+        }
+        let Some((found, pfn)) = first else {
             return Err(AllocError::OutOfMemory { nid, zone, order });
         };
-        let pfn = zf.lists[found as usize].head;
         self.unlink(&mut zf, pfn, found);
         let mut cur = found;
         while cur > order {
@@ -522,7 +644,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// Free blocks of exactly `order` in (nid, zone).
     pub fn nr_free_blocks(&self, nid: NodeId, zone: ZoneType, order: u32) -> u64 {
         match self.zones.get(slot(nid, zone)) {
-            Some(z) if order <= MAX_ORDER => z.lock().lists[order as usize].nr_blocks,
+            Some(z) if order <= MAX_ORDER => z.lock().nr_blocks[order as usize],
             _ => 0,
         }
     }
@@ -566,8 +688,11 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             return ListEnd::Complete;
         };
         let zf = zl.lock();
-        let list = zf.lists[order as usize];
-        let mut pfn = list.head;
+        let nr_blocks = zf.nr_blocks[order as usize];
+        let mut pfn = match &zf.index {
+            FreeIndex::Lists(heads) => heads[order as usize],
+            FreeIndex::Bitmaps(bits) => bits.next_from(0, order).unwrap_or(PFN_NONE),
+        };
         let mut walked = 0;
         let mut from = PFN_NONE;
         while pfn != PFN_NONE {
@@ -576,7 +701,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             }
             // One block past the count is still visited, so the visitor sees
             // what a bad link points at; a second one is a runaway list.
-            if walked > list.nr_blocks {
+            if walked > nr_blocks {
                 return ListEnd::TooLong { after: from };
             }
             walked += 1;
@@ -584,17 +709,66 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 return ListEnd::Stopped { at: pfn };
             }
             from = pfn;
-            // SAFETY: `pfn` is managed by this (node, zone) (checked above),
-            // so its struct page is backed; it is on this zone's list, whose
-            // lock we hold.
-            pfn = unsafe { self.with_page(pfn, |p| p.lru().next) };
+            pfn = match &zf.index {
+                // SAFETY: `pfn` is managed by this (node, zone) (checked
+                // above), so its struct page is backed; it is on this zone's
+                // list, whose lock we hold.
+                FreeIndex::Lists(_) => unsafe {
+                    self.with_page(pfn, |p| p.list_link().map_or(PFN_NONE, |l| l.next))
+                },
+                FreeIndex::Bitmaps(bits) => bits.next_from(pfn + 1, order).unwrap_or(PFN_NONE),
+            };
         }
-        if walked < list.nr_blocks {
+        if walked < nr_blocks {
             ListEnd::TooShort { walked }
         } else {
             ListEnd::Complete
         }
     }
+
+    /// Record `pfn`/`order` as a free block in the store without typing
+    /// its page or counting it: what a corrupted list link or bitmap bit
+    /// amounts to (`test_fault=list_corrupt`; see [`crate::faults`]).
+    pub(crate) fn record_stray_block(&self, pfn: Pfn, order: u32) -> bool {
+        let Some((_, s)) = self.range_of(pfn) else {
+            return false;
+        };
+        match &mut self.zones[s].lock().index {
+            FreeIndex::Bitmaps(bits) => {
+                bits.insert(pfn, order);
+                true
+            }
+            FreeIndex::Lists(_) => false,
+        }
+    }
+}
+
+/// Write a page's list link (the list store only serves pages that have one).
+#[inline]
+fn set_link<P: PageLayout>(p: &mut P, f: impl FnOnce(&mut ListHead)) {
+    if let Some(l) = p.list_link_mut() {
+        f(l);
+    }
+}
+
+/// The free bitmaps of slot `s`, over the span of its managed ranges.
+fn slot_bitmaps(ranges: &[(PfnRange, u32)], s: usize) -> Result<FreeBitmaps, BuddyError> {
+    let mut mine = ranges
+        .iter()
+        .filter(|(_, rs)| *rs as usize == s)
+        .map(|(r, _)| r);
+    let span = match mine.next() {
+        Some(first) => mine.fold(*first, |span, r| PfnRange::new(span.start, r.end)),
+        None => PfnRange::new(0, 0),
+    };
+    FreeBitmaps::new(span).map_err(|bytes| {
+        let (nid, zone) = slot_key(s);
+        BuddyError::NoMemoryForBitmaps {
+            nid,
+            zone,
+            bytes: bytes as u64,
+        }
+    })
 }
 
 /// How a walk of one free list ended ([`BuddyAllocator::walk_free_list`]).

@@ -5,9 +5,9 @@
 //!
 //! | fault | damage | caught by |
 //! |---|---|---|
-//! | [`corrupt_page`] | a node bit of one free page's struct page | the page scan (`links`) |
+//! | [`corrupt_page`] | a node bit of one free page's struct page (the type of an 8-byte one) | the page scan (`links`; `refcount` or `not in block` at 8 bytes) |
 //! | [`DoubleInit`] | one window initialised twice, bypassing the claim (identical bytes) | the per-chunk init counter ([`BuddyMismatch::WindowInits`](crate::BuddyMismatch::WindowInits)) |
-//! | [`corrupt_list_link`] | a free-list link pointing at a page that is not a free block head | the list walk ([`HeadProblem::NotBuddy`](crate::HeadProblem::NotBuddy)) |
+//! | [`corrupt_list_link`] | a free-list link (or a bitmap bit) pointing at a page that is not a free block head | the list walk ([`HeadProblem::NotBuddy`](crate::HeadProblem::NotBuddy)) |
 //! | [`place_free_block_in_pool`] | a free block inside the untouched pool | the list walk ([`BuddyMismatch::PoolOverlap`](crate::BuddyMismatch::PoolOverlap)) |
 //!
 //! Preconditions for all of them: every worker and allocation has
@@ -16,7 +16,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use memmap::page::{PageLayout, NODES_PGSHIFT};
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{Pfn, PfnRange};
 
@@ -24,7 +24,8 @@ use crate::buddy::BuddyAllocator;
 use crate::claim_hooks::ClaimHooks;
 use crate::run::DeferredInit;
 
-/// Flip a node bit in the struct page of `pfn`, as a stray write would.
+/// Damage the struct page of `pfn` as a stray write would
+/// ([`PageLayout::corrupt`]: a node bit, or an 8-byte page's type).
 /// Returns false if `pfn` has no struct-page backing.
 ///
 /// # Safety
@@ -34,7 +35,7 @@ pub unsafe fn corrupt_page<B: MemmapBacking>(memmap: &Memmap<B>, pfn: Pfn) -> bo
     // SAFETY: exclusivity is the caller's obligation.
     match unsafe { memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) } {
         Some(pages) => {
-            *pages[0].flags_mut() ^= 1 << NODES_PGSHIFT;
+            pages[0].corrupt();
             true
         }
         None => false,
@@ -94,9 +95,11 @@ pub fn free_page_in_claimed_windows<B: MemmapBacking>(di: &DeferredInit<'_, B>) 
     last
 }
 
-/// Point the `lru.next` of the first free block of order ≥ 1 at the page
-/// after its head: a tail of the same block, initialised, managed by the
-/// same zone, but not the head of a free block. Returns (head, link target).
+/// Point the allocator at the page after the first free block of order
+/// ≥ 1's head as if it were a free block: a tail of the same block,
+/// initialised, managed by the same zone, but not the head of a free block.
+/// With free lists the head's `lru.next` points at it; with bitmaps its
+/// order-0 bit is set. Returns (head, target).
 ///
 /// # Safety
 /// See the module preconditions: nothing may use `buddy` during or after
@@ -113,10 +116,13 @@ pub unsafe fn corrupt_list_link<B: MemmapBacking>(
     });
     let head = head?;
     let target = head + 1;
+    if buddy.record_stray_block(target, 0) {
+        return Some((head, target));
+    }
     // SAFETY: `head` heads a free block; nothing else runs (caller's
     // contract), so this is the only reference to its struct page.
     let pages = unsafe { memmap.pages_mut_unchecked(PfnRange::new(head, head + 1)) }?;
-    pages[0].lru_mut().next = target;
+    pages[0].list_link_mut()?.next = target;
     Some((head, target))
 }
 

@@ -35,11 +35,14 @@ pub mod buddy;
 pub mod claim_hooks;
 pub mod clock;
 pub mod faults;
+mod free_bitmap;
 pub mod handoff;
 pub mod page_alloc;
 pub mod plan;
 pub mod run;
 pub mod stats;
+#[cfg(test)]
+mod test_damage;
 pub mod verify;
 
 #[cfg(any(test, feature = "std"))]
@@ -52,6 +55,7 @@ pub mod host;
 #[path = "."]
 mod suite_64 {
     pub(crate) type TestPage = memmap::page::StructPage;
+    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -67,6 +71,39 @@ mod suite_64 {
 #[allow(clippy::duplicate_mod)]
 mod suite_32 {
     pub(crate) type TestPage = memmap::page32::StructPage32;
+    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
+    #[path = "pool_tests.rs"]
+    mod pool_tests;
+    #[path = "tests.rs"]
+    pub(crate) mod tests;
+    #[path = "verify_tests.rs"]
+    mod verify_tests;
+}
+
+/// The same suite over 8-byte struct pages (`struct_page=8`), whose
+/// buddy allocator keeps its free blocks in bitmaps.
+#[cfg(test)]
+#[path = "."]
+#[allow(clippy::duplicate_mod)]
+mod suite_8 {
+    pub(crate) type TestPage = memmap::page8::StructPage8;
+    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
+    #[path = "pool_tests.rs"]
+    mod pool_tests;
+    #[path = "tests.rs"]
+    pub(crate) mod tests;
+    #[path = "verify_tests.rs"]
+    mod verify_tests;
+}
+
+/// The 32-byte suite again with the free blocks in bitmaps (`buddy=bitmaps`):
+/// the store measured apart from the page size.
+#[cfg(test)]
+#[path = "."]
+#[allow(clippy::duplicate_mod)]
+mod suite_32_bitmaps {
+    pub(crate) type TestPage = memmap::page32::StructPage32;
+    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = Some(crate::BuddyStore::Bitmaps);
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -76,7 +113,8 @@ mod suite_32 {
 }
 
 pub use buddy::{
-    AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, NR_ORDERS, PFN_NONE,
+    AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange,
+    NR_ORDERS, PFN_NONE,
 };
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};

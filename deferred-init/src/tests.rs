@@ -20,9 +20,25 @@ use proptest::prelude::*;
 
 use crate::buddy::{for_each_max_block, PFN_NONE};
 use crate::host::{StdClock, ThreadExecutor};
+use crate::test_damage::TestDamage;
 use crate::*;
 
 const S: u64 = PAGES_PER_SECTION;
+
+/// Where this suite's buddy allocators keep free blocks: its `TEST_STORE`,
+/// else the layout's default.
+pub(crate) fn test_store() -> BuddyStore {
+    super::TEST_STORE.unwrap_or(BuddyStore::default_for(TestPage::HAS_LIST_LINK))
+}
+
+/// A buddy allocator in this suite's store.
+pub(crate) fn test_buddy<'m>(
+    mm: &'m Memmap<TestBacking>,
+    managed: impl IntoIterator<Item = ManagedRange>,
+) -> Result<BuddyAllocator<'m, TestBacking>, BuddyError> {
+    BuddyAllocator::with_store(mm, managed, test_store())
+}
+
 /// CPUs of the host executor: more than any scenario's highest CPU number.
 pub(crate) const TEST_CPUS: usize = 16;
 
@@ -66,7 +82,7 @@ pub(crate) fn new_di<'m>(
     mode: InitMode,
     eager: &[ManagedRange],
 ) -> Result<DeferredInit<'m, TestBacking>, DeferredInitError> {
-    let buddy = BuddyAllocator::new(mm, plan.managed_ranges().chain(eager.iter().copied()))?;
+    let buddy = test_buddy(mm, plan.managed_ranges().chain(eager.iter().copied()))?;
     DeferredInit::new(mm, Box::leak(Box::new(buddy)), plan, mode)
 }
 
@@ -149,8 +165,8 @@ fn verify_complete(
     cover_free_lists(mm, di, &mut cover);
     let mut expect_free = check_deferred_pages(mm, ranges, reserved, counter, &cover, &alloc_head);
     for &(pfn, order) in allocated {
-        let p = mm.page(pfn).unwrap();
-        *expect_free.get_mut(&(p.nid(), p.zone().unwrap())).unwrap() -= 1 << order;
+        let r = ranges.iter().find(|r| r.pfns.contains(pfn)).unwrap();
+        *expect_free.get_mut(&(r.nid, r.zone)).unwrap() -= 1 << order;
     }
     check_nothing_outside_deferred_covered(ranges, reserved, &cover);
     for (&(nid, zone), &n) in &expect_free {
@@ -228,10 +244,16 @@ fn cover_free_lists(
             );
             let prev = if i == 0 { PFN_NONE } else { heads[i - 1] };
             let next = heads.get(i + 1).copied().unwrap_or(PFN_NONE);
-            assert_eq!((p.lru.prev, p.lru.next), (prev, next), "links of {h:#x}");
+            if let Some(l) = p.list_link().filter(|_| test_store() == BuddyStore::Lists) {
+                assert_eq!((l.prev, l.next), (prev, next), "links of {h:#x}");
+            }
             for q in h..h + (1 << order) {
                 cover.add(q);
-                assert_eq!(mm.page(q).unwrap().refcount, 0, "free page {q:#x} refcount");
+                assert_eq!(
+                    mm.page(q).unwrap().refcount(),
+                    0,
+                    "free page {q:#x} refcount"
+                );
                 if q != h {
                     assert!(
                         !mm.page(q).unwrap().is_buddy(),
@@ -271,13 +293,13 @@ fn check_deferred_pages(
             if is_reserved_pfn(reserved, pfn) {
                 assert!(p.is_reserved(), "reserved pfn {pfn:#x} has PG_reserved");
                 assert_eq!(
-                    (p.refcount(), p.mapcount()),
-                    (1, -1),
+                    (p.refcount(), p.is_buddy()),
+                    (1, false),
                     "reserved pfn {pfn:#x} untouched by buddy"
                 );
                 assert_eq!(
-                    p.lru.next,
-                    p.lru_addr(),
+                    p.list_link().map(|l| l.next),
+                    p.list_link_addr(),
                     "reserved pfn {pfn:#x} self-linked"
                 );
                 assert_eq!(cover.get(pfn), 0, "reserved pfn {pfn:#x} never freed");
@@ -289,7 +311,7 @@ fn check_deferred_pages(
                     "pfn {pfn:#x} in exactly one free or allocated block"
                 );
                 let held = alloc_head.contains_key(&pfn);
-                assert_eq!(p.refcount, held as i32, "pfn {pfn:#x} refcount");
+                assert_eq!(p.refcount(), held as i32, "pfn {pfn:#x} refcount");
                 *expect_free.entry((r.nid, r.zone)).or_default() += 1;
             }
         }
@@ -930,7 +952,7 @@ fn init_rejects_unbacked_sections() {
     let plan = DeferredPlan::new(&ranges, &[], &[cpus(0, &[0])], PlanOptions::default()).unwrap();
     // The allocator refuses the plan's ranges for the same reason, so give
     // deferred init one that manages nothing: its own check must refuse.
-    let buddy = BuddyAllocator::new(&mm, core::iter::empty()).unwrap();
+    let buddy = test_buddy(&mm, core::iter::empty()).unwrap();
     let e = DeferredInit::new(&mm, &buddy, plan, InitMode::InitAndFree)
         .err()
         .unwrap();
@@ -1328,13 +1350,7 @@ fn touch_mode_writes_each_page_once_and_frees_nothing() {
         for pfn in r.pfns.start..r.pfns.end {
             assert_eq!(counter.get(pfn), 1);
             let p = mm.page(pfn).unwrap();
-            assert_eq!(
-                *p,
-                TestPage {
-                    flags: pfn,
-                    ..TestPage::ZERO
-                }
-            );
+            assert_eq!(*p, TestPage::touched(pfn));
         }
     }
     assert_eq!(di.buddy().nr_free_pages_total(), 0);
@@ -1363,17 +1379,13 @@ fn init_only_mode_initialises_without_freeing() {
             assert_eq!(counter.get(pfn), 1);
             let mut expect = TestPage::ZERO;
             let p = mm.page(pfn).unwrap();
-            // Same address so the self-linked lru compares equal.
-            expect.lru = p.lru;
             expect.init_single_page(pfn, r.zone, r.nid);
             if is_reserved_pfn(&sc.reserved, pfn) {
                 expect.set_reserved();
             }
-            assert_eq!(p.flags, expect.flags);
-            assert_eq!(
-                (p.refcount(), p.mapcount(), p.lru().next),
-                (1, -1, p.lru_addr())
-            );
+            assert_eq!(p.words().flags, expect.words().flags);
+            assert_eq!((p.refcount(), p.is_buddy()), (1, false));
+            assert_eq!(p.list_link().map(|l| l.next), p.list_link_addr());
         }
     }
     assert_eq!(di.buddy().nr_free_pages_total(), 0);
@@ -1504,7 +1516,7 @@ fn buddy_fixture(mm: &Memmap<TestBacking>) -> (BuddyAllocator<'_, TestBacking>, 
         zone: ZoneType::Normal,
         pfns,
     });
-    let buddy = BuddyAllocator::new(mm, managed).unwrap();
+    let buddy = test_buddy(mm, managed).unwrap();
     for r in &runs {
         // SAFETY: single-threaded; the pages were initialised by the caller.
         unsafe { buddy.free_initialised_range(*r) }.unwrap();
@@ -1587,7 +1599,7 @@ fn managed(nid: NodeId, zone: ZoneType, start: Pfn, end: Pfn) -> ManagedRange {
 #[test]
 fn buddy_setup_errors_name_the_range_and_the_fix() {
     let mm = Memmap::new(TestBacking::new([33]));
-    let refusal = |m: Vec<ManagedRange>| match BuddyAllocator::new(&mm, m) {
+    let refusal = |m: Vec<ManagedRange>| match test_buddy(&mm, m) {
         Ok(_) => panic!("accepted"),
         Err(e) => e.to_string(),
     };
@@ -1632,7 +1644,7 @@ fn buddies_of_different_nodes_never_merge() {
         managed(0, ZoneType::Normal, base, base + 512),
         managed(1, ZoneType::Normal, base + 512, base + 1024),
     ];
-    let buddy = BuddyAllocator::new(&mm, halves).unwrap();
+    let buddy = test_buddy(&mm, halves).unwrap();
     let expect_halves = |buddy: &BuddyAllocator<'_, TestBacking>| {
         for nid in [0, 1] {
             assert_eq!(buddy.nr_free_blocks(nid, ZoneType::Normal, 9), 1);
@@ -1674,7 +1686,7 @@ fn buddies_in_adjacent_ranges_of_one_zone_merge() {
         managed(0, ZoneType::Normal, base, base + 512),
         managed(0, ZoneType::Normal, base + 512, base + 1024),
     ];
-    let buddy = BuddyAllocator::new(&mm, halves).unwrap();
+    let buddy = test_buddy(&mm, halves).unwrap();
     for h in halves.iter().rev() {
         // SAFETY: single-threaded; the pages were initialised above.
         unsafe { buddy.free_initialised_range(h.pfns) }.unwrap();
@@ -1709,7 +1721,7 @@ fn free_counters_per_zone_node_and_order() {
         managed(0, ZoneType::Normal, 33 * S, 33 * S + 2048),
         managed(1, ZoneType::Normal, 33 * S + 4096, 33 * S + 5120),
     ];
-    let buddy = BuddyAllocator::new(&mm, ranges).unwrap();
+    let buddy = test_buddy(&mm, ranges).unwrap();
     for r in ranges {
         // SAFETY: single-threaded; the pages were initialised above.
         unsafe { buddy.free_initialised_range(r.pfns) }.unwrap();
@@ -1737,16 +1749,21 @@ fn free_counters_per_zone_node_and_order() {
 /// (node, zone) and a visitor that stops are each named.
 #[test]
 fn free_list_walk_reports_how_a_corrupt_list_ends() {
+    if test_store() != BuddyStore::Lists {
+        // Bitmaps have no links to corrupt: their walk is checked against
+        // a set in `free_bitmap`, a stray bit in `stray_bitmap_bit_is_caught`.
+        return;
+    }
     let (a, b) = (33 * S, 33 * S + 1024);
     let mut mm = Memmap::new(TestBacking::new([33]));
     init_section(&mut mm, 33);
-    let buddy = BuddyAllocator::new(&mm, [managed(0, ZoneType::Normal, a, a + 2048)]).unwrap();
+    let buddy = test_buddy(&mm, [managed(0, ZoneType::Normal, a, a + 2048)]).unwrap();
     // SAFETY: single-threaded; the pages were initialised above.
     unsafe { buddy.free_initialised_range(PfnRange::new(a, a + 2048)) }.unwrap();
     let set_next = |pfn: Pfn, next: Pfn| {
         // SAFETY: single-threaded; nothing else holds this struct page.
         let pages = unsafe { mm.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
-        pages.unwrap()[0].lru.next = next;
+        pages.unwrap()[0].set_next_link(next);
     };
     let walk = |stop_at: Option<Pfn>| {
         let mut seen = Vec::new();
@@ -1820,7 +1837,7 @@ proptest! {
                             prop_assert!(!*slot, "page {:#x} handed out twice", q);
                             *slot = true;
                         }
-                        prop_assert_eq!(mm.page(pfn).unwrap().refcount, 1);
+                        prop_assert_eq!(mm.page(pfn).unwrap().refcount(), 1);
                         prop_assert!(!mm.page(pfn).unwrap().is_buddy());
                         held.push((pfn, order));
                         held_pages += 1 << order;

@@ -4,11 +4,11 @@
 //! starts ([`refusal`]).
 
 use memboot_contract::host_memory::{
-    LINUX_BASE_MIB, LINUX_PER_TIB_MIB, LOW_ZONES_MIB, QEMU_BASE_MIB, QEMU_PER_TIB_MIB, SECTION_MIB,
-    WINDOW_MIB,
+    free_bitmap_bytes, LINUX_BASE_MIB, LINUX_PER_TIB_MIB, LOW_ZONES_MIB, QEMU_BASE_MIB,
+    QEMU_PER_TIB_MIB, SECTION_MIB, WINDOW_MIB,
 };
 use memboot_contract::options::{
-    Drain, MemmapMode, Options, StructPageSize, ALLOC_TEST_DEFAULT_BYTES,
+    BuddyStore, Drain, MemmapMode, Options, StructPageSize, ALLOC_TEST_DEFAULT_BYTES,
 };
 
 /// The virtual machine: its RAM per NUMA node and its vCPUs.
@@ -66,8 +66,11 @@ pub struct Need {
     pub writes: StructPages,
     /// The struct pages written.
     pub struct_mib: u64,
-    /// Guest RAM per MiB of struct pages (64, or 128 at struct_page=32).
+    /// Guest RAM per MiB of struct pages (64, 128 at struct_page=32, 512
+    /// at struct_page=8).
     pub ram_per_struct: u64,
+    /// The buddy allocator's free bitmaps (`buddy=bitmaps`), 0 with lists.
+    pub bitmap_mib: u64,
     pub qemu_mib: u64,
     /// Linux's own, beyond struct pages (0 for memboot).
     pub linux_mib: u64,
@@ -81,10 +84,11 @@ impl Need {
         if self.prefault {
             return format!("{mem_mib} MiB of guest RAM, all backed before the boot (--host-memory prefault), + {} MiB for QEMU itself", self.qemu_mib);
         }
-        let mut parts = format!(
-            "{} MiB of struct pages + {} MiB for QEMU itself",
-            self.struct_mib, self.qemu_mib
-        );
+        let mut parts = format!("{} MiB of struct pages", self.struct_mib);
+        if self.bitmap_mib > 0 {
+            parts += &format!(" + {} MiB of free bitmaps", self.bitmap_mib);
+        }
+        parts += &format!(" + {} MiB for QEMU itself", self.qemu_mib);
         if self.linux_mib > 0 {
             parts += &format!(" + {} MiB for Linux's own", self.linux_mib);
         }
@@ -143,6 +147,12 @@ pub fn need(machine: &Machine, kernel: &Kernel, prefault: bool) -> Need {
         _ => (StructPages::All, all_mib),
     };
     let qemu_mib = machine.qemu_own_mib();
+    let bitmap_mib = match kernel {
+        Kernel::Memboot(o) if o.buddy_store() == BuddyStore::Bitmaps => {
+            free_bitmap_bytes(mem_mib << 8, machine.nodes()).div_ceil(1 << 20)
+        }
+        _ => 0,
+    };
     let linux_mib = match kernel {
         Kernel::Linux => LINUX_BASE_MIB + machine.per_tib(LINUX_PER_TIB_MIB),
         _ => 0,
@@ -152,13 +162,14 @@ pub fn need(machine: &Machine, kernel: &Kernel, prefault: bool) -> Need {
     let total_mib = if prefault {
         mem_mib + qemu_mib
     } else {
-        struct_mib + qemu_mib + linux_mib
+        struct_mib + bitmap_mib + qemu_mib + linux_mib
     };
     Need {
         total_mib,
         writes,
         struct_mib,
         ram_per_struct,
+        bitmap_mib,
         qemu_mib,
         linux_mib,
         prefault,

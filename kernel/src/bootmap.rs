@@ -151,6 +151,15 @@ pub const fn heap_bytes(max_end: u64, nr_cpus: usize) -> u64 {
     (FIXED + PER_CPU * nr_cpus as u64 + PER_SECTION * sections).next_multiple_of(2 << 20)
 }
 
+/// What the heap adds for the buddy allocator's free bitmaps when the
+/// options keep free blocks there (`buddy=bitmaps`, the 8-byte struct
+/// page's store), over a map ending at `max_end` bytes with `nr_nodes`
+/// nodes.
+pub const fn bitmap_heap_bytes(max_end: u64, nr_nodes: u64) -> u64 {
+    memboot_contract::host_memory::free_bitmap_bytes(max_end >> 12, nr_nodes)
+        .next_multiple_of(2 << 20)
+}
+
 /// Where the kernel heap of `bytes` goes in `regions` (sorted by start),
 /// as `(start, room)`: `room` is how far it may later grow upwards, from
 /// `start` to the end of its region.

@@ -138,6 +138,8 @@ fn summary<'a>(
         entry: boot.entry.into(),
         reset_to_entry_ns: boot.reset_to_entry_ns,
         summary_version: SUMMARY_VERSION,
+        buddy_store: mm.buddy_store.into(),
+        buddy_index_bytes: mm.buddy_index_bytes,
     }
 }
 

@@ -45,6 +45,6 @@ pub(crate) fn init_hole_pages<P: PageLayout>(
 ) {
     for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
         page.init_single_page(pfn, hole.zone, hole.nid);
-        page.set_reserved();
+        page.set_hole();
     }
 }

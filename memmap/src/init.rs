@@ -503,6 +503,7 @@ mod tests {
     use crate::memblock::MemblockConfig;
     use crate::page::StructPage;
     use crate::page32::StructPage32;
+    use crate::page8::StructPage8;
     use crate::pageblock::MigrateType;
     use crate::section_nr_to_pfn;
     use crate::store::VecBacking;
@@ -554,6 +555,7 @@ mod tests {
         for strategy in Strategy::ALL {
             eager_inits_count_every_write::<StructPage>(strategy);
             eager_inits_count_every_write::<StructPage32>(strategy);
+            eager_inits_count_every_write::<StructPage8>(strategy);
         }
     }
 
@@ -602,6 +604,7 @@ mod tests {
     fn regions_initialises_all_present_pages_holes_and_reserved() {
         regions_initialises_all::<StructPage>();
         regions_initialises_all::<StructPage32>();
+        regions_initialises_all::<StructPage8>();
     }
 
     fn regions_initialises_all<P: PageLayout>() {
@@ -617,7 +620,7 @@ mod tests {
             1 + 0x61 + ((104 * MIB) >> 12) + ((8 * MIB) >> 12)
         );
         let p = mm.page(0).unwrap();
-        assert!(p.is_reserved() && p.zone() == Some(ZoneType::Dma) && p.refcount() == 1);
+        assert!(p.is_hole() && p.links_match(0, ZoneType::Dma, 0) && p.refcount() == 1);
         let p = mm.page((8 * MIB) >> 12).unwrap();
         assert!(p.is_reserved() && p.links_match((8 * MIB) >> 12, ZoneType::Dma, 0));
         let pfn = (16 * MIB) >> 12;
@@ -641,6 +644,7 @@ mod tests {
     fn deferred_keeps_low_zones_and_first_section_of_highest_zone() {
         deferred_keeps_low_zones::<StructPage>();
         deferred_keeps_low_zones::<StructPage32>();
+        deferred_keeps_low_zones::<StructPage8>();
     }
 
     fn deferred_keeps_low_zones<P: PageLayout>() {
@@ -683,6 +687,7 @@ mod tests {
     fn deferred_plus_workers_equals_regions() {
         deferred_plus_workers_equals::<StructPage>();
         deferred_plus_workers_equals::<StructPage32>();
+        deferred_plus_workers_equals::<StructPage8>();
     }
 
     fn deferred_plus_workers_equals<P: PageLayout>() {
@@ -698,10 +703,14 @@ mod tests {
             let (a, b) = (regions.pages(r).unwrap(), deferred.pages(r).unwrap());
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 // lru self-links differ between stores: compare offsets.
-                assert_eq!(x.lru().next - x.lru_addr(), y.lru().next - y.lru_addr());
+                let offset = |p: &P| Some(p.list_link()?.next - p.list_link_addr()?);
+                assert_eq!(offset(x), offset(y));
                 let (mut x, mut y) = (*x, *y);
-                *x.lru_mut() = Default::default();
-                *y.lru_mut() = Default::default();
+                for p in [&mut x, &mut y] {
+                    if let Some(l) = p.list_link_mut() {
+                        *l = Default::default();
+                    }
+                }
                 assert_eq!(x, y, "pfn {}", r.start + i as u64);
             }
         }
@@ -740,6 +749,7 @@ mod tests {
     fn touch_writes_every_present_page() {
         touch_writes_every_present::<StructPage>();
         touch_writes_every_present::<StructPage32>();
+        touch_writes_every_present::<StructPage8>();
     }
 
     fn touch_writes_every_present<P: PageLayout>() {
@@ -750,11 +760,15 @@ mod tests {
             touch_present_pages(&mut mm, &mb).unwrap(),
             mb.memory().total_pages()
         );
-        // The floor's one store per page leaves the pfn in `flags`
+        // The floor's one store per page leaves the pfn in the first word
         // (`PageLayout::touched`); holes of backed sections stay zero.
         for (start, end) in TWO_NODE_PRESENT {
             for pfn in start..end {
-                assert_eq!(mm.page(pfn).unwrap().flags(), pfn, "present pfn {pfn:#x}");
+                assert_eq!(
+                    *mm.page(pfn).unwrap(),
+                    P::touched(pfn),
+                    "present pfn {pfn:#x}"
+                );
             }
         }
         for hole in [0x9f, 0xff, 4396 * 256, 4600 * 256] {

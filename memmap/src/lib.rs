@@ -20,6 +20,7 @@ pub mod memblock;
 pub mod memory_block;
 pub mod page;
 pub mod page32;
+pub mod page8;
 pub mod page_size;
 pub mod pageblock;
 pub mod sections;

@@ -138,10 +138,15 @@ pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
 }
 
 /// A struct page layout: the per-page state boot-time init, the buddy
-/// allocator and verification read and write. Both layouts keep the same
-/// flags encoding (zone, node, section, page flags) and a `list_head`
-/// holding the buddy free-list links; they differ in what else the page
-/// carries and where the buddy order and page type live.
+/// allocator and verification read and write, in Linux's terms
+/// (`__init_single_page`, `PG_reserved`, `_refcount`, `PageBuddy` and the
+/// buddy order). Layouts differ in where that state lives and in what
+/// else the page carries: the 64- and 32-byte pages keep zone, node and
+/// section in a flags word ([`FlagsLayout`]) and a `list_head` the
+/// list-based buddy allocator links free blocks through; the 8-byte page
+/// ([`crate::page8`]) keeps only a type and its data, its zone and node
+/// derived from the PFN, and no list link, so only an allocator that keeps
+/// its state out of the page can serve it.
 ///
 /// `size_of::<Self>()` is [`BYTES`](Self::BYTES), a power of two dividing
 /// 2 MiB (each implementor asserts it), so a section's struct pages fill a
@@ -151,33 +156,53 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     const BYTES: u64;
     /// The all-zero page (`mm_zero_struct_page`).
     const ZERO: Self;
-    /// Zone, node, section and page-flag bits.
-    fn flags(&self) -> u64;
-    fn flags_mut(&mut self) -> &mut u64;
-    /// The list link: self-linked after init, free-list links (PFNs) while
-    /// the page heads a free block.
-    fn lru(&self) -> ListHead;
-    fn lru_mut(&mut self) -> &mut ListHead;
-    /// Address of the page's list link, what `INIT_LIST_HEAD` stores.
-    fn lru_addr(&self) -> u64;
-    /// `_refcount`: 1 after init, 0 while free in the buddy allocator.
-    fn refcount(&self) -> i32;
-    fn set_refcount(&mut self, refcount: i32);
-    /// The word holding `_mapcount` or the page type, as an `i32` (−1:
-    /// unmapped, no type).
-    fn mapcount(&self) -> i32;
-    /// The word holding the buddy order (Linux 6.1's `private`).
-    fn private(&self) -> u64;
+    /// Does a hole page have a type of its own (else it is a reserved
+    /// page, as in Linux)?
+    const HOLE_TYPE: bool = false;
+    /// Does the page carry a free-list link (`list_head`)?
+    const HAS_LIST_LINK: bool = true;
+    /// Does the page store its zone, node and section (else they are
+    /// derived from the PFN, and only an uninitialised page fails
+    /// [`links_match`](Self::links_match))?
+    const STORES_LINKS: bool = true;
     /// `__init_single_page` with a precomputed flags word (links plus any
-    /// page-flag bits, e.g. `PG_reserved`) and `_refcount`, as one store of
-    /// the whole page. Hot loops over one section compute `flags` once per
-    /// range: the links are the same for every page of a section, zone and
-    /// node.
+    /// page-flag bits, e.g. `PG_reserved`, from [`page_links`]) and
+    /// `_refcount`, as one store of the whole page. Hot loops over one
+    /// section compute `flags` once per range: the links are the same for
+    /// every page of a section, zone and node. A layout that derives zone
+    /// and node from the PFN keeps only what the flag bits and refcount
+    /// say (reserved, allocated, or free).
     fn init_with_flags(&mut self, flags: u64, refcount: i32);
     /// What the store floor (`memmap=touch`) writes for `pfn`: the PFN in
-    /// `flags`, everything else zero. No Linux state: it only measures the
-    /// cost of one store of a whole struct page.
+    /// the first word, everything else zero. No Linux state: it only
+    /// measures the cost of one store of a whole struct page.
     fn touched(pfn: Pfn) -> Self;
+    /// True when the page was initialised for `(pfn, zone, nid)`: its link
+    /// bits match, or, in a layout that derives zone and node from the
+    /// PFN, it has a type init writes.
+    fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool;
+    /// `_refcount`: 1 after init (and on reserved pages and allocated
+    /// heads), 0 while free in the buddy allocator.
+    fn refcount(&self) -> i32;
+    fn set_refcount(&mut self, refcount: i32);
+    /// `PageReserved` (holes included: Linux marks them reserved).
+    fn is_reserved(&self) -> bool;
+    /// `__SetPageReserved`.
+    fn set_reserved(&mut self);
+    /// `__ClearPageReserved`.
+    fn clear_reserved(&mut self);
+    /// Mark an initialised page as a hole (`init_unavailable_range`):
+    /// reserved, with the hole type where the layout has one.
+    #[inline]
+    fn set_hole(&mut self) {
+        self.set_reserved();
+    }
+    /// Is the page typed as a hole? (Layouts without a hole type cannot
+    /// tell a hole from a reserved page: both are `PG_reserved`.)
+    #[inline]
+    fn is_hole(&self) -> bool {
+        self.is_reserved()
+    }
     /// `PageBuddy`.
     fn is_buddy(&self) -> bool;
     /// `__SetPageBuddy` + `set_buddy_order`.
@@ -189,6 +214,19 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// Does the page carry state none of boot's writers (init,
     /// reservation, the buddy allocator) sets?
     fn has_stray_state(&self) -> bool;
+    /// The free-list link, in layouts that have one.
+    fn list_link(&self) -> Option<ListHead>;
+    /// The free-list link to write, in layouts that have one.
+    fn list_link_mut(&mut self) -> Option<&mut ListHead>;
+    /// Address of the page's list link, what `INIT_LIST_HEAD` stores, in
+    /// layouts that have one.
+    fn list_link_addr(&self) -> Option<u64>;
+    /// The page's words as a mismatch report shows them.
+    fn words(&self) -> PageWords;
+    /// What `test_fault=corrupt_page` does to a page, as a stray write
+    /// would: flip a node bit of the flags word, or the type of a page
+    /// that has only a type. Verification's page scan must catch it.
+    fn corrupt(&mut self);
 
     /// Linux `__init_single_page(page, pfn, zone, nid)`: the page ends up
     /// zeroed but for its links (zone, node, section), `_refcount = 1`,
@@ -197,6 +235,51 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     fn init_single_page(&mut self, pfn: Pfn, zone: ZoneType, nid: NodeId) {
         self.init_with_flags(page_links(pfn, zone, nid), 1);
     }
+}
+
+/// A struct page's words, for mismatch reports: the first word (flags, or
+/// the 8-byte page's memdesc), `_refcount`, `_mapcount` / page type, the
+/// buddy order word and the list link where the layout has them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PageWords {
+    pub flags: u64,
+    pub refcount: i32,
+    pub mapcount: i32,
+    pub private: u64,
+    /// `(next, prev)`, `None` in layouts without a list link.
+    pub lru: Option<(u64, u64)>,
+}
+
+impl fmt::Display for PageWords {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "refcount {} mapcount {} flags {:#x} private {:#x}",
+            self.refcount, self.mapcount, self.flags, self.private
+        )?;
+        match self.lru {
+            Some((next, prev)) => write!(f, " lru {next:#x}/{prev:#x}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The layouts that keep Linux's flags word (zone, node, section and page
+/// flags) and a `list_head`: what the list-based buddy allocator and the
+/// flag-reading checks need beyond [`PageLayout`].
+pub trait FlagsLayout: PageLayout {
+    fn flags(&self) -> u64;
+    fn flags_mut(&mut self) -> &mut u64;
+    fn lru(&self) -> ListHead;
+    fn lru_mut(&mut self) -> &mut ListHead;
+    /// Address of the page's list link, what `INIT_LIST_HEAD` stores.
+    fn lru_addr(&self) -> u64;
+    /// The word holding `_mapcount` or the page type, as an `i32` (−1:
+    /// unmapped, no type).
+    fn mapcount(&self) -> i32;
+    /// The word holding the buddy order (Linux 6.1's `private`).
+    fn private(&self) -> u64;
+
     /// Zone number from the flags (`page_zonenum`).
     #[inline]
     fn zone(&self) -> Option<ZoneType> {
@@ -216,41 +299,60 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     fn test_flag(&self, bit: u32) -> bool {
         self.flags() & (1 << bit) != 0
     }
-    #[inline]
-    fn set_flag(&mut self, bit: u32) {
-        *self.flags_mut() |= 1 << bit;
-    }
-    #[inline]
-    fn clear_flag(&mut self, bit: u32) {
-        *self.flags_mut() &= !(1 << bit);
-    }
-    /// `PageReserved`.
-    #[inline]
-    fn is_reserved(&self) -> bool {
-        self.test_flag(pg::RESERVED)
-    }
-    /// `__SetPageReserved`.
-    #[inline]
-    fn set_reserved(&mut self) {
-        self.set_flag(pg::RESERVED)
-    }
-    /// `__ClearPageReserved`.
-    #[inline]
-    fn clear_reserved(&mut self) {
-        self.clear_flag(pg::RESERVED)
-    }
-    /// True when the page was initialised for `(pfn, zone, nid)` (its
-    /// link bits; page-flag bits may differ).
-    #[inline]
-    fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
-        const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
-        self.flags() & LINK_MASK == page_links(pfn, zone, nid)
-    }
 }
 
-impl PageLayout for StructPage {
-    const BYTES: u64 = 64;
-    const ZERO: Self = StructPage::ZERO;
+/// The [`PageLayout`] methods every [`FlagsLayout`] implements alike, from
+/// its flags word and list link.
+macro_rules! flags_layout_common {
+    () => {
+        #[inline]
+        fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
+            const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
+            FlagsLayout::flags(self) & LINK_MASK == page_links(pfn, zone, nid)
+        }
+        #[inline]
+        fn is_reserved(&self) -> bool {
+            self.test_flag(pg::RESERVED)
+        }
+        #[inline]
+        fn set_reserved(&mut self) {
+            *self.flags_mut() |= 1 << pg::RESERVED;
+        }
+        #[inline]
+        fn clear_reserved(&mut self) {
+            *self.flags_mut() &= !(1 << pg::RESERVED);
+        }
+        #[inline]
+        fn list_link(&self) -> Option<ListHead> {
+            Some(self.lru())
+        }
+        #[inline]
+        fn list_link_mut(&mut self) -> Option<&mut ListHead> {
+            Some(self.lru_mut())
+        }
+        #[inline]
+        fn list_link_addr(&self) -> Option<u64> {
+            Some(self.lru_addr())
+        }
+        fn words(&self) -> PageWords {
+            let lru = self.lru();
+            PageWords {
+                flags: FlagsLayout::flags(self),
+                refcount: PageLayout::refcount(self),
+                mapcount: self.mapcount(),
+                private: self.private(),
+                lru: Some((lru.next, lru.prev)),
+            }
+        }
+        /// A node bit: the page now claims another node.
+        fn corrupt(&mut self) {
+            *self.flags_mut() ^= 1 << NODES_PGSHIFT;
+        }
+    };
+}
+pub(crate) use flags_layout_common;
+
+impl FlagsLayout for StructPage {
     #[inline]
     fn flags(&self) -> u64 {
         self.flags
@@ -272,20 +374,26 @@ impl PageLayout for StructPage {
         &self.lru as *const ListHead as u64
     }
     #[inline]
-    fn refcount(&self) -> i32 {
-        self.refcount
-    }
-    #[inline]
-    fn set_refcount(&mut self, refcount: i32) {
-        self.refcount = refcount;
-    }
-    #[inline]
     fn mapcount(&self) -> i32 {
         self.mapcount
     }
     #[inline]
     fn private(&self) -> u64 {
         self.private
+    }
+}
+
+impl PageLayout for StructPage {
+    const BYTES: u64 = 64;
+    const ZERO: Self = StructPage::ZERO;
+    flags_layout_common!();
+    #[inline]
+    fn refcount(&self) -> i32 {
+        self.refcount
+    }
+    #[inline]
+    fn set_refcount(&mut self, refcount: i32) {
+        self.refcount = refcount;
     }
     #[inline]
     fn init_with_flags(&mut self, flags: u64, refcount: i32) {

@@ -24,8 +24,11 @@
 //! there instead of in a `private` word: sound, since only a `PageBuddy`
 //! page has an order, and 24 bits hold any order.
 
-use crate::page::{ListHead, PageLayout};
-use crate::{Pfn, MAX_ORDER};
+use crate::page::{
+    flags_layout_common, page_links, pg, FlagsLayout, ListHead, PageLayout, PageWords,
+    NODES_PGSHIFT, ZONES_PGSHIFT,
+};
+use crate::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
 /// Linux 6.12 `PGTY_buddy`: the top byte of a free block head's page type.
 pub const PGTY_BUDDY: u32 = 0xf0;
@@ -66,9 +69,7 @@ impl StructPage32 {
     };
 }
 
-impl PageLayout for StructPage32 {
-    const BYTES: u64 = 32;
-    const ZERO: Self = StructPage32::ZERO;
+impl FlagsLayout for StructPage32 {
     #[inline]
     fn flags(&self) -> u64 {
         self.flags
@@ -90,14 +91,6 @@ impl PageLayout for StructPage32 {
         &self.lru as *const ListHead as u64
     }
     #[inline]
-    fn refcount(&self) -> i32 {
-        self.refcount
-    }
-    #[inline]
-    fn set_refcount(&mut self, refcount: i32) {
-        self.refcount = refcount;
-    }
-    #[inline]
     fn mapcount(&self) -> i32 {
         self.page_type as i32
     }
@@ -109,6 +102,20 @@ impl PageLayout for StructPage32 {
         } else {
             0
         }
+    }
+}
+
+impl PageLayout for StructPage32 {
+    const BYTES: u64 = 32;
+    const ZERO: Self = StructPage32::ZERO;
+    flags_layout_common!();
+    #[inline]
+    fn refcount(&self) -> i32 {
+        self.refcount
+    }
+    #[inline]
+    fn set_refcount(&mut self, refcount: i32) {
+        self.refcount = refcount;
     }
     #[inline]
     fn init_with_flags(&mut self, flags: u64, refcount: i32) {

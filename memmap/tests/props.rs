@@ -12,6 +12,7 @@ use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
 use memmap::memory_block::{probe_memory_block_size, BlockLookup, MemoryBlockSize, MemoryBlocks};
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
+use memmap::page8::StructPage8;
 use memmap::pageblock::PageblockMaps;
 use memmap::sections::{present_sections, vmemmap_backing_ranges, Vmemmap};
 use memmap::store::{Memmap, VecBacking};
@@ -545,12 +546,12 @@ proptest! {
     #[test]
     fn strategies_are_byte_identical(
         (entries, affinity, reservations) in arb_small_real_map(),
-        small in any::<bool>(),
+        layout in 0..3u8,
     ) {
-        if small {
-            strategies_are_byte_identical_at::<StructPage32>(&entries, &affinity, reservations)?;
-        } else {
-            strategies_are_byte_identical_at::<StructPage>(&entries, &affinity, reservations)?;
+        match layout {
+            0 => strategies_are_byte_identical_at::<StructPage>(&entries, &affinity, reservations)?,
+            1 => strategies_are_byte_identical_at::<StructPage32>(&entries, &affinity, reservations)?,
+            _ => strategies_are_byte_identical_at::<StructPage8>(&entries, &affinity, reservations)?,
         }
     }
 }

@@ -42,10 +42,7 @@ fn hex_after(b: &Boot, prefix: &str) -> u64 {
 
 fn corrupt_page(mode: &str) {
     let b = failing_verification(&[mode, "test_fault=corrupt_page"]);
-    let pfn = hex_after(
-        &b,
-        "test_fault: flipped a node bit in the struct page of pfn ",
-    );
+    let pfn = hex_after(&b, "test_fault: corrupted the struct page of pfn ");
     assert!(
         b.has_message(&format!("verify: pfn {pfn:#x}: ")),
         "verification names the corrupted pfn {pfn:#x}\n{}",
@@ -65,10 +62,7 @@ fn corrupt_page_deferred() {
 #[test]
 fn corrupt_page_ondemand_on_a_grown_page() {
     let b = failing_verification(&["memmap=ondemand", "test_fault=corrupt_page"]);
-    let pfn = hex_after(
-        &b,
-        "test_fault: flipped a node bit in the struct page of pfn ",
-    );
+    let pfn = hex_after(&b, "test_fault: corrupted the struct page of pfn ");
     assert!(b.summary().grown_pages > 0, "{}", b.describe());
     let dma32_first_section_end = (16u64 << 20 >> 12).next_multiple_of(32768) + 32768;
     assert!(
@@ -127,8 +121,8 @@ fn double_init_ondemand() {
 
 fn list_corrupt(mode: &str) {
     let b = failing_verification(&[mode, "test_fault=list_corrupt"]);
-    let target = hex_after(&b, " at pfn ");
-    let head = hex_after(&b, "test_fault: pointed the free-list link of pfn ");
+    let target = hex_after(&b, "test_fault: made the allocator list pfn ");
+    let head = hex_after(&b, " of the free block at pfn ");
     assert_eq!(target, head + 1, "{}", b.describe());
     assert!(
         b.messages_with(&format!("verify: pfn {target:#x}: expected head of a free"))
@@ -196,9 +190,11 @@ fn pool_overlap_deferred_is_refused() {
 }
 
 // The damage that reads the layout's own fields (flags, list links, page
-// type and order), over 32-byte struct pages (`struct_page=32`), one mode
-// each; double_init is seen by the init counters, not the pages. The host
-// suite runs every fault in both modes at both sizes.
+// type and order), over 32- and 8-byte struct pages, one mode each; at 8
+// bytes corrupt_page flips a page's type and list_corrupt sets a free
+// bitmap's bit for a page that heads no free block. double_init is seen by
+// the init counters, not the pages. The host suite runs every fault in
+// both modes at every size.
 
 #[test]
 fn corrupt_page_32_byte_struct_pages() {
@@ -213,4 +209,19 @@ fn list_corrupt_32_byte_struct_pages() {
 #[test]
 fn pool_overlap_32_byte_struct_pages() {
     pool_overlap(&["memmap=ondemand", "struct_page=32"]);
+}
+
+#[test]
+fn corrupt_page_8_byte_struct_pages() {
+    corrupt_page("memmap=deferred struct_page=8");
+}
+
+#[test]
+fn list_corrupt_8_byte_struct_pages() {
+    list_corrupt("memmap=deferred struct_page=8");
+}
+
+#[test]
+fn pool_overlap_8_byte_struct_pages() {
+    pool_overlap(&["memmap=ondemand", "struct_page=8"]);
 }

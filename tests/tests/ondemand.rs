@@ -263,21 +263,21 @@ fn ondemand_32t_sixteen_nodes() {
     assert_eq!(b.summary().mem_bytes >> 40, 31, "just under 32 TiB usable");
 }
 
-/// `memmap=ondemand` over 32-byte struct pages, with the drain (every
-/// page initialised by workers after memory is ready) and without.
+/// `memmap=ondemand` over 32- and 8-byte struct pages, with the drain
+/// (every page initialised by workers after memory is ready) and without.
 #[test]
-fn ondemand_with_32_byte_struct_pages() {
-    for drain in ["off", "on"] {
+fn ondemand_with_smaller_struct_pages() {
+    for (bytes, drain) in [(32, "off"), (32, "on"), (8, "off"), (8, "on")] {
         let b = boot(
             &["-m", "4G", "--smp", "2", "--nodes", "2"],
             &[
                 "memmap=ondemand",
-                "struct_page=32",
+                &format!("struct_page={bytes}"),
                 &format!("ondemand_drain={drain}"),
             ],
             Duration::from_secs(300),
         );
-        assert_eq!(b.summary().struct_page_bytes, 32, "{}", b.describe());
+        assert_eq!(b.summary().struct_page_bytes, bytes, "{}", b.describe());
         assert_ondemand(&b, 2);
         assert_alloc_test(&b);
         if drain == "on" {

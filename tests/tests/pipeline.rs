@@ -275,23 +275,29 @@ fn linear_memory_block_lookup_creates_the_model_s_blocks() {
     b.assert_summary_matches(&b.model());
 }
 
-/// `struct_page=32` in every faithful mode, checked against the model of
-/// the same map at 32 bytes per struct page (half the vmemmap, its page
-/// tables and placement), and the vmemmap line names the layout.
-fn boot_32_byte(size: &str, extra: &[&str], opts: &[&str]) -> Boot {
+/// A smaller struct page (`struct_page=32` or `8`) in every faithful
+/// mode, checked against the model of the same map at that size (a half or
+/// an eighth of the vmemmap, its page tables and placement), and the
+/// vmemmap line names the layout.
+fn boot_small(bytes: u64, size: &str, extra: &[&str], opts: &[&str]) -> Boot {
     let mut args = vec!["-m", size, "--smp", "2"];
     args.extend_from_slice(extra);
-    let mut kernel = vec!["struct_page=32"];
+    let layout = format!("struct_page={bytes}");
+    let mut kernel = vec![layout.as_str()];
     kernel.extend_from_slice(opts);
     let b = boot(&args, &kernel, Duration::from_secs(600));
-    assert_eq!(b.summary().struct_page_bytes, 32, "{}", describe(&b));
+    assert_eq!(b.summary().struct_page_bytes, bytes, "{}", describe(&b));
+    let named = format!("MiB of {bytes}-byte struct pages");
     assert!(
-        b.messages_with("vmemmap: ")
-            .any(|m| m.contains("MiB of 32-byte struct pages")),
+        b.messages_with("vmemmap: ").any(|m| m.contains(&named)),
         "{}",
         describe(&b)
     );
     b
+}
+
+fn boot_32_byte(size: &str, extra: &[&str], opts: &[&str]) -> Boot {
+    boot_small(32, size, extra, opts)
 }
 
 #[test]
@@ -301,24 +307,61 @@ fn deferred_16g_two_nodes_with_32_byte_struct_pages() {
     assert_deferred_lines(&b, 2);
 }
 
+/// The 8-byte struct page keeps the buddy allocator's free blocks in
+/// bitmaps; the summary says so and how large they are, and the heap grew
+/// to hold them.
+#[test]
+fn deferred_16g_two_nodes_with_8_byte_struct_pages() {
+    let b = boot_small(8, "16G", &["--nodes", "2"], &[]);
+    assert_verified(&b, "deferred", 2);
+    assert_deferred_lines(&b, 2);
+    let s = b.summary();
+    assert_eq!(s.buddy_store, "bitmaps", "{}", describe(&b));
+    // Two bits per present page at most, with a summary word per 64 and
+    // rounding per zone: computed here from the pages, not the kernel's sizes.
+    let two_bits = s.present_pages / 4;
+    assert!(
+        s.buddy_index_bytes >= two_bits * 9 / 10 && s.buddy_index_bytes <= s.heap_bytes,
+        "{} bytes of bitmaps for {} pages: {}",
+        s.buddy_index_bytes,
+        s.present_pages,
+        describe(&b)
+    );
+}
+
 /// Three nodes of 328, 328 and 344 MiB: node 1's first whole section is
 /// section 3, whose 32-byte struct pages share a huge page with node 0's
 /// section 2. The model maps that huge page once, from node 0, and so
-/// must the boot (memblock's reservations, vmemmap bytes, free pages).
+/// must the boot (memblock's reservations, vmemmap bytes, free pages). At
+/// 8 bytes eight sections share one, from all three nodes.
 #[test]
-fn deferred_uneven_nodes_share_huge_pages_with_32_byte_struct_pages() {
-    let b = boot_32_byte("1000M", &["--nodes", "3"], &[]);
-    assert_verified(&b, "deferred", 3);
+fn deferred_uneven_nodes_share_huge_pages_with_smaller_struct_pages() {
+    for bytes in [32, 8] {
+        let b = boot_small(bytes, "1000M", &["--nodes", "3"], &[]);
+        assert_verified(&b, "deferred", 3);
+    }
+}
+
+/// The bitmap store at 32 bytes, to tell what the page size buys from what
+/// the store does.
+#[test]
+fn bitmaps_serve_32_byte_struct_pages_too() {
+    let b = boot_32_byte("2G", &[], &["buddy=bitmaps"]);
+    assert_verified(&b, "deferred", 1);
+    assert_eq!(b.summary().buddy_store, "bitmaps", "{}", describe(&b));
+    assert!(b.summary().buddy_index_bytes > 0);
 }
 
 #[test]
-fn regions_perpfn_and_touch_with_32_byte_struct_pages() {
-    for mode in ["regions", "perpfn"] {
-        let b = boot_32_byte("2G", &[], &[&format!("memmap={mode}")]);
-        assert_verified(&b, mode, 1);
-        assert_eq!(b.summary().deferred_pages, 0);
+fn regions_perpfn_and_touch_with_smaller_struct_pages() {
+    for bytes in [32, 8] {
+        for mode in ["regions", "perpfn"] {
+            let b = boot_small(bytes, "2G", &[], &[&format!("memmap={mode}")]);
+            assert_verified(&b, mode, 1);
+            assert_eq!(b.summary().deferred_pages, 0);
+        }
+        let b = boot_small(bytes, "2G", &[], &["memmap=touch"]);
+        assert_eq!(b.summary().strategy, "touch");
+        b.assert_summary_matches(&b.model());
     }
-    let b = boot_32_byte("2G", &[], &["memmap=touch"]);
-    assert_eq!(b.summary().strategy, "touch");
-    b.assert_summary_matches(&b.model());
 }

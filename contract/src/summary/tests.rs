@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 /// Every key the summary has ever had, in order: the contract. Written out
 /// here, independently of the schema, so that dropping, renaming or
 /// reordering a key fails this test.
-const CONTRACT_KEYS: [&str; 61] = [
+const CONTRACT_KEYS: [&str; 63] = [
     "mem_bytes",
     "nodes",
     "cpus",
@@ -67,6 +67,8 @@ const CONTRACT_KEYS: [&str; 61] = [
     "entry",
     "reset_to_entry_ns",
     "summary_version",
+    "buddy_store",
+    "buddy_index_bytes",
 ];
 
 /// A summary with a distinct value in every field that has one.
@@ -106,6 +108,8 @@ fn sample() -> Summary<'static> {
         entry: "pvh".into(),
         reset_to_entry_ns: 44,
         summary_version: SUMMARY_VERSION,
+        buddy_store: "bitmaps".into(),
+        buddy_index_bytes: 4096,
         ..Summary::default()
     }
 }

@@ -20,39 +20,7 @@ pub const MAX_RECORDED_MISMATCHES: usize = 16;
 
 const MAX_BLOCK_NR_PAGES: u64 = 1 << MAX_ORDER;
 
-/// The words of a struct page a mismatch report shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct PageWords {
-    pub flags: u64,
-    pub refcount: i32,
-    pub mapcount: i32,
-    pub private: u64,
-    pub lru_next: u64,
-    pub lru_prev: u64,
-}
-
-impl PageWords {
-    pub fn of<P: PageLayout>(p: &P) -> Self {
-        Self {
-            flags: p.flags(),
-            refcount: p.refcount(),
-            mapcount: p.mapcount(),
-            private: p.private(),
-            lru_next: p.lru().next,
-            lru_prev: p.lru().prev,
-        }
-    }
-}
-
-impl fmt::Display for PageWords {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "refcount {} mapcount {} flags {:#x} private {:#x} lru {:#x}/{:#x}",
-            self.refcount, self.mapcount, self.flags, self.private, self.lru_next, self.lru_prev
-        )
-    }
-}
+pub use memmap::page::PageWords;
 
 /// What a page should have been.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +93,9 @@ pub enum Problem {
     ReservedClear,
     /// `PG_reserved` set on a free page.
     ReservedSet,
+    /// A reserved memory page typed as a hole, or a hole page not typed so
+    /// (layouts with a hole type only).
+    HoleType,
     /// `_refcount` not 1 (reserved, hole) or not 0 (free).
     Refcount,
     /// `PageBuddy` on a page that must not be a head.
@@ -144,10 +115,11 @@ impl Problem {
         match self {
             Problem::Unbacked => "no struct-page backing",
             Problem::UnlistedHole => "not memory and not in any unavailable range",
-            Problem::WrongLinks => "section/node/zone bits wrong",
-            Problem::StrayState => "mapping/index/memcg_data not zero",
+            Problem::WrongLinks => "section/node/zone bits wrong, or never initialised",
+            Problem::StrayState => "state boot never writes (mapping/index/memcg_data, type data)",
             Problem::ReservedClear => "PG_reserved clear",
             Problem::ReservedSet => "PG_reserved set",
+            Problem::HoleType => "hole type on memory, or missing on a hole",
             Problem::Refcount => "wrong refcount",
             Problem::UnexpectedBuddy => "PageBuddy set",
             Problem::NotInBlock => "free page not in any buddy block",
@@ -454,13 +426,15 @@ struct Verdict {
 
 /// First failing check of a page that must be "reserved" (memory or hole).
 #[inline]
-fn check_reserved<P: PageLayout>(p: &P, links_ok: bool) -> Result<(), Problem> {
+fn check_reserved<P: PageLayout>(p: &P, links_ok: bool, hole: bool) -> Result<(), Problem> {
     if !links_ok {
         Err(Problem::WrongLinks)
     } else if p.has_stray_state() {
         Err(Problem::StrayState)
     } else if !p.is_reserved() {
         Err(Problem::ReservedClear)
+    } else if P::HOLE_TYPE && p.is_hole() != hole {
+        Err(Problem::HoleType)
     } else if p.refcount() != 1 {
         Err(Problem::Refcount)
     } else if p.is_buddy() {
@@ -503,10 +477,10 @@ fn judge_head<P: PageLayout>(
     if !p.is_buddy() {
         return Err((exp, Problem::NotInBlock));
     }
-    if p.private() > MAX_ORDER as u64 {
+    if p.buddy_order() > MAX_ORDER {
         return Err((exp, Problem::BadOrder));
     }
-    let order = p.private() as u32;
+    let order = p.buddy_order();
     let block = PfnRange::new(pfn, pfn + (1 << order));
     if pfn & ((1 << order) - 1) != 0 {
         return Err((exp, Problem::Misaligned));
@@ -545,7 +519,7 @@ fn judge<P: PageLayout>(
             let outcome = if reserved {
                 // A valid head's block is wholly free memory, so no open
                 // block covers a reserved page.
-                check_reserved(p, links_ok)
+                check_reserved(p, links_ok, false)
                     .map(|()| Good::Reserved)
                     .map_err(|e| (Expected::Reserved { nid, zone }, e))
             } else if let Some(b) = in_block {
@@ -578,7 +552,7 @@ fn judge<P: PageLayout>(
             Verdict {
                 key: Some((nid, zone, false)),
                 links_ok,
-                outcome: check_reserved(p, links_ok)
+                outcome: check_reserved(p, links_ok, true)
                     .map(|()| Good::Hole)
                     .map_err(|e| (Expected::Hole { nid, zone }, e)),
             }
@@ -694,7 +668,7 @@ fn scan_from<B: MemmapBacking>(
                         pfn,
                         expected,
                         problem,
-                        found: PageWords::of(p),
+                        found: p.words(),
                     });
                 }
             }

@@ -189,7 +189,7 @@ fn check_allocated<B: MemmapBacking>(
             return Err(SelftestError::BadPage {
                 pfn: q,
                 what,
-                found: PageWords::of(p),
+                found: p.words(),
             });
         }
     }

@@ -13,7 +13,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use bootloader_api::BootInfo;
-use memboot_contract::options::{self, Console, Options, TestFault};
+use memboot_contract::options::{self, BuddyStore, Console, Options, TestFault};
 use memboot_contract::summary::SUMMARY_FAILED_STATUS;
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
@@ -277,7 +277,7 @@ fn keep_memory_map(regions: &'static [MemoryRegion]) -> Vec<FirmwareEntry> {
 
 /// Carve the heap out of usable RAM (`bootmap::heap_place`: right after
 /// the bootloader where it fits), sized for the map (without the per-CPU
-/// part: see [`grow_heap_for_cpus`]).
+/// part: see [`grow_heap`]).
 fn init_heap(regions: &[MemoryRegion], phys_offset: u64) -> Result<EarlyReservation, BootError> {
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
     let wanted = bootmap::heap_bytes(max_end, 0);
@@ -301,10 +301,18 @@ fn init_heap(regions: &[MemoryRegion], phys_offset: u64) -> Result<EarlyReservat
 }
 
 /// Add the per-CPU part of the heap (AP stacks) once ACPI has said how many
-/// CPUs there are, if the region the heap lives in has room.
-fn grow_heap_for_cpus(regions: &[MemoryRegion], heap: &mut EarlyReservation, nr_cpus: usize) {
+/// CPUs and nodes there are, and the free bitmaps if the options keep the
+/// buddy allocator's free blocks there, if the region the heap lives in
+/// has room.
+fn grow_heap(
+    regions: &[MemoryRegion],
+    heap: &mut EarlyReservation,
+    nr_cpus: usize,
+    bitmaps_for_nodes: Option<u32>,
+) {
     let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
-    let wanted = bootmap::heap_bytes(max_end, nr_cpus);
+    let bitmaps = bitmaps_for_nodes.map_or(0, |n| bootmap::bitmap_heap_bytes(max_end, n as u64));
+    let wanted = bootmap::heap_bytes(max_end, nr_cpus) + bitmaps;
     let top = heap.base + heap.size;
     let room = regions
         .iter()
@@ -493,13 +501,21 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
 
     let acpi_info = read_acpi(rsdp, phys_offset, regions, &map)?;
     let mut heap = heap;
-    grow_heap_for_cpus(regions, &mut heap, acpi_info.cpus.len().max(1));
+    let bitmaps = opts.buddy_store() == BuddyStore::Bitmaps;
+    let nr_cpus = acpi_info.cpus.len().max(1);
+    grow_heap(
+        regions,
+        &mut heap,
+        nr_cpus,
+        bitmaps.then(|| acpi_info.node_count()),
+    );
     kprintln!(
-        "heap: [mem {:#018x}-{:#018x}] {} MiB, sized for the map and {} CPUs",
+        "heap: [mem {:#018x}-{:#018x}] {} MiB, sized for the map{} and {} CPUs",
         heap.base,
         heap.base + heap.size - 1,
         heap.size >> 20,
-        acpi_info.cpus.len().max(1)
+        if bitmaps { ", its free bitmaps" } else { "" },
+        nr_cpus
     );
     let enabled_cpus = acpi_info.cpus.iter().filter(|c| c.enabled).count();
     let late_ap = faults

@@ -50,11 +50,16 @@ pub fn run<'m, B: MemmapBacking>(
     let reserved: Vec<PfnRange> = mb.reserved_pfn_ranges().collect();
     let plan = DeferredPlan::new(&outcome.deferred, &reserved, &node_cpus, plan_opts)
         .map_err(|e: PlanError| PipelineError::DeferredPlan(e))?;
-    let buddy = BuddyAllocator::new(
+    let buddy = BuddyAllocator::with_store(
         memmap,
         plan.managed_ranges().chain(outcome.eager.iter().copied()),
+        cx.opts.buddy_store(),
     )
     .map_err(|e| PipelineError::DeferredInit(DeferredInitError::from(e)))?;
+    cx.facts.record(|f| {
+        f.buddy_store = buddy.store().name();
+        f.buddy_index_bytes = buddy.index_bytes();
+    });
     let (freed, buddy_eager_ns) = cx.timed(Phase::BuddyHandoff, || {
         if cx.mode.has_allocator() {
             hand_off(&buddy, mb, outcome).map(|_| ())

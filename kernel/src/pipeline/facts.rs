@@ -65,6 +65,11 @@ pub struct MmFacts {
     pub vmemmap_bytes: u64,
     /// Bytes per struct page (`struct_page=`).
     pub struct_page_bytes: u64,
+    /// Where the buddy allocator keeps free blocks (`lists`, `bitmaps`;
+    /// `none` before it exists).
+    pub buddy_store: &'static str,
+    /// Bytes of the allocator's structures beyond the struct pages.
+    pub buddy_index_bytes: u64,
     /// Sections whose struct pages are mapped at the end of the boot: all
     /// present ones when mapped at boot, those first use needed otherwise.
     pub vmemmap_sections_mapped: u64,
@@ -143,6 +148,8 @@ impl MmFacts {
         vmemmap_ns: 0,
         vmemmap_bytes: 0,
         struct_page_bytes: 0,
+        buddy_store: "none",
+        buddy_index_bytes: 0,
         vmemmap_sections_mapped: 0,
         memory_block_ns: 0,
         memory_block_size: 0,

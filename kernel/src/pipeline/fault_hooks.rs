@@ -15,10 +15,11 @@ use core::fmt;
 
 use deferred_init::claim_hooks::ClaimHooks;
 use deferred_init::faults::{self, DoubleInit};
-use deferred_init::DeferredInit;
+use deferred_init::{BuddyStore, DeferredInit};
 use memboot_contract::options::TestFault;
 use memmap::init::EagerRange;
 use memmap::memblock::Memblock;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::Pfn;
 
@@ -133,8 +134,13 @@ impl FaultHooks {
                 if !unsafe { faults::corrupt_page(memmap, pfn) } {
                     return Err(not_applied("the chosen page has no struct-page backing"));
                 }
+                let what = if <B::Page as PageLayout>::STORES_LINKS {
+                    "a node bit"
+                } else {
+                    "its type"
+                };
                 log.line(format_args!(
-                    "test_fault: flipped a node bit in the struct page of pfn {pfn:#x}"
+                    "test_fault: corrupted the struct page of pfn {pfn:#x} ({what})"
                 ));
             }
             TestFault::DoubleInit => {
@@ -152,8 +158,12 @@ impl FaultHooks {
                 // verification reports.
                 let (head, target) = unsafe { faults::corrupt_list_link(di.buddy(), memmap) }
                     .ok_or(not_applied("no free block of order 1 or more"))?;
+                let how = match di.buddy().store() {
+                    BuddyStore::Lists => "the block's free-list link points at it",
+                    BuddyStore::Bitmaps => "its bit set in the order-0 free bitmap",
+                };
                 log.line(format_args!(
-                    "test_fault: pointed the free-list link of pfn {head:#x} at pfn {target:#x}, a tail page of its block"
+                    "test_fault: made the allocator list pfn {target:#x}, a tail page of the free block at pfn {head:#x}, as a free block ({how})"
                 ));
             }
             TestFault::PoolOverlap => {

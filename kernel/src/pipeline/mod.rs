@@ -58,6 +58,7 @@ use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
+use memmap::page8::StructPage8;
 use memmap::page_size::StructPageSize;
 use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
@@ -117,6 +118,7 @@ pub fn run<M: VmemmapMapper>(
     match input.opts.struct_page {
         StructPageSize::Bytes64 => run_memmap::<M, StructPage>(&cx, machine, mb, &layout),
         StructPageSize::Bytes32 => run_memmap::<M, StructPage32>(&cx, machine, mb, &layout),
+        StructPageSize::Bytes8 => run_memmap::<M, StructPage8>(&cx, machine, mb, &layout),
     }
 }
 

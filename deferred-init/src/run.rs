@@ -580,9 +580,7 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             flags |= 1 << memmap::page::pg::RESERVED;
         }
         let refcount = if !p.reserved && will_free { 0 } else { 1 };
-        for page in pages.iter_mut() {
-            page.init_with_flags(flags, refcount);
-        }
+        PageLayout::init_all_with_flags(pages, flags, refcount);
         #[cfg(test)]
         if let Some(hook) = &self.init_hook {
             hook(r);

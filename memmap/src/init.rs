@@ -43,7 +43,7 @@ use core::fmt;
 
 use crate::holes::init_hole_pages;
 use crate::memblock::Memblock;
-use crate::page::PageLayout;
+use crate::page::{page_links, PageLayout};
 use crate::pageblock::PageblockMaps;
 use crate::store::{Memmap, MemmapBacking};
 use crate::zones::ZoneLayout;
@@ -295,8 +295,9 @@ pub fn init_pfn_range<B: MemmapBacking>(
     Ok(written)
 }
 
-/// `__init_single_page()` over a slice whose first page is `start_pfn`.
-/// Returns the pages initialised, counted one by one as they are.
+/// `__init_single_page()` over a slice of one section whose first page is
+/// `start_pfn`: the links are the same for every page of it, so the whole
+/// slice takes one flags word. Returns the pages initialised.
 #[inline]
 pub fn init_pages<P: PageLayout>(
     pages: &mut [P],
@@ -304,12 +305,14 @@ pub fn init_pages<P: PageLayout>(
     zone: ZoneType,
     nid: NodeId,
 ) -> u64 {
-    let mut written = 0;
-    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-        page.init_single_page(pfn, zone, nid);
-        written += 1;
-    }
-    written
+    debug_assert!(
+        pages.is_empty()
+            || pfn_to_section_nr(start_pfn)
+                == pfn_to_section_nr(start_pfn + pages.len() as u64 - 1),
+        "init_pages over more than one section"
+    );
+    P::init_all_with_flags(pages, page_links(start_pfn, zone, nid), 1);
+    pages.len() as u64
 }
 
 /// `init_unavailable_range()` for every gap, section pieces present only.

@@ -173,6 +173,15 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// and node from the PFN keeps only what the flag bits and refcount
     /// say (reserved, allocated, or free).
     fn init_with_flags(&mut self, flags: u64, refcount: i32);
+    /// [`init_with_flags`](Self::init_with_flags) on every page of `pages`
+    /// (one section, zone and node). A layout whose initialised page does
+    /// not depend on where it lies writes one value to all of them.
+    #[inline]
+    fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
+        for page in pages.iter_mut() {
+            page.init_with_flags(flags, refcount);
+        }
+    }
     /// What the store floor (`memmap=touch`) writes for `pfn`: the PFN in
     /// the first word, everything else zero. No Linux state: it only
     /// measures the cost of one store of a whole struct page.

@@ -131,6 +131,18 @@ impl PageLayout for StructPage8 {
         };
         self.set(t);
     }
+    /// One word for every page, eight stores a loop iteration: under TCG
+    /// every guest instruction costs, and a store per page is the floor.
+    #[inline]
+    fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
+        let mut page = StructPage8::ZERO;
+        page.init_with_flags(flags, refcount);
+        let mut eights = pages.chunks_exact_mut(8);
+        for eight in &mut eights {
+            eight.copy_from_slice(&[page; 8]);
+        }
+        eights.into_remainder().fill(page);
+    }
     #[inline]
     fn touched(pfn: Pfn) -> Self {
         StructPage8 { memdesc: pfn }

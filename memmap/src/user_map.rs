@@ -200,6 +200,11 @@ pub enum UserMapError {
     TooFewEntries { entries: usize },
     /// An entry's end runs past 2^64 (Linux panics the same way).
     Wraps { start: u64, size: u64 },
+    /// RAM in the user's map that the firmware's map does not have as RAM:
+    /// Linux trusts the user there, but on a virtual machine that memory
+    /// is not there (QEMU's `-m` decides), and writing struct pages or page
+    /// tables into it loses them.
+    RamNotInFirmware { start: u64, end: u64 },
     /// Memory the boot already uses is not usable RAM in the user's map.
     InUseNotRam {
         start: u64,
@@ -219,6 +224,11 @@ impl fmt::Display for UserMapError {
             UserMapError::Wraps { start, size } => write!(
                 f,
                 "memmap= range of {size:#x} bytes at {start:#x} runs past 2^64 (Linux panics: Invalid user supplied memory map)"
+            ),
+            UserMapError::RamNotInFirmware { start, end } => write!(
+                f,
+                "memmap= declares [mem {start:#018x}-{:#018x}] usable, but the firmware's map has no RAM there (the machine's RAM is what QEMU's -m gave it): declare RAM only inside the firmware's usable ranges",
+                end - 1
             ),
             UserMapError::InUseNotRam { start, end, what } => write!(
                 f,
@@ -469,10 +479,20 @@ pub fn apply(
     {
         table.entries = sanitize(&table.entries);
     }
+    let firmware_e820 = table.entries.clone();
     for &form in forms {
         table.apply(form);
     }
     let e820 = table.sanitize()?;
+    if let Some(e) = e820
+        .iter()
+        .find(|e| e.kind == E820_RAM && !covered_by_ram(&firmware_e820, e.addr, e.addr + e.size))
+    {
+        return Err(UserMapError::RamNotInFirmware {
+            start: e.addr,
+            end: e.addr + e.size,
+        });
+    }
     let loader = firmware
         .iter()
         .filter(|e| e.kind == RegionKind::Bootloader)
@@ -496,7 +516,8 @@ pub fn apply(
     Ok(UserMap { e820, map })
 }
 
-/// Is `[start, end)` wholly RAM in the sanitised, sorted `e820`?
+/// Is `[start, end)` wholly RAM in `e820` (sorted, no overlaps; an
+/// unsanitised table of under two entries is fine too)?
 fn covered_by_ram(e820: &[E820Entry], mut start: u64, end: u64) -> bool {
     for e in e820.iter().filter(|e| e.kind == E820_RAM) {
         if e.addr <= start && start < e.addr + e.size {

@@ -112,7 +112,7 @@ fn user_lines_are_linux_bytes() {
     );
 }
 
-/// QEMU's pc machine with 2 GiB: what its firmware map looks like, with
+/// QEMU's pc machine with 4 GiB: what its firmware map looks like, with
 /// the bootloader's region inside the first RAM above 1 MiB.
 fn pc_map() -> Vec<FirmwareEntry> {
     vec![
@@ -123,6 +123,7 @@ fn pc_map() -> Vec<FirmwareEntry> {
         FirmwareEntry::new(0x1000000, 0x200000, RegionKind::Bootloader),
         FirmwareEntry::new(0x1200000, 2 * GIB - 0x1200000, RegionKind::Usable),
         FirmwareEntry::new(0xfffc0000, 0x40000, RegionKind::Reserved),
+        FirmwareEntry::new(4 * GIB, 2 * GIB, RegionKind::Usable),
     ]
 }
 
@@ -174,9 +175,9 @@ fn holes_punched_with_reserved_ranges_and_ram_added_above_a_limit() {
 
 #[test]
 fn exactmap_drops_every_entry_and_the_in_use_ranges_must_stay_ram() {
-    let m = apply(&pc_map(), &forms("exactmap,640K@0,63M@1M"), &[]).unwrap();
+    let m = apply(&pc_map(), &forms("exactmap,639K@0,63M@1M"), &[]).unwrap();
     assert_eq!(m.e820.len(), 2, "{:?}", m.e820);
-    let err = apply(&pc_map(), &forms("exactmap,640K@0,1M@1M,1G@32M"), &[]).unwrap_err();
+    let err = apply(&pc_map(), &forms("exactmap,639K@0,1M@1M,1G@32M"), &[]).unwrap_err();
     assert!(
         matches!(
             err,
@@ -192,6 +193,13 @@ fn exactmap_drops_every_entry_and_the_in_use_ranges_must_stay_ram() {
     assert_eq!(
         err.to_string(),
         "memmap= leaves [mem 0x0000000040000000-0x0000000040ffffff] (kernel heap) outside usable RAM, but the boot already uses it: keep it usable (an @ form over it, or no exactmap)"
+    );
+    assert_eq!(
+        apply(&pc_map(), &forms("1G@8G"), &[]),
+        Err(UserMapError::RamNotInFirmware {
+            start: 8 * GIB,
+            end: 9 * GIB
+        })
     );
     assert_eq!(
         apply(&pc_map(), &forms("exactmap,1G@0"), &[]),
@@ -315,6 +323,18 @@ fn model_apply(firmware: &[FirmwareEntry], forms: &[Form]) -> Result<Vec<E820Ent
         return Err(UserMapError::TooFewEntries { entries: count });
     }
     let top_is_ram = |u: u64| units[u as usize].leading_zeros() == 8 - 1 - E820_RAM;
+    let runs = model_runs(&units);
+    let fw_units = model_types(fw_runs.iter().map(|e| (e.addr, e.size, e.kind)));
+    let fw_ram = |u: u64| fw_units[u as usize].leading_zeros() == 8 - 1 - E820_RAM;
+    if let Some(e) = runs
+        .iter()
+        .find(|e| e.kind == E820_RAM && !(e.addr / UNIT..(e.addr + e.size) / UNIT).all(fw_ram))
+    {
+        return Err(UserMapError::RamNotInFirmware {
+            start: e.addr,
+            end: e.addr + e.size,
+        });
+    }
     let loader = firmware.iter().filter(|e| e.kind == RegionKind::Bootloader);
     if let Some(e) = loader
         .into_iter()
@@ -326,7 +346,7 @@ fn model_apply(firmware: &[FirmwareEntry], forms: &[Form]) -> Result<Vec<E820Ent
             what: "kernel image, page tables, boot info",
         });
     }
-    Ok(model_runs(&units))
+    Ok(runs)
 }
 
 fn range() -> impl Strategy<Value = (u64, u64)> {

@@ -56,7 +56,7 @@ for size in 128M 2G; do
     done
 done
 
-(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-seeds) >&2
+(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-seeds --bin memboot-bench) >&2
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 bench() { # bench SEED ARGS...: one bench.sh run into $out/SEED; its table to stderr
     local seed=$1; shift
@@ -86,6 +86,8 @@ sparse_seed() { # the sparse map as boots: perpfn vs regions, ABBA, verify on
     printf '%s\n' "sizes $size" "entries perpfn regions" "rounds $rounds" \
         "heading sparse boots: TCG, host memory $host_memory, $rounds round(s) in ABBA order, commit $(git -C "$ROOT" rev-parse --short HEAD)" \
         >"$dir/report"
+    "$ROOT/target/release/memboot-bench" report "$dir" --sizes "$size" --entries "perpfn regions" \
+        --rounds "$rounds" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"$out/arm64-sparse/bench.md"
 }
 sparse_seed
 bench x86-2t-blocks --sizes "$huge" --nodes 1 --modes "${blocks# }"

@@ -447,7 +447,11 @@ fn sparse_boot_row(run: &Run) -> Result<[String; 4], String> {
         for (path, text) in run.logs(entry)? {
             let s = crate::log::summary(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             if s["verify"] != "ok" {
-                return Err(format!("{}: verify is {}, not ok", path.display(), s["verify"]));
+                return Err(format!(
+                    "{}: verify is {}, not ok",
+                    path.display(),
+                    s["verify"]
+                ));
             }
             shape = shape.or_else(|| memblock_shape(&text));
         }
@@ -468,7 +472,9 @@ fn sparse_boot_row(run: &Run) -> Result<[String; 4], String> {
 
 /// memblock's memory regions and MiB from a boot's `memblock:` line.
 fn memblock_shape(text: &str) -> Option<(u64, u64)> {
-    let rest = text.lines().find_map(|l| Some(l.split_once("] memblock: ")?.1))?;
+    let rest = text
+        .lines()
+        .find_map(|l| Some(l.split_once("] memblock: ")?.1))?;
     let (regions, rest) = rest.split_once(" memory regions (")?;
     let (mib, _) = rest.split_once(" MiB)")?;
     Some((regions.parse().ok()?, mib.parse().ok()?))

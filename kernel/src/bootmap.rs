@@ -13,6 +13,7 @@ use core::fmt;
 
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use memmap::firmware::{FirmwareEntry, RegionKind};
+use memmap::user_map;
 
 /// e820 types (ACPI 6.5 §15.1 / Linux `enum e820_type`).
 const E820_RAM: u32 = 1;
@@ -59,13 +60,7 @@ pub const fn region_kind(kind: MemoryRegionKind) -> RegionKind {
 /// the bootloader's own regions are RAM in the firmware's map (`usable`);
 /// memboot marks them in a line of its own ([`BootloaderLine`]).
 const fn e820_kind_name(kind: RegionKind) -> &'static str {
-    match kind {
-        RegionKind::Usable | RegionKind::Bootloader => "usable",
-        RegionKind::AcpiReclaimable => "ACPI data",
-        RegionKind::AcpiNvs => "ACPI NVS",
-        RegionKind::Reserved => "reserved",
-        RegionKind::Unusable => "unusable",
-    }
+    user_map::type_name(user_map::e820_type(kind))
 }
 
 /// The kind an e820 name in memboot's (or Linux's) map stands for, for tools

@@ -5,14 +5,15 @@
 # next to the figures the original report gave (tests/src/seeds.rs).
 #
 #   tests/seeds.sh [--svg DIR | --keep DIR] [--rounds N] [--quick]
-#                  [--host-memory prefault|cold]
+#                  [--host-memory prefault|cold] [--only SEED]
 #
 #   1 vmware-5.8      1T, one node: memmap=regions vs memmap=deferred
 #   2 power-16-nodes  1T over 16 nodes with 16 vCPUs, one per node:
 #                     memmap=regions vs memmap=deferred (the deferred phase
 #                     end to end, every node's deferred init)
-#   3 arm64-sparse    host bench, not a boot: memmap's init_memmap,
-#                     perpfn vs regions, on a synthetic map with many holes
+#   3 arm64-sparse    96 GB in 8192 regions with holes between, made with
+#                     Linux memmap= forms (memboot-seeds sparse-boot):
+#                     memmap=perpfn vs memmap=regions, verify on
 #   4 x86-2t-blocks   2T, memmap=ondemand: 128M blocks with
 #                     memory_block_lookup=linear vs indexed, and 2G blocks
 #
@@ -22,17 +23,20 @@
 # the table goes to stdout and DIR/seeds.md. --svg and --keep both name
 # DIR; without either, a temporary directory is used and removed.
 # --rounds: rounds per bench run (default 2). --quick: every boot at 4G,
-# one round, a 64-region sparse map: checks the pipeline end to end in a
+# one round, a 64-region sparse map (a 4G guest): checks the pipeline end to end in a
 # few minutes; its table says so (the sizes come from the logs).
+# --only SEED: run that seed alone into DIR, then the table of DIR (the
+# other seeds' runs must be there already, e.g. the committed ones).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seeds_args=("$@")
-out="" rounds=2 quick=0 host_memory=cold
+out="" rounds=2 quick=0 host_memory=cold only=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --svg|--keep) out=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --quick) quick=1; shift ;;
+        --only) only=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
         -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "seeds.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
@@ -52,9 +56,11 @@ for size in 128M 2G; do
     done
 done
 
-(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-seeds) >&2
+(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-seeds --bin memboot-bench) >&2
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 bench() { # bench SEED ARGS...: one bench.sh run into $out/SEED; its table to stderr
     local seed=$1; shift
+    want "$seed" || return 0
     say "seed $seed: tests/bench.sh $*"
     "$ROOT/tests/bench.sh" --host-memory "$host_memory" "$@" --rounds "$rounds" --svg "$out/$seed" >&2
 }
@@ -62,14 +68,28 @@ bench vmware-5.8 --sizes "$big" --nodes 1 --modes "regions deferred"
 # One vCPU per node, as the reported machine had CPUs on every node: with
 # fewer, the memory-only nodes' deferred init runs one node after another.
 bench power-16-nodes --sizes "$big" --nodes 16 --smp 16 --modes "regions deferred"
-say "seed arm64-sparse: memboot-seeds sparse $regions 7 (host bench)"
-mkdir -p "$out/arm64-sparse"
-{
-    echo "command: target/release/memboot-seeds sparse $regions 7"
-    echo "host: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) CPUs; commit $(git -C "$ROOT" rev-parse --short HEAD)"
-    "$ROOT/target/release/memboot-seeds" sparse "$regions" 7
-} >"$out/arm64-sparse/sparse.log"
-cat "$out/arm64-sparse/sparse.log" >&2
+sparse_seed() { # the sparse map as boots: perpfn vs regions, ABBA, verify on
+    want arm64-sparse || return 0
+    local dir=$out/arm64-sparse/logs size forms order=() r e
+    mapfile -t forms < <("$ROOT/target/release/memboot-seeds" sparse-boot "$regions")
+    size=${forms[0]} forms=("${forms[@]:1}")
+    say "seed arm64-sparse: $size, ${#forms[@]} memmap= forms (memboot-seeds sparse-boot $regions)"
+    mkdir -p "$dir"
+    for ((r = 1; r <= rounds; r++)); do
+        if ((r % 2)); then order=(perpfn regions); else order=(regions perpfn); fi
+        for e in "${order[@]}"; do
+            "$ROOT/run-qemu.sh" --no-build -m "$size" --host-memory "$host_memory" \
+                -- "memmap=$e" "${forms[@]}" >"$dir/$size-$e-$r.log" 2>&1 ||
+                { tail -n 20 "$dir/$size-$e-$r.log" >&2; say "arm64-sparse: $e failed"; exit 1; }
+        done
+    done
+    printf '%s\n' "sizes $size" "entries perpfn regions" "rounds $rounds" \
+        "heading sparse boots: TCG, host memory $host_memory, $rounds round(s) in ABBA order, commit $(git -C "$ROOT" rev-parse --short HEAD)" \
+        >"$dir/report"
+    "$ROOT/target/release/memboot-bench" report "$dir" --sizes "$size" --entries "perpfn regions" \
+        --rounds "$rounds" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"$out/arm64-sparse/bench.md"
+}
+sparse_seed
 bench x86-2t-blocks --sizes "$huge" --nodes 1 --modes "${blocks# }"
 
 printf '%q ' "$0" "${seeds_args[@]}" >"$out/command"; echo >>"$out/command"

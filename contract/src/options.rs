@@ -15,6 +15,7 @@ use core::fmt;
 /// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
 pub use memmap::memory_block::BlockLookup;
 pub use memmap::page_size::{BuddyStore, StructPageSize};
+pub use memmap::user_map::{Form, FormError, MAX_FORMS};
 
 /// A fault the kernel raises on purpose, so tests can check that the
 /// exception path reports and exits instead of hanging or rebooting.
@@ -216,6 +217,10 @@ pub struct Options {
     /// [`Options::buddy_store`] is what applies.
     pub buddy: Option<BuddyStore>,
     pub console: Console,
+    /// Linux's `memmap=` forms (`exactmap`, `nn@ss`, `nn#ss`, `nn$ss`,
+    /// `nn`), in command-line order: the firmware map is edited with them
+    /// before memblock (`memmap::user_map`). Empty: the firmware's map.
+    pub user_map: Vec<Form>,
 }
 
 impl Options {
@@ -244,6 +249,7 @@ impl Default for Options {
             struct_page: StructPageSize::default(),
             buddy: None,
             console: Console::default(),
+            user_map: Vec::new(),
         }
     }
 }
@@ -281,6 +287,10 @@ pub enum OptionError<'a> {
     },
     /// The same key twice: which one was meant is ambiguous.
     Repeated { key: &'a str },
+    /// A `memmap=` value read as Linux's forms that is not one.
+    MemmapForm { token: &'a str, error: FormError },
+    /// More `memmap=` forms than memboot takes.
+    TooManyForms { forms: usize },
     /// Two settings that cannot both be meant: `option` would be silently
     /// ignored (or could not act) under `other`.
     Conflict {
@@ -328,6 +338,11 @@ impl fmt::Display for OptionError<'_> {
                 write!(f, "option {key}={value}: expected {expected}")
             }
             OptionError::Repeated { key } => write!(f, "option '{key}' given more than once"),
+            OptionError::MemmapForm { token, error } => write!(f, "option {token}: {error}"),
+            OptionError::TooManyForms { forms } => write!(
+                f,
+                "{forms} memmap= forms: memboot takes up to {MAX_FORMS}; merge neighbouring ranges"
+            ),
             OptionError::Conflict { option, other, why } => {
                 write!(f, "option {option} does nothing with {other}: {why}")
             }
@@ -354,6 +369,11 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
         let (key, value) = token
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
+        // Linux's memmap= forms may be given many times, beside one mode.
+        if key == "memmap" && memmap::user_map::is_linux_form(value) {
+            add_user_map_forms(&mut options, token, value)?;
+            continue;
+        }
         set_option(&mut options, key, value)?;
         // set_option accepted the key, so it is one of the known ones.
         if given.tokens.iter().any(|(k, _)| *k == key) {
@@ -363,6 +383,25 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
     }
     check_combination(&options, &given)?;
     Ok(options)
+}
+
+/// Append the forms of one `memmap=` token (commas separate forms, as in
+/// Linux) to `options.user_map`.
+fn add_user_map_forms<'a>(
+    options: &mut Options,
+    token: &'a str,
+    value: &'a str,
+) -> Result<(), OptionError<'a>> {
+    for form in memmap::user_map::parse_value(value) {
+        let form = form.map_err(|error| OptionError::MemmapForm { token, error })?;
+        options.user_map.push(form);
+    }
+    if options.user_map.len() > MAX_FORMS {
+        return Err(OptionError::TooManyForms {
+            forms: options.user_map.len(),
+        });
+    }
+    Ok(())
 }
 
 /// The tokens of the options the command line set, by key.
@@ -546,7 +585,7 @@ fn set_memmap(options: &mut Options, value: &str) -> Result<(), &'static str> {
     options.memmap = MemmapMode::ALL
         .into_iter()
         .find(|m| m.name() == value)
-        .ok_or("deferred|regions|perpfn|touch|ondemand")?;
+        .ok_or("deferred|regions|perpfn|touch|ondemand, or Linux's forms: exactmap, nn[KMG]@ss[KMG], nn[KMG]#ss[KMG], nn[KMG]$ss[KMG], nn[KMG]")?;
     Ok(())
 }
 
@@ -956,6 +995,65 @@ mod tests {
         assert_eq!(
             parse("verify=off verify=full"),
             Err(OptionError::Repeated { key: "verify" })
+        );
+    }
+
+    #[test]
+    fn linux_memmap_forms_repeat_beside_one_mode() {
+        let o =
+            parse("memmap=exactmap memmap=perpfn memmap=640K@0,1G@1M memmap=2M$0x100000").unwrap();
+        assert_eq!(o.memmap, MemmapMode::PerPfn);
+        let want = [
+            Form::ExactMap,
+            Form::Add {
+                start: 0,
+                size: 640 << 10,
+                kind: 1,
+            },
+            Form::Add {
+                start: 1 << 20,
+                size: 1 << 30,
+                kind: 1,
+            },
+            Form::Add {
+                start: 1 << 20,
+                size: 2 << 20,
+                kind: 2,
+            },
+        ];
+        assert_eq!(o.user_map, want);
+        assert_eq!(parse("").unwrap().user_map, []);
+        assert_eq!(
+            parse("memmap=regions memmap=2G memmap=perpfn"),
+            Err(OptionError::Repeated { key: "memmap" })
+        );
+        let err = parse("memmap=2G!4G").unwrap_err();
+        assert!(matches!(
+            err,
+            OptionError::MemmapForm {
+                token: "memmap=2G!4G",
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("persistent memory"), "{err}");
+        let err = parse("memmap=1G@1G,010M").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("option memmap=1G@1G,010M: a number starts with 0"),
+            "{err}"
+        );
+        let many = "memmap=4K@0 ".repeat(MAX_FORMS + 1);
+        assert_eq!(
+            parse(&many),
+            Err(OptionError::TooManyForms {
+                forms: MAX_FORMS + 1
+            })
+        );
+        // A mode misspelt is not a Linux form: the mode's error says both.
+        let err = parse("memmap=perfpn").unwrap_err().to_string();
+        assert!(
+            err.contains("deferred|regions") && err.contains("exactmap"),
+            "{err}"
         );
     }
 

@@ -168,6 +168,23 @@ pub fn check(args: Args, available: &host::Available) -> Result<Checked, Stop> {
     })
 }
 
+/// memboot's kernel options for a checked boot: those after `--`, and
+/// under TCG the TSC rate Linux gets as tsc_early_khz=, unless the options
+/// give one: memboot then calibrates nothing, as Linux does not. Not added
+/// to a line the kernel refuses: it could only change which error the
+/// kernel reports.
+pub fn memboot_opts(c: &Checked, tsc_khz: Option<u64>) -> Vec<String> {
+    let args = &c.args;
+    let mut opts = args.kernel_opts.clone();
+    let tcg_khz = tsc_khz.filter(|_| args.accel == Accel::Tcg);
+    if let (Some(khz), false, Kernel::Memboot(o)) = (tcg_khz, args.calibrate_tsc, &c.kernel) {
+        if o.tsc_khz.is_none() {
+            opts.push(format!("tsc_khz={khz}"));
+        }
+    }
+    opts
+}
+
 /// QEMU's full command line for a checked boot. `tsc_khz`: the host's TSC
 /// rate, if known; `plugin`: --profile's plugin arguments.
 pub fn qemu_command(
@@ -183,17 +200,8 @@ pub fn qemu_command(
     let tcg_khz = tsc_khz.filter(|_| args.accel == Accel::Tcg);
     match (&args.linux, &c.kernel) {
         (Some(linux), _) => q.extend(qemu::linux_boot_args(linux, tcg_khz, &args.kernel_opts)),
-        (None, kernel) => {
-            // Under TCG, the TSC rate Linux gets as tsc_early_khz=, unless
-            // the options give one: memboot then calibrates nothing, as
-            // Linux does not. Not added to a line the kernel refuses: it
-            // could only change which error the kernel reports.
-            let mut opts = args.kernel_opts.clone();
-            if let (Some(khz), false, Kernel::Memboot(o)) = (tcg_khz, args.calibrate_tsc, kernel) {
-                if o.tsc_khz.is_none() {
-                    opts.push(format!("tsc_khz={khz}"));
-                }
-            }
+        (None, _) => {
+            let opts = memboot_opts(c, tsc_khz);
             let (boot_elf, image_dir) = (paths.boot_elf(), paths.image_dir());
             let images = qemu::Images {
                 boot_elf: &boot_elf,

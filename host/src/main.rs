@@ -68,6 +68,11 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
         std::fs::copy(qemu::OVMF_VARS, qemu::uefi_vars(tmpdir.path()))
             .map_err(|e| Stop::Setup(format!("{}: {e}", qemu::OVMF_VARS)))?;
     }
+    if !args.dry_run && args.linux.is_none() {
+        let opts = memboot_run::memboot_opts(&checked, host::tsc_khz());
+        qemu::write_cmdline_file(tmpdir.path(), &opts)
+            .map_err(|e| Stop::Setup(format!("{}: {e}", tmpdir.path().display())))?;
+    }
     let profile = match args.profile {
         Some(_) => Some(boot::Profile::new(&checked, &paths, tmpdir.path())?),
         None => None,

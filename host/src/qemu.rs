@@ -192,14 +192,43 @@ pub fn memboot_boot_args(boot_path: BootPath, images: &Images, opts: &[String]) 
         ]),
     }
     if !opts.is_empty() {
+        let cmdline = opts.join(" ");
         // QEMU's option syntax: a comma in a value is doubled.
-        let cmdline = opts.join(" ").replace(',', ",,");
+        let value = if cmdline.len() > CMDLINE_STRING_MAX_BYTES {
+            let file = cmdline_file(images.tmpdir).display().to_string();
+            format!("file={}", file.replace(',', ",,"))
+        } else {
+            format!("string={}", cmdline.replace(',', ",,"))
+        };
         q.extend([
             "-fw_cfg".into(),
-            format!("name=opt/memboot/cmdline,string={cmdline}"),
+            format!("name=opt/memboot/cmdline,{value}"),
         ]);
     }
     q
+}
+
+/// Longest command line passed as `-fw_cfg …,string=`; a longer one (Linux
+/// `memmap=` forms for thousands of regions) goes in a file
+/// ([`write_cmdline_file`]): Linux caps one argument of `exec` at 128 KiB
+/// (`MAX_ARG_STRLEN`), and a command line that long would also flood
+/// `--print-cmd`.
+pub const CMDLINE_STRING_MAX_BYTES: usize = 32 << 10;
+
+/// Where a long command line goes, in a boot's scratch directory.
+pub fn cmdline_file(tmpdir: &Path) -> PathBuf {
+    tmpdir.join("cmdline")
+}
+
+/// Write the command line `opts` to [`cmdline_file`] when
+/// [`memboot_boot_args`] passes it as a file (no trailing newline: the
+/// kernel echoes the file as its command line).
+pub fn write_cmdline_file(tmpdir: &Path, opts: &[String]) -> std::io::Result<()> {
+    let cmdline = opts.join(" ");
+    if cmdline.len() > CMDLINE_STRING_MAX_BYTES {
+        std::fs::write(cmdline_file(tmpdir), cmdline)?;
+    }
+    Ok(())
 }
 
 /// The UEFI variables' copy in a boot's scratch directory.

@@ -19,6 +19,7 @@ use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
+use memmap::user_map::{UserMap, UserMapError};
 use memmap::NodeId;
 
 use crate::kernel_image::ImageSizes;
@@ -59,6 +60,10 @@ pub struct BootInput {
     pub cmdline: String,
     /// The loaded kernel image's parts, for Linux's `Memory:` line.
     pub image: ImageSizes,
+    /// `map` with the command line's Linux `memmap=` forms applied
+    /// ([`user_map`]), when it has any: what memblock gets instead. Not a
+    /// key of the line: the command line carries the forms.
+    pub user_map: Option<Vec<FirmwareEntry>>,
 }
 
 impl BootInput {
@@ -89,7 +94,7 @@ impl BootInput {
     ) -> Input<'a> {
         Input {
             opts,
-            map: &self.map,
+            map: self.user_map.as_deref().unwrap_or(&self.map),
             affinity: self.srat.as_deref(),
             phys_addr_bits: self.phys_addr_bits,
             under_hypervisor: self.under_hypervisor,
@@ -97,6 +102,22 @@ impl BootInput {
             image: self.image,
         }
     }
+}
+
+/// The firmware map `map` with the Linux `memmap=` forms of `opts`
+/// applied (`None` when there are none), keeping the kernel heap
+/// (`heap_base`, `heap_bytes`) usable RAM.
+pub fn user_map(
+    map: &[FirmwareEntry],
+    opts: &Options,
+    heap_base: u64,
+    heap_bytes: u64,
+) -> Result<Option<UserMap>, UserMapError> {
+    if opts.user_map.is_empty() {
+        return Ok(None);
+    }
+    let heap = [(heap_base, heap_bytes, "kernel heap")];
+    memmap::user_map::apply(map, &opts.user_map, &heap).map(Some)
 }
 
 /// A region kind's name in the input line.
@@ -193,6 +214,7 @@ mod tests {
                 rodata_bytes: 36_864,
                 bss_bytes: 102_400,
             },
+            user_map: None,
         }
     }
 

@@ -13,6 +13,7 @@ use core::fmt;
 
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use memmap::firmware::{FirmwareEntry, RegionKind};
+use memmap::user_map;
 
 /// e820 types (ACPI 6.5 §15.1 / Linux `enum e820_type`).
 const E820_RAM: u32 = 1;
@@ -59,13 +60,7 @@ pub const fn region_kind(kind: MemoryRegionKind) -> RegionKind {
 /// the bootloader's own regions are RAM in the firmware's map (`usable`);
 /// memboot marks them in a line of its own ([`BootloaderLine`]).
 const fn e820_kind_name(kind: RegionKind) -> &'static str {
-    match kind {
-        RegionKind::Usable | RegionKind::Bootloader => "usable",
-        RegionKind::AcpiReclaimable => "ACPI data",
-        RegionKind::AcpiNvs => "ACPI NVS",
-        RegionKind::Reserved => "reserved",
-        RegionKind::Unusable => "unusable",
-    }
+    user_map::type_name(user_map::e820_type(kind))
 }
 
 /// The kind an e820 name in memboot's (or Linux's) map stands for, for tools
@@ -191,6 +186,28 @@ pub fn heap_place(regions: &[MemoryRegion], bytes: u64, min_bytes: u64) -> Optio
     (room >= min_bytes).then_some((start, room))
 }
 
+/// How far memory in use at `[base, top)` may grow upwards in `map`: to
+/// the end of the usable entry that holds it, or to the first region in
+/// use above it (a firmware map may list the bootloader's regions over the
+/// usable RAM they sit in); 0 if no usable entry holds it.
+pub fn room_above(map: &[FirmwareEntry], base: u64, top: u64) -> u64 {
+    let end = |e: &FirmwareEntry| e.start + e.len_bytes;
+    let Some(ram_end) = map
+        .iter()
+        .find(|e| e.kind == RegionKind::Usable && e.start <= base && top <= end(e))
+        .map(end)
+    else {
+        return 0;
+    };
+    let in_use_above = map
+        .iter()
+        .filter(|e| e.kind != RegionKind::Usable && end(e) > top && e.start < ram_end)
+        .map(|e| e.start.max(top))
+        .min()
+        .unwrap_or(ram_end);
+    in_use_above - top
+}
+
 /// The largest usable region of `regions`.
 pub fn largest_usable(regions: &[MemoryRegion]) -> Option<&MemoryRegion> {
     regions
@@ -211,6 +228,27 @@ pub fn ram_bytes(regions: &[MemoryRegion]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heap_grows_to_its_ram_end_or_the_next_region_in_use() {
+        use RegionKind::*;
+        let e = FirmwareEntry::new;
+        // A user map: usable entries merged, the bootloader's listed over them.
+        let map = [
+            e(0x100000, 0x3ff00000, Usable),
+            e(0x1000000, 0x400000, Bootloader),
+            e(0x3000000, 0x100000, Bootloader),
+        ];
+        assert_eq!(
+            room_above(&map, 0x1400000, 0x2400000),
+            0x3000000 - 0x2400000
+        );
+        assert_eq!(
+            room_above(&map, 0x3100000, 0x3200000),
+            0x40000000 - 0x3200000
+        );
+        assert_eq!(room_above(&map, 0x40000000, 0x40001000), 0, "not in RAM");
+    }
 
     fn region(start: u64, end: u64, kind: MemoryRegionKind) -> MemoryRegion {
         MemoryRegion { start, end, kind }

@@ -25,6 +25,7 @@ pub mod page_size;
 pub mod pageblock;
 pub mod sections;
 pub mod store;
+pub mod user_map;
 pub mod zones;
 
 /// log2 of the page size (4 KiB), as Linux's `PAGE_SHIFT` on x86_64.

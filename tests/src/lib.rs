@@ -462,6 +462,7 @@ mod tests {
             under_hypervisor: true,
             cmdline: String::new(),
             image: Default::default(),
+            user_map: None,
         };
         let mut line = String::new();
         write_input_line(&mut line, &input).unwrap();

@@ -351,7 +351,27 @@ fn table_rows(block: &str) -> Vec<&str> {
 /// measured.
 /// `(figure, unit, what it is)`; keep it to what the README's design
 /// sections need, and give a measured figure its file instead.
-pub const CONSTANTS: [(&str, &str, &str); 11] = [
+pub const CONSTANTS: [(&str, &str, &str); 15] = [
+    (
+        "32",
+        "KiB",
+        "the longest command line QEMU gets as a fw_cfg string (qemu::CMDLINE_STRING_MAX_BYTES)",
+    ),
+    (
+        "12",
+        "MiB",
+        "the sparse seed's regions (seeds::SPARSE_REGION_BYTES)",
+    ),
+    (
+        "64",
+        "MiB",
+        "the sparse seed's low RAM kept (seeds::SPARSE_LOW_BYTES)",
+    ),
+    (
+        "4",
+        "GiB",
+        "where the pc machine's RAM above its PCI hole starts",
+    ),
     ("4", "KiB", "a page (PAGE_SIZE)"),
     (
         "16",
@@ -363,11 +383,7 @@ pub const CONSTANTS: [(&str, &str, &str); 11] = [
         "%",
         "the instruction profile's attribution floor (report::MIN_ATTRIBUTED)",
     ),
-    (
-        "64",
-        "KiB",
-        "the kernel log's ring; SMBIOS 2.1's table limit",
-    ),
+    ("64", "KiB", "SMBIOS 2.1's table limit"),
     ("2", "MiB", "a huge page: one vmemmap mapping"),
     (
         "4",

@@ -10,12 +10,12 @@
 //!   the log parser for what the bench's rows do not carry: summary keys
 //!   (`node_deferred_ns`, `phases`, `memory_block_ns`), the CPUs' nodes
 //!   (`log::boot_input`) and the host's CPUs (`log::host_cpus`);
-//! - the sparse map: a host bench ([`sparse_bench`], `memboot-seeds
-//!   sparse`) over the memmap library's `init_memmap`, the code the
-//!   kernel's `memmap=perpfn` and `memmap=regions` run, on a synthetic
-//!   map with many holes (QEMU's pc machine gives a guest two holes, and
-//!   run-qemu.sh has no way to make more): `DIR/arm64-sparse/sparse.log`,
-//!   whose last `memboot-seeds-sparse:` line holds the timings.
+//! - the sparse map is boots too (`DIR/arm64-sparse/logs/`, written by
+//!   `tests/seeds.sh` itself with a `logs/report` of the bench's form):
+//!   QEMU's pc machine gives a guest two holes, so the map's 8192 regions
+//!   are made with Linux `memmap=` forms ([`sparse_boot`]). The host bench
+//!   of the same code on a synthetic map stays as `memboot-seeds sparse`
+//!   ([`sparse_bench`]).
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -436,41 +436,52 @@ fn rounds(run: &Run) -> String {
     }
 }
 
-/// The prefix of the sparse bench's result line.
-pub const SPARSE_PREFIX: &str = "memboot-seeds-sparse: ";
-
-/// Seed 3 from the sparse bench's log.
-fn sparse_row(text: &str) -> Result<[String; 4], String> {
-    let json = text
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(SPARSE_PREFIX))
-        .ok_or("no memboot-seeds-sparse line")?;
-    let v: Value = serde_json::from_str(json).map_err(|e| format!("sparse line: {e}"))?;
-    let ns = |k: &str| -> Result<Vec<u64>, String> {
-        v[k].as_array()
-            .ok_or(format!("sparse line: no {k}"))?
-            .iter()
-            .map(|x| x.as_u64().ok_or(format!("sparse line: {k}")))
-            .collect()
-    };
-    let median = |mut xs: Vec<u64>| -> Result<u64, String> {
-        xs.sort_unstable();
-        xs.get(xs.len() / 2).copied().ok_or("no timings".into())
-    };
-    let (perpfn, regions) = (median(ns("perpfn_ns")?)?, median(ns("regions_ns")?)?);
-    let n = v["reps"].as_u64().unwrap_or(0);
-    let gib = |k: &str| v[k].as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+/// Seed 3 as boots: `memmap=perpfn` against `memmap=regions` on the
+/// sparse map the command line's `memmap=` forms made, every boot
+/// verified.
+fn sparse_boot_row(run: &Run) -> Result<[String; 4], String> {
+    let boot_cpu = |e| run.rounds_ms(e, |r| Some(r.boot_cpu_memmap_ns));
+    let (bad, good) = (boot_cpu("perpfn")?, boot_cpu("regions")?);
+    let mut shape = None;
+    for entry in ["perpfn", "regions"] {
+        for (path, text) in run.logs(entry)? {
+            let s = crate::log::summary(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            if s["verify"] != "ok" {
+                return Err(format!(
+                    "{}: verify is {}, not ok",
+                    path.display(),
+                    s["verify"]
+                ));
+            }
+            shape = shape.or_else(|| memblock_shape(&text));
+        }
+    }
+    let (regions, mib) = shape.ok_or("no `memblock: N memory regions (M MiB)` line")?;
     Ok([
-        format!("`perpfn` (a binary search per PFN of the span): {} ms", ms(perpfn as f64)),
-        format!("`regions` (the memblock region walk): {} ms", ms(regions as f64)),
-        times(perpfn as f64, regions as f64),
+        format!("`memmap=perpfn` (a binary search per PFN of the span): boot-CPU memmap {}", bad.text),
+        format!("`memmap=regions` (the memblock region walk): boot-CPU memmap {}", good.text),
+        times(bad.mean_ns, good.mean_ns),
         format!(
-            "host bench, not a boot: `init_memmap` of the memmap library (what the kernel's `memmap=perpfn` / `regions` run) on a synthetic map of {} regions, {:.1} GiB of memory over a {:.1} GiB span, 2 nodes; median of {n}",
-            v["regions"], gib("memory_bytes"), gib("span_bytes")
+            "boots: {} with Linux `memmap=` forms for {regions} memblock regions, {:.1} GiB of RAM (`memboot-seeds sparse-boot`), `verify: ok` ({})",
+            run.sizes.join(" "),
+            mib as f64 / 1024.0,
+            rounds(run)
         ),
     ])
 }
+
+/// memblock's memory regions and MiB from a boot's `memblock:` line.
+fn memblock_shape(text: &str) -> Option<(u64, u64)> {
+    let rest = text
+        .lines()
+        .find_map(|l| Some(l.split_once("] memblock: ")?.1))?;
+    let (regions, rest) = rest.split_once(" memory regions (")?;
+    let (mib, _) = rest.split_once(" MiB)")?;
+    Some((regions.parse().ok()?, mib.parse().ok()?))
+}
+
+/// The prefix of the sparse bench's result line.
+pub const SPARSE_PREFIX: &str = "memboot-seeds-sparse: ";
 
 /// The seeds table of the run in `dir`, with a line per sub-run saying how
 /// it was run (its bench heading).
@@ -485,17 +496,13 @@ pub fn table(dir: &Path) -> Result<String, String> {
     let mut headings = Vec::new();
     for (i, seed) in SEEDS.iter().enumerate() {
         let sub = dir.join(seed.dir);
-        let cells = if seed.dir == "arm64-sparse" {
-            let path = sub.join("sparse.log");
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            sparse_row(&text)
-        } else {
+        let cells = {
             let run = Run::read(&sub)?;
             headings.push(format!("{}: {}", seed.dir, run.heading));
             match seed.dir {
                 "vmware-5.8" => vmware_row(&run),
                 "power-16-nodes" => power_row(&run),
+                "arm64-sparse" => sparse_boot_row(&run),
                 _ => blocks_row(&run),
             }
         }
@@ -513,6 +520,42 @@ pub fn table(dir: &Path) -> Result<String, String> {
         let _ = write!(out, "\n{h}\n");
     }
     Ok(out)
+}
+
+/// The arm64 seed as a boot: its 96 GB split evenly into the host
+/// bench's 8192 regions (12 MiB each), holes of 1 MiB and a page between
+/// them as in [`sparse_map`] (so no hole is pageblock aligned and
+/// `perpfn` checks every hole PFN), given to a pc guest as Linux
+/// `memmap=` forms: the firmware's RAM below [`SPARSE_LOW_BYTES`] kept
+/// (the kernel, its page tables and heap live there), then the regions
+/// from 4 GiB, where the pc machine's RAM above its PCI hole starts.
+pub const SPARSE_REGION_BYTES: u64 = 12 << 20;
+pub const SPARSE_HOLE_BYTES: u64 = (1 << 20) + 4096;
+pub const SPARSE_LOW_BYTES: u64 = 64 << 20;
+/// The pc machine's RAM below 4 GiB for guests of 3.5 GiB and more
+/// (QEMU 7.2's i440fx with gigabyte alignment), and where the rest starts.
+const PC_LOW_RAM_BYTES: u64 = 3 << 30;
+const PC_HIGH_RAM_START: u64 = 4 << 30;
+
+/// RAM regions the pc firmware map has below [`SPARSE_LOW_BYTES`]: below
+/// 640 KiB and from 1 MiB.
+const PC_LOW_REGIONS: u64 = 2;
+
+/// The guest size (whole GiB, QEMU syntax) whose RAM holds the sparse map
+/// of `regions` memblock regions in all (memblock's table holds 8192), and
+/// the map's `memmap=` forms.
+pub fn sparse_boot(regions: u64) -> (String, Vec<String>) {
+    const GIB: u64 = 1 << 30;
+    let regions = regions.saturating_sub(PC_LOW_REGIONS);
+    let stride = SPARSE_REGION_BYTES + SPARSE_HOLE_BYTES;
+    let end = PC_HIGH_RAM_START + regions * stride;
+    let guest_gib = (PC_LOW_RAM_BYTES + end - PC_HIGH_RAM_START).div_ceil(GIB);
+    let mut forms = vec![format!("memmap={}M", SPARSE_LOW_BYTES >> 20)];
+    forms.extend((0..regions).map(|i| {
+        let start = PC_HIGH_RAM_START + i * stride;
+        format!("memmap={}M@{start:#x}", SPARSE_REGION_BYTES >> 20)
+    }));
+    (format!("{guest_gib}G"), forms)
 }
 
 /// The sparse map: `regions` regions of 2 MiB, 1 MiB and a page apart
@@ -634,21 +677,9 @@ mod tests {
     }
 
     #[test]
-    fn the_sparse_row_takes_the_medians() {
-        let line = format!(
-            "x\n{SPARSE_PREFIX}{}\n",
-            json!({"regions": 4, "memory_bytes": 1u64 << 31, "span_bytes": 3u64 << 30, "reps": 3,
-                   "perpfn_ns": [9_000_000, 3_000_000, 6_000_000], "regions_ns": [1_000_000, 2_000_000, 7_000_000]})
-        );
-        let row = sparse_row(&line).unwrap();
-        assert!(row[0].ends_with(": 6.0 ms"), "{}", row[0]);
-        assert!(row[1].ends_with(": 2.0 ms"), "{}", row[1]);
-        assert_eq!(row[2], "3.0×");
-        assert!(
-            row[3].contains("4 regions, 2.0 GiB of memory over a 3.0 GiB span"),
-            "{}",
-            row[3]
-        );
-        assert!(sparse_row("no line").is_err());
+    fn the_memblock_line_gives_the_regions_and_mib() {
+        let log = "[    0.0] x\n[    0.056667] memblock: 8192 memory regions (98343 MiB), 2 reserved regions (22 MiB), phys bits 44\n";
+        assert_eq!(memblock_shape(log), Some((8192, 98343)));
+        assert_eq!(memblock_shape("no line"), None);
     }
 }

@@ -117,21 +117,31 @@ pub fn from_json(json: &str) -> Result<BootInput, InputLineError> {
         .collect::<Result<Vec<_>, _>>()?;
     let heap = top.obj("heap")?;
     let image = top.obj("image")?;
+    let cmdline = top.str("cmdline")?.to_string();
+    let (heap_base, heap_bytes) = (heap.u64("base")?, heap.u64("size")?);
+    // The boot applied the command line's memmap= forms to the map; a
+    // command line or map it refused ran no pipeline to replay.
+    let user_map = memboot_contract::options::parse(&cmdline)
+        .ok()
+        .and_then(|opts| super::user_map(&map, &opts, heap_base, heap_bytes).ok())
+        .flatten()
+        .map(|m| m.map);
     Ok(BootInput {
         map,
         srat,
         cpu_nodes,
-        heap_base: heap.u64("base")?,
-        heap_bytes: heap.u64("size")?,
+        heap_base,
+        heap_bytes,
         phys_addr_bits: top.u32("phys_addr_bits")?,
         under_hypervisor: top.bool("under_hypervisor")?,
-        cmdline: top.str("cmdline")?.to_string(),
+        cmdline,
         image: ImageSizes {
             code_bytes: image.u64("code_bytes")?,
             rwdata_bytes: image.u64("rwdata_bytes")?,
             rodata_bytes: image.u64("rodata_bytes")?,
             bss_bytes: image.u64("bss_bytes")?,
         },
+        user_map,
     })
 }
 

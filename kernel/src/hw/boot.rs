@@ -275,6 +275,23 @@ fn keep_memory_map(regions: &'static [MemoryRegion]) -> Vec<FirmwareEntry> {
     bootmap::firmware_entries(regions)
 }
 
+/// Apply the command line's Linux `memmap=` forms to the firmware map
+/// (`None` without any), keep the user map for the held-back report and
+/// its RAM for the summary; returned as the pipeline's entries.
+fn keep_user_map(
+    map: &[FirmwareEntry],
+    opts: &Options,
+    heap: &EarlyReservation,
+) -> Result<Option<Vec<FirmwareEntry>>, BootError> {
+    let user = memboot_kernel::boot_input::user_map(map, opts, heap.base, heap.size)
+        .map_err(|e| BootError::BadOption(format!("{e}")))?;
+    Ok(user.map(|user| {
+        let mem_bytes = held_report::keep_user_map(user.e820);
+        BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
+        user.map
+    }))
+}
+
 /// Carve the heap out of usable RAM (`bootmap::heap_place`: right after
 /// the bootloader where it fits), sized for the map (without the per-CPU
 /// part: see [`grow_heap`]).
@@ -302,27 +319,24 @@ fn init_heap(regions: &[MemoryRegion], phys_offset: u64) -> Result<EarlyReservat
 
 /// Add the per-CPU part of the heap (AP stacks) once ACPI has said how many
 /// CPUs and nodes there are, and the free bitmaps if the options keep the
-/// buddy allocator's free blocks there, if the region the heap lives in
-/// has room.
+/// buddy allocator's free blocks there, if the RAM the heap lives in has
+/// room (`map`: the map the pipeline runs on, the user's when `memmap=`
+/// gave one).
 fn grow_heap(
-    regions: &[MemoryRegion],
+    map: &[FirmwareEntry],
     heap: &mut EarlyReservation,
     nr_cpus: usize,
     bitmaps_for_nodes: Option<u32>,
 ) {
-    let max_end = regions.iter().map(|r| r.end).max().unwrap_or(0);
+    let max_end = map.iter().map(|r| r.start + r.len_bytes).max().unwrap_or(0);
     let bitmaps = bitmaps_for_nodes.map_or(0, |n| bootmap::bitmap_heap_bytes(max_end, n as u64));
     let wanted = bootmap::heap_bytes(max_end, nr_cpus) + bitmaps;
-    let top = heap.base + heap.size;
-    let room = regions
-        .iter()
-        .find(|r| r.kind == MemoryRegionKind::Usable && r.start <= heap.base && top <= r.end)
-        .map_or(0, |r| r.end - top);
+    let room = bootmap::room_above(map, heap.base, heap.base + heap.size);
     let grow = wanted.saturating_sub(heap.size).min(room);
     if grow > 0 {
-        // SAFETY: [top, top + grow) lies in the same usable region as the
-        // heap, right above it, and nothing else was carved from it; the
-        // physical-memory mapping covers it.
+        // SAFETY: [top, top + grow) is usable RAM right above the heap
+        // that nothing else occupies (`room_above`), and nothing else was
+        // carved from it; the physical-memory mapping covers it.
         unsafe { HEAP.extend(grow as usize) };
         heap.size += grow;
     }
@@ -498,13 +512,15 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     let opts = options::parse(&cmdline).map_err(|e| BootError::BadOption(format!("{e}")))?;
     let faults = FAULTS.call_once(|| FaultHooks::new(opts.test_fault));
     faults.at_boot(&SerialLog, &KernelTraps);
+    let user_map = keep_user_map(&map, &opts, &heap)?;
+    let pipeline_map = user_map.as_deref().unwrap_or(&map);
 
-    let acpi_info = read_acpi(rsdp, phys_offset, regions, &map)?;
+    let acpi_info = read_acpi(rsdp, phys_offset, regions, pipeline_map)?;
     let mut heap = heap;
     let bitmaps = opts.buddy_store() == BuddyStore::Bitmaps;
     let nr_cpus = acpi_info.cpus.len().max(1);
     grow_heap(
-        regions,
+        pipeline_map,
         &mut heap,
         nr_cpus,
         bitmaps.then(|| acpi_info.node_count()),
@@ -537,6 +553,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         under_hypervisor: crate::hw::cpu::under_hypervisor(),
         cmdline,
         image: kernel_image_sizes(),
+        user_map,
     });
     // console=direct is for seeing how far a boot got: the report goes out
     // now rather than where the boot CPU stops working alone.

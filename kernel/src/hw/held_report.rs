@@ -29,18 +29,31 @@ use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{BootloaderLine, E820Line};
 use memboot_kernel::node_ram;
 use memmap::firmware::FirmwareEntry;
+use memmap::user_map::{E820Entry, UserLine, E820_RAM, USER_MAP_HEADING};
 
 use crate::hw::serial;
 
 /// The firmware map, with the usable RAM in it (bytes) as the boot summed it.
 static MEMORY_MAP: spin::Once<(&'static [MemoryRegion], u64)> = spin::Once::new();
 static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
+/// The user-defined map (`memmap=` forms), with its usable RAM.
+static USER_MAP: spin::Once<(Vec<E820Entry>, u64)> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
 /// Keep the firmware's memory map for its lines.
 pub fn keep_memory_map(regions: &'static [MemoryRegion], mem_bytes: u64) {
     MEMORY_MAP.call_once(|| (regions, mem_bytes));
+}
+
+/// Keep the user-defined map for its lines; returns its usable RAM.
+pub fn keep_user_map(e820: Vec<E820Entry>) -> u64 {
+    let ram = e820
+        .iter()
+        .filter(|e| e.kind == E820_RAM)
+        .map(|e| e.size)
+        .sum();
+    USER_MAP.call_once(|| (e820, ram)).1
 }
 
 /// Keep what ACPI said, with the firmware map its node lines sum RAM from;
@@ -61,6 +74,9 @@ pub fn print_once() {
     }
     if let Some(&(regions, mem_bytes)) = MEMORY_MAP.get() {
         print_memory_map(regions, mem_bytes);
+    }
+    if let Some((e820, ram)) = USER_MAP.get() {
+        print_user_map(e820, *ram);
     }
     if let Some((info, map)) = ACPI.get() {
         print_acpi(info);
@@ -91,6 +107,20 @@ fn print_memory_map(regions: &[MemoryRegion], mem_bytes: u64) {
         "memboot: {}K usable RAM ({} MiB) in the firmware map",
         mem_bytes >> 10,
         mem_bytes >> 20
+    );
+}
+
+/// The user-defined map as Linux prints it, and its usable RAM (what the
+/// summary's `mem_bytes` reports then).
+fn print_user_map(e820: &[E820Entry], ram: u64) {
+    kprintln!("{USER_MAP_HEADING}");
+    for e in e820 {
+        kprintln!("{}", UserLine(e));
+    }
+    kprintln!(
+        "memboot: {}K usable RAM ({} MiB) in the user-defined map",
+        ram >> 10,
+        ram >> 20
     );
 }
 

@@ -49,9 +49,13 @@ use uart_16550::{BaudRate, Config, Uart16550};
 use crate::hw::tsc;
 
 const COM1: u16 = 0x3f8;
-/// The log ring: 64 KiB hold everything a boot logs up to memory-ready,
-/// the 25 KB+ summary line included, at every size measured.
-const RING_BYTES: usize = 64 * 1024;
+/// The log ring: holds everything a boot logs before its APs print, so
+/// the boot CPU writes nothing to the UART itself: with the largest
+/// command line memboot takes (`memmap=` forms for 8192 regions, about
+/// 200 KB), its echo, the `memboot-input:` line that carries it again and
+/// the user map's 8192 lines (74 bytes each, 600 KB) come to about 1 MB,
+/// and the summary line to 25 KB+.
+const RING_BYTES: usize = 2 << 20;
 /// Bytes an idle AP writes before it looks at its mailbox again: one FIFO.
 pub const PRINT_CHUNK: usize = 16;
 /// How long the exit and emergency paths wait for the CPU that is writing

@@ -1,7 +1,9 @@
 //! `memboot-seeds table DIR`: issue 21's seeds table of a `tests/seeds.sh`
 //! run (see `memboot_tests::seeds`). `memboot-seeds sparse [REGIONS [REPS]]`:
 //! seed 3's host bench (default 8192 regions, 7 repetitions), its result on
-//! a `memboot-seeds-sparse:` line. Exit 2 when a run cannot be read, 64 on
+//! a `memboot-seeds-sparse:` line. `memboot-seeds sparse-boot REGIONS`:
+//! seed 3 as a boot, the guest size on the first line, then the map's
+//! `memmap=` forms, one a line. Exit 2 when a run cannot be read, 64 on
 //! bad arguments.
 
 use std::path::Path;
@@ -12,7 +14,7 @@ use memboot_tests::seeds;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
-        eprintln!("usage: memboot-seeds table DIR | memboot-seeds sparse [REGIONS [REPS]]");
+        eprintln!("usage: memboot-seeds table DIR | memboot-seeds sparse [REGIONS [REPS]] | memboot-seeds sparse-boot REGIONS");
         ExitCode::from(64)
     };
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
@@ -45,6 +47,17 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+        ["sparse-boot", regions] => {
+            let Some(regions) = regions.parse().ok().filter(|&r| r >= 1) else {
+                return usage();
+            };
+            let (size, forms) = seeds::sparse_boot(regions);
+            println!("{size}");
+            for f in forms {
+                println!("{f}");
+            }
+            ExitCode::SUCCESS
         }
         _ => usage(),
     }

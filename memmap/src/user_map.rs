@@ -1,0 +1,535 @@
+//! Linux's `memmap=` boot parameter on x86: a user-defined firmware map.
+//!
+//! Linux (arch/x86/kernel/e820.c, `parse_memmap_one`) edits its e820 table
+//! with each `memmap=` form, in command-line order, before memblock sees
+//! it; `e820__finish_early_params` then sanitises the table
+//! (`e820__update_table`) and prints it as `user-defined physical RAM
+//! map:` followed by `user: [mem …] type` lines (`e820__print_table`).
+//! This module does the same to the firmware map memboot was given:
+//!
+//! | form | Linux | here |
+//! |---|---|---|
+//! | `exactmap` | drop every entry (`nr_entries = 0`) | [`Form::ExactMap`] |
+//! | `nn[KMG]@ss[KMG]` | append usable RAM (`e820__range_add`, type 1) | [`Form::Add`] |
+//! | `nn[KMG]#ss[KMG]` | append ACPI data (type 3) | [`Form::Add`] |
+//! | `nn[KMG]$ss[KMG]` | append reserved (type 2) | [`Form::Add`] |
+//! | `nn[KMG]` | remove RAM from `nn` up (`e820__range_remove`, as `mem=`) | [`Form::Limit`] |
+//! | `nn!ss`, `nn%ss-t+u` | persistent memory, type conversion | refused ([`FormError::Unsupported`]) |
+//!
+//! Appending leaves overlaps in the table; sanitising resolves them the
+//! firmware's way: where entries overlap the highest e820 type wins, and
+//! neighbours of one type merge. A limit trims the RAM entries in the table
+//! when it is applied, so a later `@` form adds RAM above it again.
+//!
+//! Numbers are Linux's `memparse`: decimal or `0x` hex, then an optional
+//! `K M G T P E` (either case). A leading `0` before a digit is refused:
+//! Linux reads it as octal, memboot's other options as decimal.
+//!
+//! Unlike Linux, the table has no fixed capacity (Linux drops entries
+//! beyond `E820_MAX_ENTRIES`, 3200 on a `NODES_SHIFT=10` kernel, with
+//! `too many entries; ignoring`); [`MAX_FORMS`] bounds the command line.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::firmware::{FirmwareEntry, RegionKind};
+
+/// e820 types (Linux `enum e820_type`).
+pub const E820_RAM: u32 = 1;
+pub const E820_RESERVED: u32 = 2;
+pub const E820_ACPI: u32 = 3;
+pub const E820_NVS: u32 = 4;
+pub const E820_UNUSABLE: u32 = 5;
+
+/// Most `memmap=` forms one command line may carry: 8192 regions with
+/// their holes and a few more, and a bound on what the kernel heap holds.
+pub const MAX_FORMS: usize = 16_384;
+
+/// One `memmap=` form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `exactmap`: drop every entry of the table.
+    ExactMap,
+    /// `size@start` (RAM), `size#start` (ACPI data), `size$start`
+    /// (reserved): append an entry of `kind` (an e820 type).
+    Add { start: u64, size: u64, kind: u32 },
+    /// `size`: remove RAM from `bytes` up.
+    Limit { bytes: u64 },
+}
+
+/// Why a `memmap=` form was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormError {
+    /// Not `exactmap` and no number where the form starts.
+    NoNumber,
+    /// A number with a leading zero (`010M`).
+    LeadingZero,
+    /// A number beyond 64 bits, or a size suffix that takes it there.
+    Overflow,
+    /// Something after the form (`2G@4Gx`).
+    Trailing,
+    /// A form Linux has that memboot refuses, with why.
+    Unsupported {
+        form: &'static str,
+        why: &'static str,
+    },
+    /// `memmap=0`: would remove every byte of RAM.
+    NoRamLeft,
+}
+
+impl fmt::Display for FormError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormError::NoNumber => f.write_str(
+                "expected a memmap mode (deferred|regions|perpfn|touch|ondemand), exactmap, or Linux's nn[KMG]@ss[KMG] (RAM), nn[KMG]#ss[KMG] (ACPI data), nn[KMG]$ss[KMG] (reserved) or nn[KMG] (limit)",
+            ),
+            FormError::LeadingZero => f.write_str(
+                "a number starts with 0: Linux reads it as octal, memboot's other options as decimal; write it without the leading zeros, or in hex as 0x…",
+            ),
+            FormError::Overflow => f.write_str("a number does not fit in 64 bits"),
+            FormError::Trailing => f.write_str(
+                "text after the form: each form is size@start, size#start, size$start or size alone (several forms: separate them with commas or give memmap= again)",
+            ),
+            FormError::Unsupported { form, why } => write!(f, "the {form} form is not supported: {why}"),
+            FormError::NoRamLeft => f.write_str(
+                "memmap=0 removes all RAM; give the size to keep (memmap=nn[KMG], as mem=)",
+            ),
+        }
+    }
+}
+
+/// Does `value` read as Linux `memmap=` forms rather than a memboot mode?
+/// Linux's forms start with a number or `exactmap`.
+pub fn is_linux_form(value: &str) -> bool {
+    value.starts_with("exactmap") || value.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Parse one `memmap=` value: forms separated by commas, as Linux's
+/// `parse_memmap_opt` splits them.
+pub fn parse_value(value: &str) -> impl Iterator<Item = Result<Form, FormError>> + '_ {
+    value.split(',').map(parse_form)
+}
+
+/// Parse one form (no commas).
+pub fn parse_form(form: &str) -> Result<Form, FormError> {
+    if let Some(rest) = form.strip_prefix("exactmap") {
+        return if rest.is_empty() {
+            Ok(Form::ExactMap)
+        } else {
+            Err(FormError::Trailing)
+        };
+    }
+    let (size, rest) = memparse(form)?;
+    let Some(op) = rest.chars().next() else {
+        if size == 0 {
+            return Err(FormError::NoRamLeft);
+        }
+        return Ok(Form::Limit { bytes: size });
+    };
+    let kind = match op {
+        '@' => E820_RAM,
+        '#' => E820_ACPI,
+        '$' => E820_RESERVED,
+        '!' => {
+            return Err(FormError::Unsupported {
+                form: "nn!ss (persistent memory, e820 type 12)",
+                why: "memboot initialises no persistent memory; mark the range reserved with nn$ss",
+            })
+        }
+        '%' => {
+            return Err(FormError::Unsupported {
+                form: "nn%ss-t+u (change a range's type)",
+                why: "add the range with the type it should have (@ RAM, # ACPI data, $ reserved) instead",
+            })
+        }
+        _ => return Err(FormError::Trailing),
+    };
+    let (start, rest) = memparse(&rest[1..])?;
+    if !rest.is_empty() {
+        return Err(FormError::Trailing);
+    }
+    Ok(Form::Add { start, size, kind })
+}
+
+/// Linux's `memparse`: a number (decimal or `0x` hex) and an optional
+/// binary suffix; the rest of the text after it.
+fn memparse(text: &str) -> Result<(u64, &str), FormError> {
+    let (radix, digits_from) = match text.get(..2) {
+        Some("0x" | "0X") => (16, 2),
+        _ => (10, 0),
+    };
+    let body = &text[digits_from..];
+    let len = body
+        .find(|c: char| !c.is_digit(radix))
+        .unwrap_or(body.len());
+    if len == 0 {
+        return Err(FormError::NoNumber);
+    }
+    if radix == 10 && len > 1 && body.starts_with('0') {
+        return Err(FormError::LeadingZero);
+    }
+    let n = u64::from_str_radix(&body[..len], radix).map_err(|_| FormError::Overflow)?;
+    let rest = &body[len..];
+    let shift = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => 10,
+        Some('M') => 20,
+        Some('G') => 30,
+        Some('T') => 40,
+        Some('P') => 50,
+        Some('E') => 60,
+        _ => return Ok((n, rest)),
+    };
+    let bytes = n.checked_mul(1 << shift).ok_or(FormError::Overflow)?;
+    Ok((bytes, &rest[1..]))
+}
+
+/// One e820 entry: `[addr, addr + size)` of e820 type `kind` (0 for an
+/// entry Linux's range removal zeroed: still counted, never printed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct E820Entry {
+    pub addr: u64,
+    pub size: u64,
+    pub kind: u32,
+}
+
+/// Why the user-defined map cannot be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserMapError {
+    /// Fewer than two entries: Linux's `e820__update_table` refuses to
+    /// sanitise it and panics (`Invalid user supplied memory map`).
+    TooFewEntries { entries: usize },
+    /// An entry's end runs past 2^64 (Linux panics the same way).
+    Wraps { start: u64, size: u64 },
+    /// RAM in the user's map that the firmware's map does not have as RAM:
+    /// Linux trusts the user there, but on a virtual machine that memory
+    /// is not there (QEMU's `-m` decides), and writing struct pages or page
+    /// tables into it loses them.
+    RamNotInFirmware { start: u64, end: u64 },
+    /// Memory the boot already uses is not usable RAM in the user's map.
+    InUseNotRam {
+        start: u64,
+        end: u64,
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for UserMapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UserMapError::TooFewEntries { entries } => write!(
+                f,
+                "the memmap= map has {entries} entr{} (Linux panics: Invalid user supplied memory map): give at least two ranges after exactmap",
+                if *entries == 1 { "y" } else { "ies" }
+            ),
+            UserMapError::Wraps { start, size } => write!(
+                f,
+                "memmap= range of {size:#x} bytes at {start:#x} runs past 2^64 (Linux panics: Invalid user supplied memory map)"
+            ),
+            UserMapError::RamNotInFirmware { start, end } => write!(
+                f,
+                "memmap= declares [mem {start:#018x}-{:#018x}] usable, but the firmware's map has no RAM there (the machine's RAM is what QEMU's -m gave it): declare RAM only inside the firmware's usable ranges",
+                end - 1
+            ),
+            UserMapError::InUseNotRam { start, end, what } => write!(
+                f,
+                "memmap= leaves [mem {start:#018x}-{:#018x}] ({what}) outside usable RAM, but the boot already uses it: keep it usable (an @ form over it, or no exactmap)",
+                end - 1
+            ),
+        }
+    }
+}
+
+/// The e820 table the forms edit, unsanitised between forms as Linux's is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct E820Table {
+    pub entries: Vec<E820Entry>,
+}
+
+impl E820Table {
+    /// Apply one form (Linux `parse_memmap_one`).
+    pub fn apply(&mut self, form: Form) {
+        match form {
+            Form::ExactMap => self.entries.clear(),
+            Form::Add { start, size, kind } => self.entries.push(E820Entry {
+                addr: start,
+                size,
+                kind,
+            }),
+            Form::Limit { bytes } => self.remove_ram(bytes, u64::MAX - bytes),
+        }
+    }
+
+    /// Linux's `e820__range_remove(start, size, E820_TYPE_RAM, true)`:
+    /// every RAM entry loses what of it lies in `[start, start + size)`;
+    /// an entry wholly inside becomes a zeroed entry, one that straddles
+    /// the range keeps its head and gets its tail appended.
+    pub fn remove_ram(&mut self, start: u64, size: u64) {
+        let end = start + size.min(u64::MAX - start);
+        let mut i = 0;
+        while i < self.entries.len() {
+            let e = self.entries[i];
+            i += 1;
+            if e.kind != E820_RAM {
+                continue;
+            }
+            let e_end = e.addr.wrapping_add(e.size);
+            let (lo, hi) = (start.max(e.addr), end.min(e_end));
+            let (kept, tail) = if e.addr >= start && e_end <= end {
+                (
+                    E820Entry {
+                        addr: 0,
+                        size: 0,
+                        kind: 0,
+                    },
+                    None,
+                )
+            } else if e.addr < start && e_end > end {
+                let head = E820Entry {
+                    size: start - e.addr,
+                    ..e
+                };
+                (
+                    head,
+                    Some(E820Entry {
+                        addr: end,
+                        size: e_end - end,
+                        kind: e.kind,
+                    }),
+                )
+            } else if lo < hi {
+                let addr = if e.addr >= lo { hi } else { e.addr };
+                (
+                    E820Entry {
+                        addr,
+                        size: e.size - (hi - lo),
+                        kind: e.kind,
+                    },
+                    None,
+                )
+            } else {
+                continue;
+            };
+            self.entries[i - 1] = kept;
+            self.entries.extend(tail);
+        }
+    }
+
+    /// Linux's `e820__update_table`: sorted, no overlaps (the highest type
+    /// wins), neighbours of one type merged, empty entries gone.
+    pub fn sanitize(&self) -> Result<Vec<E820Entry>, UserMapError> {
+        if self.entries.len() < 2 {
+            return Err(UserMapError::TooFewEntries {
+                entries: self.entries.len(),
+            });
+        }
+        if let Some(e) = self
+            .entries
+            .iter()
+            .find(|e| e.addr.checked_add(e.size).is_none())
+        {
+            return Err(UserMapError::Wraps {
+                start: e.addr,
+                size: e.size,
+            });
+        }
+        Ok(sanitize(&self.entries))
+    }
+}
+
+/// The change-point sweep of `e820__update_table`: at every address where
+/// an entry starts or ends, the type is the highest of the entries that
+/// cover it; an output entry runs while that type stays the same.
+fn sanitize(entries: &[E820Entry]) -> Vec<E820Entry> {
+    // (address, is_end, type); starts sort before ends at one address, so
+    // entries that touch merge (Linux's `cpcompare`).
+    let mut points: Vec<(u64, bool, u32)> = entries
+        .iter()
+        .filter(|e| e.size != 0)
+        .flat_map(|e| [(e.addr, false, e.kind), (e.addr + e.size, true, e.kind)])
+        .collect();
+    points.sort_unstable_by_key(|&(addr, is_end, _)| (addr, is_end));
+    // How many entries of each type cover the sweep's position.
+    let mut covering: Vec<(u32, usize)> = Vec::new();
+    let mut out: Vec<E820Entry> = Vec::new();
+    // The output entry being built: its start and type (0: none).
+    let (mut open_addr, mut last_type) = (0, 0);
+    for (addr, is_end, kind) in points {
+        match covering.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) if is_end => *n -= 1,
+            Some((_, n)) => *n += 1,
+            None => covering.push((kind, 1)),
+        }
+        let current = covering
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, _)| *k)
+            .max()
+            .unwrap_or(0);
+        if current == last_type {
+            continue;
+        }
+        if last_type != 0 && addr > open_addr {
+            out.push(E820Entry {
+                addr: open_addr,
+                size: addr - open_addr,
+                kind: last_type,
+            });
+        }
+        (open_addr, last_type) = (addr, current);
+    }
+    out
+}
+
+/// The e820 type of a firmware map kind: the bootloader's regions are RAM
+/// to the firmware (memboot marks them in use afterwards).
+pub const fn e820_type(kind: RegionKind) -> u32 {
+    match kind {
+        RegionKind::Usable | RegionKind::Bootloader => E820_RAM,
+        RegionKind::AcpiReclaimable => E820_ACPI,
+        RegionKind::AcpiNvs => E820_NVS,
+        RegionKind::Reserved => E820_RESERVED,
+        RegionKind::Unusable => E820_UNUSABLE,
+    }
+}
+
+/// The firmware map kind of an e820 type (every type not named is
+/// reserved, as `bootmap::region_kind` reads the firmware's).
+pub const fn region_kind(kind: u32) -> RegionKind {
+    match kind {
+        E820_RAM => RegionKind::Usable,
+        E820_ACPI => RegionKind::AcpiReclaimable,
+        E820_NVS => RegionKind::AcpiNvs,
+        E820_UNUSABLE => RegionKind::Unusable,
+        _ => RegionKind::Reserved,
+    }
+}
+
+/// Linux's name of an e820 type in its map lines (`e820_print_type`).
+pub const fn type_name(kind: u32) -> &'static str {
+    match kind {
+        E820_RAM => "usable",
+        E820_RESERVED => "reserved",
+        E820_ACPI => "ACPI data",
+        E820_NVS => "ACPI NVS",
+        E820_UNUSABLE => "unusable",
+        _ => "type",
+    }
+}
+
+/// A user map line, byte for byte as Linux prints it after the timestamp:
+/// `user: [mem %#018Lx-%#018Lx] usable`.
+pub struct UserLine<'a>(pub &'a E820Entry);
+
+impl fmt::Display for UserLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0;
+        write!(
+            f,
+            "user: [mem {:#018x}-{:#018x}] {}",
+            e.addr,
+            e.addr + e.size - 1,
+            type_name(e.kind)
+        )?;
+        if !matches!(e.kind, E820_RAM..=E820_UNUSABLE) {
+            write!(f, " {}", e.kind)?;
+        }
+        Ok(())
+    }
+}
+
+/// Linux's line before the user map.
+pub const USER_MAP_HEADING: &str = "user-defined physical RAM map:";
+
+/// A firmware map with the user's forms applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserMap {
+    /// The sanitised e820 table, as Linux prints it.
+    pub e820: Vec<E820Entry>,
+    /// The same as memblock's input: the user's entries, then the
+    /// firmware's `Bootloader` regions again (memblock resolves the
+    /// overlap: in-use RAM wins over usable).
+    pub map: Vec<FirmwareEntry>,
+}
+
+/// Apply `forms`, in order, to the firmware map `firmware` (sanitised
+/// first, as Linux sanitises the firmware's table before its parameters
+/// are read). `in_use`: memory the boot already occupies besides the
+/// firmware map's `Bootloader` regions (the kernel heap); all of it must
+/// stay usable RAM.
+pub fn apply(
+    firmware: &[FirmwareEntry],
+    forms: &[Form],
+    in_use: &[(u64, u64, &'static str)],
+) -> Result<UserMap, UserMapError> {
+    let mut table = E820Table {
+        entries: firmware
+            .iter()
+            .map(|e| E820Entry {
+                addr: e.start,
+                size: e.len_bytes,
+                kind: e820_type(e.kind),
+            })
+            .collect(),
+    };
+    if table.entries.len() >= 2
+        && table
+            .entries
+            .iter()
+            .all(|e| e.addr.checked_add(e.size).is_some())
+    {
+        table.entries = sanitize(&table.entries);
+    }
+    let firmware_e820 = table.entries.clone();
+    for &form in forms {
+        table.apply(form);
+    }
+    let e820 = table.sanitize()?;
+    if let Some(e) = e820
+        .iter()
+        .find(|e| e.kind == E820_RAM && !covered_by_ram(&firmware_e820, e.addr, e.addr + e.size))
+    {
+        return Err(UserMapError::RamNotInFirmware {
+            start: e.addr,
+            end: e.addr + e.size,
+        });
+    }
+    let loader = firmware
+        .iter()
+        .filter(|e| e.kind == RegionKind::Bootloader)
+        .map(|e| {
+            (
+                e.start,
+                e.start + e.len_bytes,
+                "kernel image, page tables, boot info",
+            )
+        });
+    for (start, end, what) in loader.chain(in_use.iter().map(|&(s, len, w)| (s, s + len, w))) {
+        if !covered_by_ram(&e820, start, end) {
+            return Err(UserMapError::InUseNotRam { start, end, what });
+        }
+    }
+    let mut map: Vec<FirmwareEntry> = e820
+        .iter()
+        .map(|e| FirmwareEntry::new(e.addr, e.size, region_kind(e.kind)))
+        .collect();
+    map.extend(firmware.iter().filter(|e| e.kind == RegionKind::Bootloader));
+    Ok(UserMap { e820, map })
+}
+
+/// Is `[start, end)` wholly RAM in `e820` (sorted, no overlaps; an
+/// unsanitised table of under two entries is fine too)?
+fn covered_by_ram(e820: &[E820Entry], mut start: u64, end: u64) -> bool {
+    for e in e820.iter().filter(|e| e.kind == E820_RAM) {
+        if e.addr <= start && start < e.addr + e.size {
+            start = e.addr + e.size;
+        }
+        if start >= end {
+            return true;
+        }
+    }
+    start >= end
+}
+
+#[cfg(test)]
+#[path = "user_map_tests.rs"]
+mod tests;

@@ -49,26 +49,22 @@ pub const LARGE_GUEST_MIB: u64 = 64 * 1024;
 
 /// Bytes of the buddy allocator's free bitmaps (`buddy=bitmaps`) for a
 /// machine whose memory map ends at page `nr_pages`, with `nr_nodes` nodes
-/// of up to four zones each: per (node, zone), a bit per block of each order 0..=10 over
-/// the zone's span (aligned down to a 4 MiB block), a summary bit per
-/// bitmap word, each rounded up to whole words. The zones' spans are
-/// disjoint (each node's memory is contiguous), so the bits total under
-/// two per page: about RAM/16384 bytes, 0.5 GiB at 8 TiB. The kernel sizes
-/// its heap with it; the host counts it as memory the boot writes.
+/// of up to four zones each: per (node, zone), a 272-byte group of bits per
+/// 4 MiB block of the zone's span (a bit per block of each order 0..=10,
+/// 2047 bits, and a word of masks) and, per order, a summary bit per group;
+/// the span is aligned down to a 4 MiB block, which adds at most one group
+/// and one summary word per zone and order. The zones' spans are disjoint
+/// (each node's memory is contiguous), so the groups total under RAM/15000
+/// bytes, 0.5 GiB at 8 TiB. The kernel sizes its heap with it; the host
+/// counts it as memory the boot writes.
 pub const fn free_bitmap_bytes(nr_pages: u64, nr_nodes: u64) -> u64 {
-    const MAX_ORDER: u32 = memmap::MAX_ORDER;
+    const GROUP_BYTES: u64 = 272;
+    const GROUP_NR_PAGES: u64 = 1 << memmap::MAX_ORDER;
+    const NR_ORDERS: u64 = memmap::MAX_ORDER as u64 + 1;
     let nr_zones = nr_nodes * memmap::ZoneType::ALL.len() as u64;
-    let mut words = 0;
-    let mut order = 0;
-    while order <= MAX_ORDER {
-        // The span's alignment adds at most one block, rounding one word,
-        // per zone: 2 words per zone and order, for bitmap and summary.
-        let bits = (nr_pages >> order) + nr_zones;
-        let order_words = bits.div_ceil(64) + nr_zones;
-        words += order_words + order_words.div_ceil(64) + nr_zones;
-        order += 1;
-    }
-    words * 8
+    let groups = nr_pages.div_ceil(GROUP_NR_PAGES) + 2 * nr_zones;
+    let summary_words = NR_ORDERS * (groups.div_ceil(64) + nr_zones);
+    groups * GROUP_BYTES + summary_words * 8
 }
 
 #[cfg(test)]
@@ -79,9 +75,10 @@ mod tests {
     fn free_bitmaps_are_about_two_bits_a_page() {
         let eight_tib_pages = 8u64 << (40 - 12);
         let bytes = free_bitmap_bytes(eight_tib_pages, 1);
-        // Two bits a page and 1/64 more for the summaries: 0.5 GiB + 1/64.
+        // Two bits a page (2047 per 4 MiB block) and a word of masks per
+        // block: 0.5 GiB and 1/16 more, the summaries a few MiB.
         let two_bits = eight_tib_pages / 4;
-        assert!(bytes >= two_bits - two_bits / 1024, "{bytes}");
-        assert!(bytes <= two_bits + two_bits / 32, "{bytes}");
+        assert!(bytes >= two_bits, "{bytes}");
+        assert!(bytes <= two_bits + two_bits / 12, "{bytes}");
     }
 }

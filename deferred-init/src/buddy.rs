@@ -424,14 +424,23 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         zf.nr_free_pages += 1 << order;
     }
 
-    /// Take the free block `pfn`/`order` out. Caller holds the lock.
-    fn unlink(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32) {
+    /// Take the free block `pfn`/`order` out; its head becomes a page of
+    /// the block like any other (`clear_buddy`), or, with `allocate`, the
+    /// head of an allocated block (`_refcount` 1) in the same write.
+    /// Caller holds the lock.
+    fn unlink(&self, zf: &mut ZoneFree, pfn: Pfn, order: u32, allocate: bool) {
+        let retype = |p: &mut B::Page| {
+            p.clear_buddy();
+            if allocate {
+                p.set_refcount(1);
+            }
+        };
         match &mut zf.index {
             FreeIndex::Lists(heads) => {
                 // SAFETY: `pfn` heads a block on this zone's list; we hold its lock.
                 let ListHead { next, prev } = unsafe {
                     self.with_page(pfn, |p| {
-                        p.clear_buddy();
+                        retype(p);
                         let own = p.list_link_addr().unwrap_or_default();
                         let links = p.list_link().unwrap_or_default();
                         set_link(p, |l| {
@@ -457,7 +466,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             FreeIndex::Bitmaps(bits) => {
                 bits.remove(pfn, order);
                 // SAFETY: `pfn` heads a free block of this zone; we hold its lock.
-                unsafe { self.with_page(pfn, |p| p.clear_buddy()) };
+                unsafe { self.with_page(pfn, retype) };
             }
         }
         zf.nr_blocks[order as usize] -= 1;
@@ -491,7 +500,26 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
 
     /// Merge `pfn`/`order` with free buddies and push the result. Every page
     /// of the block has `_refcount == 0` and the block lies in `range`.
-    fn merge_and_push(&self, zf: &mut ZoneFree, range: PfnRange, mut pfn: Pfn, mut order: u32) {
+    fn merge_and_push(&self, zf: &mut ZoneFree, range: PfnRange, pfn: Pfn, order: u32) {
+        if let FreeIndex::Bitmaps(bits) = &mut zf.index {
+            let (head, merged) = bits.merge(range, pfn, order);
+            // The merged block, our block and free buddies, is ours under
+            // the lock: the buddies' heads become tails, the head the
+            // merged block's, through one lookup of its struct pages.
+            // SAFETY: see above; managed, so backed.
+            let pages = unsafe { self.block_pages(head, merged) };
+            for o in order..merged {
+                pages[((pfn ^ (1 << o)) & !((1 << o) - 1)) as usize - head as usize].clear_buddy();
+            }
+            pages[0].set_buddy(merged);
+            for o in order..merged {
+                zf.nr_blocks[o as usize] -= 1;
+            }
+            zf.nr_blocks[merged as usize] += 1;
+            zf.nr_free_pages += 1 << order;
+            return;
+        }
+        let (mut pfn, mut order) = (pfn, order);
         while order < MAX_ORDER {
             let buddy = pfn ^ (1 << order);
             // `new` merges adjacent ranges of one (node, zone), so a free
@@ -500,11 +528,28 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             if !range.contains(buddy) || !self.is_free_block(zf, buddy, order) {
                 break;
             }
-            self.unlink(zf, buddy, order);
+            self.unlink(zf, buddy, order, false);
             pfn &= !(1 << order);
             order += 1;
         }
         self.push(zf, pfn, order);
+    }
+
+    /// The struct pages of the block `pfn`/`order`.
+    ///
+    /// # Safety
+    /// The block must be managed and the caller must own all of it for as
+    /// long as it uses the slice (see [`with_page`](Self::with_page)).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn block_pages(&self, pfn: Pfn, order: u32) -> &mut [B::Page] {
+        // SAFETY: exclusivity is the caller's obligation; a block never
+        // leaves its section (orders stop at MAX_ORDER).
+        unsafe {
+            self.memmap
+                .pages_mut_unchecked(PfnRange::new(pfn, pfn + (1 << order)))
+        }
+        .expect("managed block without struct-page backing (checked in BuddyAllocator::new)")
     }
 
     /// Free a block whose pages all have `_refcount == 0` already (the
@@ -529,6 +574,31 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             .get(slot(nid, zone))
             .ok_or(AllocError::UnknownNode { nid })?;
         let mut zf = zl.lock();
+        let ZoneFree {
+            nr_blocks,
+            nr_free_pages,
+            index,
+        } = &mut *zf;
+        if let FreeIndex::Bitmaps(bits) = index {
+            let found = (order..=MAX_ORDER).find(|&o| nr_blocks[o as usize] != 0);
+            let taken = found.and_then(|f| Some((f, bits.take(f, order)?)));
+            let Some((found, pfn)) = taken else {
+                return Err(AllocError::OutOfMemory { nid, zone, order });
+            };
+            // SAFETY: the block is off the store and ours until we return
+            // it; the split halves are free blocks of this zone, whose lock
+            // we hold.
+            let pages = unsafe { self.block_pages(pfn, found) };
+            pages[0].clear_buddy();
+            pages[0].set_refcount(1);
+            for cur in order..found {
+                pages[1 << cur].set_buddy(cur);
+                nr_blocks[cur as usize] += 1;
+            }
+            nr_blocks[found as usize] -= 1;
+            *nr_free_pages -= 1 << order;
+            return Ok(pfn);
+        }
         let mut first = None;
         for o in order..=MAX_ORDER {
             if zf.nr_blocks[o as usize] != 0 {
@@ -541,14 +611,12 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         let Some((found, pfn)) = first else {
             return Err(AllocError::OutOfMemory { nid, zone, order });
         };
-        self.unlink(&mut zf, pfn, found);
+        self.unlink(&mut zf, pfn, found, true);
         let mut cur = found;
         while cur > order {
             cur -= 1;
             self.push(&mut zf, pfn + (1 << cur), cur);
         }
-        // SAFETY: the block is off the lists and ours until we return it.
-        unsafe { self.with_page(pfn, |p| p.set_refcount(1)) };
         Ok(pfn)
     }
 

@@ -1,18 +1,25 @@
 //! The buddy allocator's free blocks kept out of the struct pages: per
-//! (node, zone), one bitmap per order with a bit per naturally aligned
-//! block of that order (set: the block is free and not part of a larger
-//! free block), and over each bitmap a summary with a bit per bitmap word
-//! (set: the word is not zero).
+//! (node, zone), a [`Group`] of bits per `MAX_ORDER` block (4 MiB), a bit
+//! for each naturally aligned block of every order inside it (set: the
+//! block is free and not part of a larger free block), and per order a
+//! summary with a bit per group (set: the group has a free block of that
+//! order), scanned from the lowest word that may be set.
 //!
 //! Why bitmaps and not per-block descriptors: a free block needs no data
 //! but its order, which the head's 8-byte page holds; what the allocator
 //! needs is "is this buddy free?" (one bit) and "any free block of this
-//! order?" (the summary, scanned from the lowest word that may be set).
-//! Both are O(1) for the lowest-address block, the memory is fixed and
-//! small (about two bits per page of the zone's span, 1/64 more for the
-//! summaries: RAM/16384 bytes, 0.5 GiB at 8 TiB), and nothing is allocated
-//! per free or merge. Lowest address first also keeps allocations
-//! together, as a sorted free list would.
+//! order?" (the summary), both O(1) for the lowest-address block, the
+//! memory is fixed and small (a 272-byte group per 4 MiB: about RAM/15000,
+//! 0.5 GiB at 8 TiB), and nothing is allocated per free or merge. Lowest
+//! address first also keeps allocations together, as a sorted free list
+//! would.
+//!
+//! Why every order's bits of a 4 MiB block sit together: a split or a
+//! merge never leaves its `MAX_ORDER` block, so all the bits one
+//! allocation or free reads and writes lie in one group, a few cache lines
+//! of one page, beside the struct pages it types. Under TCG each page an
+//! operation touches costs a software-TLB lookup, and one bitmap per order
+//! would touch a page per order.
 
 use alloc::vec::Vec;
 
@@ -20,65 +27,186 @@ use memmap::{Pfn, PfnRange, MAX_ORDER};
 
 use crate::buddy::NR_ORDERS;
 
-/// One order's bitmap and its summary.
-struct OrderBits {
-    /// Bit `i`: the block at `base + (i << order)` is a free block head.
-    words: Vec<u64>,
-    /// Bit `j`: `words[j] != 0`.
-    summary: Vec<u64>,
-    /// No summary word below this one is non-zero.
-    first_summary: usize,
+/// Pages of a group: one `MAX_ORDER` block.
+const GROUP_NR_PAGES: u64 = 1 << MAX_ORDER;
+
+/// The bits of one `MAX_ORDER` block: order `k`'s `1024 >> k` bits start
+/// at bit [`order_offset`]`(k)`, orders one after another (2047 bits).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Group {
+    bits: [u64; 32],
+    /// Bit `w`: `bits[w] != 0`, for the words of orders 0–3 (30 words),
+    /// so finding an order's first block reads one word, not up to 16.
+    nonzero: u32,
 }
 
-impl OrderBits {
-    fn new(nr_bits: u64) -> Result<Self, usize> {
-        let nr_words = nr_bits.div_ceil(64) as usize;
-        let nr_summary = nr_words.div_ceil(64);
+const _: () = assert!(order_offset(MAX_ORDER + 1) as usize <= 32 * 64);
+
+/// The last order whose bits fill whole words of a group; the higher ones
+/// share the last word (bits from 31 × 64 on).
+const SHARED_WORD_ORDER: u32 = 4;
+const _: () = assert!(order_offset(SHARED_WORD_ORDER + 1) == 31 * 64);
+
+/// Per order up to [`SHARED_WORD_ORDER`]: the words of a group holding its bits.
+const ORDER_WORDS: [u32; SHARED_WORD_ORDER as usize + 1] = {
+    let mut masks = [0; SHARED_WORD_ORDER as usize + 1];
+    let mut order = 0;
+    while order <= SHARED_WORD_ORDER {
+        let first = order_offset(order) / 64;
+        let end = order_offset(order + 1) / 64;
+        masks[order as usize] = ((1u64 << end) - (1u64 << first)) as u32;
+        order += 1;
+    }
+    masks
+};
+
+/// Per order above [`SHARED_WORD_ORDER`]: its bits in the group's last word.
+const SHARED_BITS: [u64; NR_ORDERS] = {
+    let mut masks = [0; NR_ORDERS];
+    let mut order = SHARED_WORD_ORDER + 1;
+    while order <= MAX_ORDER {
+        let first = order_offset(order) - 31 * 64;
+        let end = order_offset(order + 1) - 31 * 64;
+        masks[order as usize] = (1u64 << end) - (1u64 << first);
+        order += 1;
+    }
+    masks
+};
+
+/// First bit of order `order`'s bits in a group.
+const fn order_offset(order: u32) -> u32 {
+    2 * GROUP_NR_PAGES as u32 - ((2 * GROUP_NR_PAGES as u32) >> order)
+}
+
+impl Group {
+    const EMPTY: Group = Group {
+        bits: [0; 32],
+        nonzero: 0,
+    };
+
+    #[inline]
+    fn bit(order: u32, index: u64) -> usize {
+        (order_offset(order) as u64 + index) as usize
+    }
+
+    #[inline]
+    fn set(&mut self, b: usize) {
+        self.bits[b / 64] |= 1 << (b % 64);
+        self.nonzero |= 1 << (b / 64);
+    }
+
+    /// Clear bit `b`; true if the group then has no block of `order` left.
+    #[inline]
+    fn clear(&mut self, b: usize, order: u32) -> bool {
+        let w = b / 64;
+        self.bits[w] &= !(1 << (b % 64));
+        if self.bits[w] == 0 {
+            self.nonzero &= !(1 << w);
+        }
+        self.first(order).is_none()
+    }
+
+    #[inline]
+    fn test(&self, b: usize) -> bool {
+        self.bits[b / 64] & (1 << (b % 64)) != 0
+    }
+
+    /// Index (within the group) of the lowest free block of `order`: the
+    /// hot path, a mask and two bit scans. Orders 0–4 fill whole words
+    /// (found through `nonzero`), orders 5–10 share the last word.
+    #[inline]
+    fn first(&self, order: u32) -> Option<u64> {
+        let start = order_offset(order) as u64;
+        let at = if order <= SHARED_WORD_ORDER {
+            let words = self.nonzero & ORDER_WORDS[order as usize];
+            if words == 0 {
+                return None;
+            }
+            let w = words.trailing_zeros() as usize;
+            w as u64 * 64 + self.bits[w].trailing_zeros() as u64
+        } else {
+            let word = self.bits[31] & SHARED_BITS[order as usize];
+            if word == 0 {
+                return None;
+            }
+            31 * 64 + word.trailing_zeros() as u64
+        };
+        Some(at - start)
+    }
+
+    /// Index of the lowest free block of `order` at or above `from`.
+    fn first_from(&self, order: u32, from: u64) -> Option<u64> {
+        let n = GROUP_NR_PAGES >> order;
+        let start = order_offset(order) as u64;
+        let (lo, hi) = (start + from, start + n);
+        if lo >= hi {
+            return None;
+        }
+        // Words of this order's bits that may hold one at or after `lo`.
+        let first_w = (lo / 64) as u32;
+        let last_w = ((hi - 1) / 64) as u32;
+        let span = (u64::MAX >> (63 - (last_w - first_w))) << first_w;
+        let mut candidates = self.nonzero as u64 & span;
+        while candidates != 0 {
+            let w = candidates.trailing_zeros() as u64;
+            let mut word = self.bits[w as usize];
+            if w * 64 < lo {
+                word &= u64::MAX << (lo - w * 64);
+            }
+            if (w + 1) * 64 > hi {
+                word &= u64::MAX >> ((w + 1) * 64 - hi);
+            }
+            if word != 0 {
+                return Some(w * 64 + word.trailing_zeros() as u64 - start);
+            }
+            candidates &= candidates - 1;
+        }
+        None
+    }
+}
+
+/// For one order, a bit per group: set when the group has a free block of
+/// that order.
+struct OrderSummary {
+    words: Vec<u64>,
+    /// No word below this one is non-zero.
+    first: usize,
+}
+
+impl OrderSummary {
+    fn new(nr_groups: usize) -> Result<Self, usize> {
+        let nr_words = nr_groups.div_ceil(64);
         Ok(Self {
-            words: zeroed(nr_words)?,
-            summary: zeroed(nr_summary)?,
-            first_summary: nr_summary,
+            words: zeroed(nr_words, 0u64)?,
+            first: nr_words,
         })
     }
 
     #[inline]
-    fn set(&mut self, i: usize) {
-        let w = i / 64;
-        self.words[w] |= 1 << (i % 64);
-        self.summary[w / 64] |= 1 << (w % 64);
-        self.first_summary = self.first_summary.min(w / 64);
+    fn set(&mut self, g: usize) {
+        self.words[g / 64] |= 1 << (g % 64);
+        self.first = self.first.min(g / 64);
     }
 
     #[inline]
-    fn clear(&mut self, i: usize) {
-        let w = i / 64;
-        self.words[w] &= !(1 << (i % 64));
-        if self.words[w] == 0 {
-            self.summary[w / 64] &= !(1 << (w % 64));
-        }
+    fn clear(&mut self, g: usize) {
+        self.words[g / 64] &= !(1 << (g % 64));
     }
 
-    #[inline]
-    fn test(&self, i: usize) -> bool {
-        self.words
-            .get(i / 64)
-            .is_some_and(|w| w & (1 << (i % 64)) != 0)
-    }
-
-    /// The lowest set bit, moving `first_summary` past the zero words.
+    /// The lowest group with a block, moving `first` past zero words.
     #[inline]
     fn first(&mut self) -> Option<usize> {
-        while let Some(&s) = self.summary.get(self.first_summary) {
-            if s != 0 {
-                let w = self.first_summary * 64 + s.trailing_zeros() as usize;
-                return Some(w * 64 + self.words[w].trailing_zeros() as usize);
+        while let Some(&w) = self.words.get(self.first) {
+            if w != 0 {
+                return Some(self.first * 64 + w.trailing_zeros() as usize);
             }
-            self.first_summary += 1;
+            self.first += 1;
         }
         None
     }
 
-    /// The lowest set bit at or above `from`.
+    /// The lowest group with a block at or above `from`.
     fn next_from(&self, from: usize) -> Option<usize> {
         let mut w = from / 64;
         let mut word = *self.words.get(w)? & (u64::MAX << (from % 64));
@@ -87,24 +215,18 @@ impl OrderBits {
                 return Some(w * 64 + word.trailing_zeros() as usize);
             }
             w += 1;
-            // Skip whole zero summary words.
-            while w.is_multiple_of(64) && self.summary.get(w / 64) == Some(&0) {
-                w += 64;
-            }
             word = *self.words.get(w)?;
         }
     }
-
-    fn bytes(&self) -> u64 {
-        ((self.words.len() + self.summary.len()) * 8) as u64
-    }
 }
 
-/// A zero-filled vector, or the bytes it needed when the heap cannot hold it.
-fn zeroed(len: usize) -> Result<Vec<u64>, usize> {
+/// A vector of `len` copies of `value`, or the bytes it needed when the
+/// heap cannot hold it.
+fn zeroed<T: Copy>(len: usize, value: T) -> Result<Vec<T>, usize> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| len * 8)?;
-    v.resize(len, 0);
+    v.try_reserve_exact(len)
+        .map_err(|_| len * core::mem::size_of::<T>())?;
+    v.resize(len, value);
     Ok(v)
 }
 
@@ -112,91 +234,162 @@ fn zeroed(len: usize) -> Result<Vec<u64>, usize> {
 pub(crate) struct FreeBitmaps {
     /// First PFN of the span, aligned down to a `MAX_ORDER` block.
     base: Pfn,
-    orders: [OrderBits; NR_ORDERS],
+    groups: Vec<Group>,
+    summaries: [OrderSummary; NR_ORDERS],
 }
 
 impl FreeBitmaps {
     /// Bitmaps for the blocks of `span`; `Err(bytes)` when the heap cannot
     /// hold them.
     pub(crate) fn new(span: PfnRange) -> Result<Self, usize> {
-        let base = span.start & !((1 << MAX_ORDER) - 1);
-        let nr_pages = span.end - base;
-        let mut orders = Vec::with_capacity(NR_ORDERS);
-        for order in 0..NR_ORDERS {
-            orders.push(OrderBits::new(nr_pages.div_ceil(1 << order))?);
+        let base = span.start & !(GROUP_NR_PAGES - 1);
+        let nr_groups = (span.end.max(base) - base).div_ceil(GROUP_NR_PAGES) as usize;
+        let groups = zeroed(nr_groups, Group::EMPTY)?;
+        let mut summaries = Vec::with_capacity(NR_ORDERS);
+        for _ in 0..NR_ORDERS {
+            summaries.push(OrderSummary::new(nr_groups)?);
         }
-        let orders = orders
+        let summaries = summaries
             .try_into()
-            .unwrap_or_else(|_| unreachable!("NR_ORDERS bitmaps"));
-        Ok(Self { base, orders })
+            .unwrap_or_else(|_| unreachable!("NR_ORDERS summaries"));
+        Ok(Self {
+            base,
+            groups,
+            summaries,
+        })
     }
 
     /// Bytes the bitmaps of `span` take: what [`new`](Self::new) allocates.
     #[cfg(test)]
     pub(crate) fn bytes_for(span: PfnRange) -> u64 {
-        let nr_pages = span.end - (span.start & !((1 << MAX_ORDER) - 1));
-        (0..NR_ORDERS as u32)
-            .map(|order| {
-                let words = nr_pages.div_ceil(1 << order).div_ceil(64);
-                (words + words.div_ceil(64)) * 8
-            })
-            .sum()
+        let base = span.start & !(GROUP_NR_PAGES - 1);
+        let nr_groups = (span.end.max(base) - base).div_ceil(GROUP_NR_PAGES);
+        nr_groups * core::mem::size_of::<Group>() as u64
+            + NR_ORDERS as u64 * nr_groups.div_ceil(64) * 8
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        self.orders.iter().map(OrderBits::bytes).sum()
+        (self.groups.len() * core::mem::size_of::<Group>()
+            + self
+                .summaries
+                .iter()
+                .map(|s| s.words.len() * 8)
+                .sum::<usize>()) as u64
     }
 
+    /// The group of `pfn` and the block's index in it at `order`.
     #[inline]
-    fn bit(&self, pfn: Pfn, order: u32) -> usize {
-        ((pfn - self.base) >> order) as usize
-    }
-
-    #[inline]
-    fn pfn(&self, bit: usize, order: u32) -> Pfn {
-        self.base + ((bit as u64) << order)
+    fn locate(&self, pfn: Pfn, order: u32) -> (usize, u64) {
+        let off = pfn - self.base;
+        (
+            (off / GROUP_NR_PAGES) as usize,
+            (off % GROUP_NR_PAGES) >> order,
+        )
     }
 
     #[inline]
     pub(crate) fn insert(&mut self, pfn: Pfn, order: u32) {
-        let i = self.bit(pfn, order);
-        self.orders[order as usize].set(i);
+        let (g, i) = self.locate(pfn, order);
+        self.groups[g].set(Group::bit(order, i));
+        self.summaries[order as usize].set(g);
     }
 
     #[inline]
     pub(crate) fn remove(&mut self, pfn: Pfn, order: u32) {
-        let i = self.bit(pfn, order);
-        self.orders[order as usize].clear(i);
+        let (g, i) = self.locate(pfn, order);
+        if self.groups[g].clear(Group::bit(order, i), order) {
+            self.summaries[order as usize].clear(g);
+        }
     }
 
     /// Is `pfn` the head of a free block of `order`? (`false` outside the span.)
     #[inline]
     pub(crate) fn contains(&self, pfn: Pfn, order: u32) -> bool {
-        pfn >= self.base && self.orders[order as usize].test(self.bit(pfn, order))
+        if pfn < self.base {
+            return false;
+        }
+        let (g, i) = self.locate(pfn, order);
+        self.groups
+            .get(g)
+            .is_some_and(|grp| grp.test(Group::bit(order, i)))
     }
 
     /// The lowest free block of `order`.
     #[inline]
     pub(crate) fn first(&mut self, order: u32) -> Option<Pfn> {
-        let i = self.orders[order as usize].first()?;
-        Some(self.pfn(i, order))
+        let g = self.summaries[order as usize].first()?;
+        let i = self.groups[g].first(order)?;
+        Some(self.base + g as u64 * GROUP_NR_PAGES + (i << order))
+    }
+
+    /// Take the lowest free block of order `found` and split it down to
+    /// `order` (Linux `expand`): the upper halves stay free, one of each
+    /// order from `order` to `found - 1`. Returns the block's PFN. Every
+    /// bit this reads or writes lies in one group.
+    #[inline]
+    pub(crate) fn take(&mut self, found: u32, order: u32) -> Option<Pfn> {
+        let g = self.summaries[found as usize].first()?;
+        let group = &mut self.groups[g];
+        let i = group.first(found)?;
+        if group.clear(Group::bit(found, i), found) {
+            self.summaries[found as usize].clear(g);
+        }
+        let off = i << found;
+        for cur in order..found {
+            group.set(Group::bit(cur, (off >> cur) + 1));
+            self.summaries[cur as usize].set(g);
+        }
+        Some(self.base + g as u64 * GROUP_NR_PAGES + off)
+    }
+
+    /// Make `pfn`/`order` free, merged with every free buddy that lies in
+    /// `range` (Linux `__free_one_page`). Returns the merged block's head
+    /// and order; the buddies merged are those of the orders in between.
+    #[inline]
+    pub(crate) fn merge(&mut self, range: PfnRange, mut pfn: Pfn, mut order: u32) -> (Pfn, u32) {
+        let (g, _) = self.locate(pfn, order);
+        let group = &mut self.groups[g];
+        while order < MAX_ORDER {
+            let buddy = pfn ^ (1 << order);
+            let b = Group::bit(order, (buddy % GROUP_NR_PAGES) >> order);
+            if !range.contains(buddy) || !group.test(b) {
+                break;
+            }
+            if group.clear(b, order) {
+                self.summaries[order as usize].clear(g);
+            }
+            pfn &= !(1 << order);
+            order += 1;
+        }
+        let i = ((pfn - self.base) % GROUP_NR_PAGES) >> order;
+        group.set(Group::bit(order, i));
+        self.summaries[order as usize].set(g);
+        (pfn, order)
     }
 
     /// The lowest free block of `order` at or above `from`.
     pub(crate) fn next_from(&self, from: Pfn, order: u32) -> Option<Pfn> {
-        let start = if from <= self.base {
-            0
-        } else {
-            (from - self.base).div_ceil(1 << order) as usize
-        };
-        let i = self.orders[order as usize].next_from(start)?;
-        Some(self.pfn(i, order))
+        let from = from.max(self.base) - self.base;
+        let (mut g, mut i) = (
+            (from / GROUP_NR_PAGES) as usize,
+            (from % GROUP_NR_PAGES).div_ceil(1 << order),
+        );
+        let summary = &self.summaries[order as usize];
+        loop {
+            g = summary.next_from(g)?;
+            if let Some(at) = self.groups[g].first_from(order, i) {
+                return Some(self.base + g as u64 * GROUP_NR_PAGES + (at << order));
+            }
+            g += 1;
+            i = 0;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use alloc::collections::BTreeSet;
     use proptest::prelude::*;
 
@@ -212,6 +405,10 @@ mod tests {
             let span = PfnRange::new(start, start + len);
             let mut bm = FreeBitmaps::new(span).unwrap();
             prop_assert_eq!(bm.bytes(), FreeBitmaps::bytes_for(span));
+            // The contract's bound, which sizes the heap, holds for one zone.
+            prop_assert!(
+                bm.bytes() <= memboot_contract::host_memory::free_bitmap_bytes(start + len, 1)
+            );
             let mut model: [BTreeSet<Pfn>; NR_ORDERS] = Default::default();
             for (insert, order, r) in ops {
                 let nr_blocks = len >> order;

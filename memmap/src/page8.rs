@@ -156,10 +156,11 @@ impl PageLayout for StructPage8 {
     }
     #[inline]
     fn refcount(&self) -> i32 {
-        match self.page_type() {
-            Some(PageType::Allocated | PageType::Reserved | PageType::Hole) => 1,
-            _ => 0,
-        }
+        let t = self.memdesc & TYPE_MASK;
+        let held = t == PageType::Allocated.word()
+            || t == PageType::Reserved.word()
+            || t == PageType::Hole.word();
+        held as i32
     }
     /// 1: an allocated head (reserved and hole pages stay so); 0: a page of
     /// a free block.

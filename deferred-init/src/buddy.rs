@@ -564,7 +564,9 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     }
 
     /// Allocate `1 << order` contiguous pages from (nid, zone); returns the
-    /// head PFN. The head's `_refcount` is 1.
+    /// head PFN. The head's `_refcount` is 1. Never inlined: the instruction
+    /// profile counts its calls (`memboot-profile`'s `buddy_alloc`).
+    #[inline(never)]
     pub fn alloc(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
@@ -621,7 +623,9 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     }
 
     /// Free a block returned by [`alloc`](Self::alloc) (or any allocated,
-    /// managed, aligned block whose head has `_refcount == 1`).
+    /// managed, aligned block whose head has `_refcount == 1`). Never
+    /// inlined, as `alloc`.
+    #[inline(never)]
     pub fn free(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         if order > MAX_ORDER {
             return Err(FreeError::OrderTooLarge { order });

@@ -16,6 +16,10 @@ pub struct PhaseDef {
 pub const DEFERRED: &str = "deferred";
 /// The boot CPU's struct-page init before SMP work.
 pub const BOOT_CPU: &str = "boot_cpu_memmap";
+/// memboot's buddy allocation and free, per call (the allocation test's,
+/// the verification self-test's): what the free-block store costs.
+pub const BUDDY_ALLOC: &str = "buddy_alloc";
+pub const BUDDY_FREE: &str = "buddy_free";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -37,7 +41,8 @@ impl Kernel {
             // Names as `nm -C` prints them (no hash). run_cpu_workers runs
             // each CPU's workers (kernel/src/pipeline/deferred_workers.rs);
             // eager_memmap::init is the boot CPU's share of struct pages. Both are
-            // #[inline(never)] for this table.
+            // #[inline(never)] for this table, as are the buddy allocator's
+            // alloc and free.
             Kernel::Memboot => &[
                 PhaseDef {
                     name: DEFERRED,
@@ -46,6 +51,14 @@ impl Kernel {
                 PhaseDef {
                     name: BOOT_CPU,
                     functions: &["memboot_kernel::pipeline::eager_memmap::init"],
+                },
+                PhaseDef {
+                    name: BUDDY_ALLOC,
+                    functions: &["deferred_init::buddy::BuddyAllocator<B>::alloc"],
+                },
+                PhaseDef {
+                    name: BUDDY_FREE,
+                    functions: &["deferred_init::buddy::BuddyAllocator<B>::free"],
                 },
             ],
             // mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and

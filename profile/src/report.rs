@@ -270,6 +270,15 @@ impl Profile {
                 p.bytes_per_page,
             ) {
                 line += &format!("; per struct page ({pages} pages): {i:.1} instructions, {s:.2} stores, {b:.1} bytes");
+            } else if p.closes > 0 {
+                // A phase of calls (the allocator's), not of struct pages.
+                let per_call = |x: u64| x as f64 / p.closes as f64;
+                line += &format!(
+                    "; per call ({} calls): {:.0} instructions, {:.1} stores",
+                    p.closes,
+                    per_call(p.insns),
+                    per_call(p.stores)
+                );
             }
             let top: Vec<String> = p
                 .functions

@@ -78,6 +78,10 @@ enum FreeIndex {
     Bitmaps(FreeBitmaps),
 }
 
+/// Aligned to a cache line so the lock word its `Mutex` puts beside it
+/// sits on a line of its own: CPUs spinning on the lock then do not take
+/// away, write by write, the lines the holder is updating.
+#[repr(align(64))]
 struct ZoneFree {
     nr_blocks: [u64; NR_ORDERS],
     nr_free_pages: u64,

@@ -166,56 +166,79 @@ impl Group {
     }
 }
 
-/// For one order, a bit per group: set when the group has a free block of
-/// that order.
-struct OrderSummary {
+/// Per order, a bit per group: set when the group has a free block of
+/// that order. One vector for every order and the hints beside the zone's
+/// counters, so an allocation touches few cache lines that the other CPUs
+/// contending for the zone's lock then have to fetch back.
+struct Summaries {
+    /// Word `w` of order `k` is `words[w * NR_ORDERS + k]`: the words of
+    /// one group's orders side by side, as a split or merge touches them.
     words: Vec<u64>,
-    /// No word below this one is non-zero.
-    first: usize,
+    nr_words: usize,
+    /// Per order: no word below this one is non-zero.
+    first: [u32; NR_ORDERS],
 }
 
-impl OrderSummary {
+impl Summaries {
     fn new(nr_groups: usize) -> Result<Self, usize> {
         let nr_words = nr_groups.div_ceil(64);
         Ok(Self {
-            words: zeroed(nr_words, 0u64)?,
-            first: nr_words,
+            words: zeroed(nr_words * NR_ORDERS, 0u64)?,
+            nr_words,
+            first: [nr_words as u32; NR_ORDERS],
         })
     }
 
     #[inline]
-    fn set(&mut self, g: usize) {
-        self.words[g / 64] |= 1 << (g % 64);
-        self.first = self.first.min(g / 64);
+    fn word(&mut self, order: u32, w: usize) -> &mut u64 {
+        &mut self.words[w * NR_ORDERS + order as usize]
     }
 
     #[inline]
-    fn clear(&mut self, g: usize) {
-        self.words[g / 64] &= !(1 << (g % 64));
+    fn get(&self, order: u32, w: usize) -> Option<u64> {
+        (w < self.nr_words).then(|| self.words[w * NR_ORDERS + order as usize])
     }
 
-    /// The lowest group with a block, moving `first` past zero words.
     #[inline]
-    fn first(&mut self) -> Option<usize> {
-        while let Some(&w) = self.words.get(self.first) {
-            if w != 0 {
-                return Some(self.first * 64 + w.trailing_zeros() as usize);
-            }
-            self.first += 1;
+    fn set(&mut self, order: u32, g: usize) {
+        *self.word(order, g / 64) |= 1 << (g % 64);
+        let hint = &mut self.first[order as usize];
+        if ((g / 64) as u32) < *hint {
+            *hint = (g / 64) as u32;
         }
+    }
+
+    #[inline]
+    fn clear(&mut self, order: u32, g: usize) {
+        *self.word(order, g / 64) &= !(1 << (g % 64));
+    }
+
+    /// The lowest group with a block of `order`, moving its hint past
+    /// zero words.
+    #[inline]
+    fn first(&mut self, order: u32) -> Option<usize> {
+        let mut at = self.first[order as usize] as usize;
+        while let Some(w) = self.get(order, at) {
+            if w != 0 {
+                self.first[order as usize] = at as u32;
+                return Some(at * 64 + w.trailing_zeros() as usize);
+            }
+            at += 1;
+        }
+        self.first[order as usize] = at as u32;
         None
     }
 
-    /// The lowest group with a block at or above `from`.
-    fn next_from(&self, from: usize) -> Option<usize> {
+    /// The lowest group with a block of `order` at or above `from`.
+    fn next_from(&self, order: u32, from: usize) -> Option<usize> {
         let mut w = from / 64;
-        let mut word = *self.words.get(w)? & (u64::MAX << (from % 64));
+        let mut word = self.get(order, w)? & (u64::MAX << (from % 64));
         loop {
             if word != 0 {
                 return Some(w * 64 + word.trailing_zeros() as usize);
             }
             w += 1;
-            word = *self.words.get(w)?;
+            word = self.get(order, w)?;
         }
     }
 }
@@ -235,7 +258,7 @@ pub(crate) struct FreeBitmaps {
     /// First PFN of the span, aligned down to a `MAX_ORDER` block.
     base: Pfn,
     groups: Vec<Group>,
-    summaries: [OrderSummary; NR_ORDERS],
+    summaries: Summaries,
 }
 
 impl FreeBitmaps {
@@ -245,13 +268,7 @@ impl FreeBitmaps {
         let base = span.start & !(GROUP_NR_PAGES - 1);
         let nr_groups = (span.end.max(base) - base).div_ceil(GROUP_NR_PAGES) as usize;
         let groups = zeroed(nr_groups, Group::EMPTY)?;
-        let mut summaries = Vec::with_capacity(NR_ORDERS);
-        for _ in 0..NR_ORDERS {
-            summaries.push(OrderSummary::new(nr_groups)?);
-        }
-        let summaries = summaries
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("NR_ORDERS summaries"));
+        let summaries = Summaries::new(nr_groups)?;
         Ok(Self {
             base,
             groups,
@@ -269,12 +286,7 @@ impl FreeBitmaps {
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        (self.groups.len() * core::mem::size_of::<Group>()
-            + self
-                .summaries
-                .iter()
-                .map(|s| s.words.len() * 8)
-                .sum::<usize>()) as u64
+        (self.groups.len() * core::mem::size_of::<Group>() + self.summaries.words.len() * 8) as u64
     }
 
     /// The group of `pfn` and the block's index in it at `order`.
@@ -291,14 +303,14 @@ impl FreeBitmaps {
     pub(crate) fn insert(&mut self, pfn: Pfn, order: u32) {
         let (g, i) = self.locate(pfn, order);
         self.groups[g].set(Group::bit(order, i));
-        self.summaries[order as usize].set(g);
+        self.summaries.set(order, g);
     }
 
     #[inline]
     pub(crate) fn remove(&mut self, pfn: Pfn, order: u32) {
         let (g, i) = self.locate(pfn, order);
         if self.groups[g].clear(Group::bit(order, i), order) {
-            self.summaries[order as usize].clear(g);
+            self.summaries.clear(order, g);
         }
     }
 
@@ -317,7 +329,7 @@ impl FreeBitmaps {
     /// The lowest free block of `order`.
     #[inline]
     pub(crate) fn first(&mut self, order: u32) -> Option<Pfn> {
-        let g = self.summaries[order as usize].first()?;
+        let g = self.summaries.first(order)?;
         let i = self.groups[g].first(order)?;
         Some(self.base + g as u64 * GROUP_NR_PAGES + (i << order))
     }
@@ -328,16 +340,16 @@ impl FreeBitmaps {
     /// bit this reads or writes lies in one group.
     #[inline]
     pub(crate) fn take(&mut self, found: u32, order: u32) -> Option<Pfn> {
-        let g = self.summaries[found as usize].first()?;
+        let g = self.summaries.first(found)?;
         let group = &mut self.groups[g];
         let i = group.first(found)?;
         if group.clear(Group::bit(found, i), found) {
-            self.summaries[found as usize].clear(g);
+            self.summaries.clear(found, g);
         }
         let off = i << found;
         for cur in order..found {
             group.set(Group::bit(cur, (off >> cur) + 1));
-            self.summaries[cur as usize].set(g);
+            self.summaries.set(cur, g);
         }
         Some(self.base + g as u64 * GROUP_NR_PAGES + off)
     }
@@ -356,14 +368,14 @@ impl FreeBitmaps {
                 break;
             }
             if group.clear(b, order) {
-                self.summaries[order as usize].clear(g);
+                self.summaries.clear(order, g);
             }
             pfn &= !(1 << order);
             order += 1;
         }
         let i = ((pfn - self.base) % GROUP_NR_PAGES) >> order;
         group.set(Group::bit(order, i));
-        self.summaries[order as usize].set(g);
+        self.summaries.set(order, g);
         (pfn, order)
     }
 
@@ -374,9 +386,8 @@ impl FreeBitmaps {
             (from / GROUP_NR_PAGES) as usize,
             (from % GROUP_NR_PAGES).div_ceil(1 << order),
         );
-        let summary = &self.summaries[order as usize];
         loop {
-            g = summary.next_from(g)?;
+            g = self.summaries.next_from(order, g)?;
             if let Some(at) = self.groups[g].first_from(order, i) {
                 return Some(self.base + g as u64 * GROUP_NR_PAGES + (at << order));
             }

@@ -727,7 +727,7 @@ fn nodes_that_would_be_empty_are_refused() {
 fn the_model_covers_every_measured_boot() {
     let (kernel, _) = linux_files();
     let mut checked = 0;
-    for dir in ["1-node", "16-nodes", "linux-peer-1t"] {
+    for dir in ["1-node", "16-nodes", "linux-peer-1t", "memdesc-1t-cold"] {
         let path = repo_root().join(format!("tests/bench-results/{dir}/bench.json"));
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -26,7 +26,9 @@
 #   arm64-sparse-profile  one round under the instruction profile
 #                         (run-qemu.sh --profile): seed 3's 8192-region map
 #                         (perpfn, regions) and the short map (perpfn,
-#                         regions, Linux 6.1 with its real System.map)
+#                         regions, Linux 6.1 with its real System.map);
+#                         notes.md: the boot-CPU memmap phase's instructions
+#                         per struct page and perpfn over regions, per map
 #
 # Boots run through tests/bench.sh (its host-memory state, default cold,
 # ABBA rounds, refusals and logs), one bench run per seed into DIR/SEED
@@ -132,6 +134,32 @@ sparse_run() {
         --rounds "$n" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"${dir%/logs}/bench.md"
 }
 short_regions=100
+# profile_notes DIR: the boot-CPU memmap phase of each profiled log under
+# DIR/*/logs (its memboot-profile: line), per struct page, and perpfn's
+# instructions per struct page over regions' on each map.
+profile_notes() {
+    echo "boot-CPU memmap phase under the instruction profile (memboot-profile), from the logs' \`memboot-profile: phase boot_cpu_memmap\` lines"
+    echo
+    echo "| map | entry | instructions | struct pages | instructions per struct page |"
+    echo "|---|---|---|---|---|"
+    local log map e
+    for log in "$1"/*/logs/*-1.log; do
+        map=${log#"$1"/} map=${map%%/*} e=${log##*/} e=${e#*-} e=${e%-1.log}
+        awk -v map="$map" -v e="$e" '/^memboot-profile: phase boot_cpu_memmap:/ {
+            n = $4; pages = "–"; per = "–"
+            if (match($0, /per struct page \([0-9]+ pages\): [0-9.]+ instructions/)) {
+                split(substr($0, RSTART, RLENGTH), f, /[( ]/); pages = f[5]; per = f[7]
+            }
+            printf "| %s | %s | %s | %s | %s |\n", map, e, n, pages, per }' "$log"
+    done | tee "$1/notes.rows"
+    echo
+    echo "perpfn's instructions per struct page over regions', per map:"
+    echo
+    awk -F' [|] ' '$4 != "–" { per[$1 " " $2] = $3 / $4 }
+        END { for (k in per) if (k ~ / perpfn$/) { m = k; sub(/ perpfn$/, "", m); r = per[m " regions"]
+            if (r > 0) printf "- %s: %.1f / %.1f = %.1f×\n", substr(m, 3), per[k], r, per[k] / r } }' "$1/notes.rows" | sort
+    rm -f "$1/notes.rows"
+}
 extra_seeds() {
     local forms short size peer
     case "$only" in arm64-sparse-linux | arm64-sparse-profile) ;; *) return 0 ;; esac
@@ -145,6 +173,7 @@ extra_seeds() {
     else
         sparse_run "$out/arm64-sparse-profile/short/logs" "$size" 1 "perpfn regions linux-6.1" -- "${short[1]}"
         sparse_run "$out/arm64-sparse-profile/map-$regions/logs" "$size" 1 "perpfn regions" -- "${forms[@]}"
+        profile_notes "$out/arm64-sparse-profile" >"$out/arm64-sparse-profile/notes.md"
     fi
 }
 extra_seeds

@@ -17,6 +17,19 @@
 #   4 x86-2t-blocks   2T, memmap=ondemand: 128M blocks with
 #                     memory_block_lookup=linear vs indexed, and 2G blocks
 #
+# Two runs beside seed 3, only with --only (their tables are not rows):
+#   arm64-sparse-linux    the first 100 regions of seed 3's map in one
+#                         comma-joined memmap= word (sparse-boot 100 --joined,
+#                         within Linux's 2048-byte command line) on the same
+#                         108G guest: memmap=perpfn, memmap=regions and
+#                         Linux 6.1, ABBA
+#   arm64-sparse-profile  one round under the instruction profile
+#                         (run-qemu.sh --profile): seed 3's 8192-region map
+#                         (perpfn, regions) and the short map (perpfn,
+#                         regions, Linux 6.1 with its real System.map);
+#                         notes.md: the boot-CPU memmap phase's instructions
+#                         per struct page and perpfn over regions, per map
+#
 # Boots run through tests/bench.sh (its host-memory state, default cold,
 # ABBA rounds, refusals and logs), one bench run per seed into DIR/SEED
 # (DIR/SEED/bench.md, logs/);
@@ -38,7 +51,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1; shift ;;
         --only) only=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
-        -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "seeds.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
@@ -90,6 +103,81 @@ sparse_seed() { # the sparse map as boots: perpfn vs regions, ABBA, verify on
         --rounds "$rounds" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"$out/arm64-sparse/bench.md"
 }
 sparse_seed
+# sparse_run DIR SIZE PROFILE ENTRIES -- FORMS...: ABBA rounds (one when
+# profiled) of memboot modes and linux-SERIES entries on one memmap= map.
+sparse_run() {
+    local dir=$1 size=$2 profile=$3 entries=($4) n=$rounds r e i order=() args prof=()
+    shift 5
+    [ "$profile" = 1 ] && n=1
+    mkdir -p "$dir"
+    for ((r = 1; r <= n; r++)); do
+        order=("${entries[@]}")
+        if ! ((r % 2)); then for ((i = 0; i < ${#entries[@]}; i++)); do order[i]=${entries[-1 - i]}; done; fi
+        for e in "${order[@]}"; do
+            [ "$profile" = 1 ] && prof=(--profile "$dir/$size-$e-$r.profile.json")
+            if [[ "$e" == linux-* ]]; then
+                args=(--linux "$(awk -v k="vmlinux-${e#linux-}" '$1 == k { print $2 }' <<<"$peer")"
+                    --initrd "$(awk '$1 == "initrd" { print $2 }' <<<"$peer")" -- "$@")
+            else
+                args=(-- "memmap=$e" "$@")
+            fi
+            say "$dir: -m $size $e, round $r"
+            "$ROOT/run-qemu.sh" --no-build -m "$size" --host-memory "$host_memory" "${prof[@]}" \
+                "${args[@]}" >"$dir/$size-$e-$r.log" 2>&1 ||
+                { tail -n 20 "$dir/$size-$e-$r.log" >&2; say "$dir: $e failed"; exit 1; }
+        done
+    done
+    printf '%s\n' "sizes $size" "entries ${entries[*]}" "rounds $n" \
+        "heading sparse boots$([ "$profile" = 1 ] && echo ", profiled"): TCG, host memory $host_memory, $n round(s) in ABBA order, commit $(git -C "$ROOT" rev-parse --short HEAD)" \
+        >"$dir/report"
+    "$ROOT/target/release/memboot-bench" report "$dir" --sizes "$size" --entries "${entries[*]}" \
+        --rounds "$n" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"${dir%/logs}/bench.md"
+}
+short_regions=100
+# profile_notes DIR: the boot-CPU memmap phase of each profiled log under
+# DIR/*/logs (its memboot-profile: line), per struct page, and perpfn's
+# instructions per struct page over regions' on each map.
+profile_notes() {
+    echo "boot-CPU memmap phase under the instruction profile (memboot-profile), from the logs' \`memboot-profile: phase boot_cpu_memmap\` lines"
+    echo
+    echo "| map | entry | instructions | struct pages | instructions per struct page |"
+    echo "|---|---|---|---|---|"
+    local log map e
+    for log in "$1"/*/logs/*-1.log; do
+        map=${log#"$1"/} map=${map%%/*} e=${log##*/} e=${e#*-} e=${e%-1.log}
+        awk -v map="$map" -v e="$e" '/^memboot-profile: phase boot_cpu_memmap:/ {
+            n = $4; pages = "–"; per = "–"
+            if (match($0, /per struct page \([0-9]+ pages\): [0-9.]+ instructions/)) {
+                split(substr($0, RSTART, RLENGTH), f, /[( ]/); pages = f[5]; per = f[7]
+            }
+            printf "| %s | %s | %s | %s | %s |\n", map, e, n, pages, per }' "$log"
+    done | tee "$1/notes.rows"
+    echo
+    echo "perpfn's instructions per struct page over regions', per map:"
+    echo
+    awk -F' [|] ' '$4 != "–" { per[$1 " " $2] = $3 / $4 }
+        END { for (k in per) if (k ~ / perpfn$/) { m = k; sub(/ perpfn$/, "", m); r = per[m " regions"]
+            if (r > 0) printf "- %s: %.1f / %.1f = %.1f×\n", substr(m, 3), per[k], r, per[k] / r } }' "$1/notes.rows" | sort
+    rm -f "$1/notes.rows"
+}
+extra_seeds() {
+    local forms short size peer
+    case "$only" in arm64-sparse-linux | arm64-sparse-profile) ;; *) return 0 ;; esac
+    peer=$("$ROOT/tests/linux-peer.sh" --symbols)
+    mapfile -t short < <("$ROOT/target/release/memboot-seeds" sparse-boot "$short_regions" --joined)
+    mapfile -t forms < <("$ROOT/target/release/memboot-seeds" sparse-boot "$regions")
+    size=${forms[0]} forms=("${forms[@]:1}")
+    say "short map: ${#short[1]} bytes of memmap= on -m $size (memboot-seeds sparse-boot $short_regions --joined)"
+    if [ "$only" = arm64-sparse-linux ]; then
+        sparse_run "$out/arm64-sparse-linux/logs" "$size" 0 "perpfn regions linux-6.1" -- "${short[1]}"
+    else
+        sparse_run "$out/arm64-sparse-profile/short/logs" "$size" 1 "perpfn regions linux-6.1" -- "${short[1]}"
+        sparse_run "$out/arm64-sparse-profile/map-$regions/logs" "$size" 1 "perpfn regions" -- "${forms[@]}"
+        profile_notes "$out/arm64-sparse-profile" >"$out/arm64-sparse-profile/notes.md"
+    fi
+}
+extra_seeds
+case "$only" in arm64-sparse-linux | arm64-sparse-profile) exit 0 ;; esac
 bench x86-2t-blocks --sizes "$huge" --nodes 1 --modes "${blocks# }"
 
 printf '%q ' "$0" "${seeds_args[@]}" >"$out/command"; echo >>"$out/command"

@@ -78,3 +78,36 @@ fn every_seed_bench_run_is_rebuilt_from_its_logs() {
     }
     assert_eq!(checked, 4, "every seed is boots");
 }
+
+/// The runs beside seed 3 (tests/seeds.sh --only arm64-sparse-linux and
+/// --only arm64-sparse-profile): each committed table is its logs'.
+#[test]
+fn the_runs_beside_seed_3_are_rebuilt_from_their_logs() {
+    let dir = repo_root().join("tests/bench-results/seeds");
+    let mut checked = 0;
+    for sub in [
+        "arm64-sparse-linux",
+        "arm64-sparse-profile/short",
+        "arm64-sparse-profile/map-8192",
+    ] {
+        let sub = dir.join(sub);
+        if !sub.join("logs/report").exists() {
+            continue;
+        }
+        let run = Run::read(&sub).unwrap_or_else(|e| panic!("{e}"));
+        let plan = Plan {
+            sizes: &run.sizes,
+            entries: &run.entries,
+            rounds: run.rounds,
+        };
+        let rebuilt = bench::table(&run.results, &plan, &run.heading);
+        let committed = std::fs::read_to_string(sub.join("bench.md")).unwrap();
+        assert!(
+            committed.starts_with(&rebuilt),
+            "{}/bench.md is not the table its logs make",
+            sub.display()
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "no run beside seed 3 under {}", dir.display());
+}

@@ -3,7 +3,8 @@
 //! seed 3's host bench (default 8192 regions, 7 repetitions), its result on
 //! a `memboot-seeds-sparse:` line. `memboot-seeds sparse-boot REGIONS`:
 //! seed 3 as a boot, the guest size on the first line, then the map's
-//! `memmap=` forms, one a line. Exit 2 when a run cannot be read, 64 on
+//! `memmap=` forms, one a line; with `--joined`, in one comma-joined
+//! `memmap=` word (as Linux's 2048-byte command line needs them). Exit 2 when a run cannot be read, 64 on
 //! bad arguments.
 
 use std::path::Path;
@@ -14,7 +15,7 @@ use memboot_tests::seeds;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || {
-        eprintln!("usage: memboot-seeds table DIR | memboot-seeds sparse [REGIONS [REPS]] | memboot-seeds sparse-boot REGIONS");
+        eprintln!("usage: memboot-seeds table DIR | memboot-seeds sparse [REGIONS [REPS]] | memboot-seeds sparse-boot REGIONS [--joined]");
         ExitCode::from(64)
     };
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
@@ -48,14 +49,23 @@ fn main() -> ExitCode {
                 }
             }
         }
-        ["sparse-boot", regions] => {
+        ["sparse-boot", regions, ref rest @ ..] if rest.len() <= 1 => {
             let Some(regions) = regions.parse().ok().filter(|&r| r >= 1) else {
                 return usage();
             };
+            let joined = match rest {
+                [] => false,
+                ["--joined"] => true,
+                _ => return usage(),
+            };
             let (size, forms) = seeds::sparse_boot(regions);
             println!("{size}");
-            for f in forms {
-                println!("{f}");
+            if joined {
+                println!("{}", seeds::join_forms(&forms));
+            } else {
+                for f in forms {
+                    println!("{f}");
+                }
             }
             ExitCode::SUCCESS
         }

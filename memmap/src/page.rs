@@ -310,10 +310,45 @@ pub trait FlagsLayout: PageLayout {
     }
 }
 
+/// The [`FlagsLayout`] accessors of a page with `flags` and `lru` fields.
+macro_rules! flags_layout_fields {
+    () => {
+        #[inline]
+        fn flags(&self) -> u64 {
+            self.flags
+        }
+        #[inline]
+        fn flags_mut(&mut self) -> &mut u64 {
+            &mut self.flags
+        }
+        #[inline]
+        fn lru(&self) -> ListHead {
+            self.lru
+        }
+        #[inline]
+        fn lru_mut(&mut self) -> &mut ListHead {
+            &mut self.lru
+        }
+        #[inline]
+        fn lru_addr(&self) -> u64 {
+            &self.lru as *const ListHead as u64
+        }
+    };
+}
+pub(crate) use flags_layout_fields;
+
 /// The [`PageLayout`] methods every [`FlagsLayout`] implements alike, from
-/// its flags word and list link.
+/// its flags word, list link and `refcount` field.
 macro_rules! flags_layout_common {
     () => {
+        #[inline]
+        fn refcount(&self) -> i32 {
+            self.refcount
+        }
+        #[inline]
+        fn set_refcount(&mut self, refcount: i32) {
+            self.refcount = refcount;
+        }
         #[inline]
         fn links_match(&self, pfn: Pfn, zone: ZoneType, nid: NodeId) -> bool {
             const LINK_MASK: u64 = !((1u64 << ZONES_PGSHIFT) - 1);
@@ -362,26 +397,7 @@ macro_rules! flags_layout_common {
 pub(crate) use flags_layout_common;
 
 impl FlagsLayout for StructPage {
-    #[inline]
-    fn flags(&self) -> u64 {
-        self.flags
-    }
-    #[inline]
-    fn flags_mut(&mut self) -> &mut u64 {
-        &mut self.flags
-    }
-    #[inline]
-    fn lru(&self) -> ListHead {
-        self.lru
-    }
-    #[inline]
-    fn lru_mut(&mut self) -> &mut ListHead {
-        &mut self.lru
-    }
-    #[inline]
-    fn lru_addr(&self) -> u64 {
-        &self.lru as *const ListHead as u64
-    }
+    flags_layout_fields!();
     #[inline]
     fn mapcount(&self) -> i32 {
         self.mapcount
@@ -396,14 +412,6 @@ impl PageLayout for StructPage {
     const BYTES: u64 = 64;
     const ZERO: Self = StructPage::ZERO;
     flags_layout_common!();
-    #[inline]
-    fn refcount(&self) -> i32 {
-        self.refcount
-    }
-    #[inline]
-    fn set_refcount(&mut self, refcount: i32) {
-        self.refcount = refcount;
-    }
     #[inline]
     fn init_with_flags(&mut self, flags: u64, refcount: i32) {
         let lru = self.lru_addr();

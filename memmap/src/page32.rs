@@ -25,8 +25,8 @@
 //! page has an order, and 24 bits hold any order.
 
 use crate::page::{
-    flags_layout_common, page_links, pg, FlagsLayout, ListHead, PageLayout, PageWords,
-    NODES_PGSHIFT, ZONES_PGSHIFT,
+    flags_layout_common, flags_layout_fields, page_links, pg, FlagsLayout, ListHead, PageLayout,
+    PageWords, NODES_PGSHIFT, ZONES_PGSHIFT,
 };
 use crate::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
@@ -70,26 +70,7 @@ impl StructPage32 {
 }
 
 impl FlagsLayout for StructPage32 {
-    #[inline]
-    fn flags(&self) -> u64 {
-        self.flags
-    }
-    #[inline]
-    fn flags_mut(&mut self) -> &mut u64 {
-        &mut self.flags
-    }
-    #[inline]
-    fn lru(&self) -> ListHead {
-        self.lru
-    }
-    #[inline]
-    fn lru_mut(&mut self) -> &mut ListHead {
-        &mut self.lru
-    }
-    #[inline]
-    fn lru_addr(&self) -> u64 {
-        &self.lru as *const ListHead as u64
-    }
+    flags_layout_fields!();
     #[inline]
     fn mapcount(&self) -> i32 {
         self.page_type as i32
@@ -109,14 +90,6 @@ impl PageLayout for StructPage32 {
     const BYTES: u64 = 32;
     const ZERO: Self = StructPage32::ZERO;
     flags_layout_common!();
-    #[inline]
-    fn refcount(&self) -> i32 {
-        self.refcount
-    }
-    #[inline]
-    fn set_refcount(&mut self, refcount: i32) {
-        self.refcount = refcount;
-    }
     #[inline]
     fn init_with_flags(&mut self, flags: u64, refcount: i32) {
         let lru = self.lru_addr();

@@ -516,23 +516,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     let pipeline_map = user_map.as_deref().unwrap_or(&map);
 
     let acpi_info = read_acpi(rsdp, phys_offset, regions, pipeline_map)?;
-    let mut heap = heap;
-    let bitmaps = opts.buddy_store() == BuddyStore::Bitmaps;
-    let nr_cpus = acpi_info.cpus.len().max(1);
-    grow_heap(
-        pipeline_map,
-        &mut heap,
-        nr_cpus,
-        bitmaps.then(|| acpi_info.node_count()),
-    );
-    kprintln!(
-        "heap: [mem {:#018x}-{:#018x}] {} MiB, sized for the map{} and {} CPUs",
-        heap.base,
-        heap.base + heap.size - 1,
-        heap.size >> 20,
-        if bitmaps { ", its free bitmaps" } else { "" },
-        nr_cpus
-    );
+    let heap = size_heap(pipeline_map, heap, &opts, acpi_info);
     let enabled_cpus = acpi_info.cpus.iter().filter(|c| c.enabled).count();
     let late_ap = faults
         .late_ap(enabled_cpus)
@@ -561,6 +545,33 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         held_report::print_once();
     }
     run_pipeline(&opts, faults, input, phys_offset)
+}
+
+/// The heap grown for the CPUs ACPI found and, if the options keep the
+/// buddy allocator's free blocks in bitmaps, for those; logged.
+fn size_heap(
+    map: &[FirmwareEntry],
+    mut heap: EarlyReservation,
+    opts: &Options,
+    acpi_info: &acpi::AcpiInfo,
+) -> EarlyReservation {
+    let bitmaps = opts.buddy_store() == BuddyStore::Bitmaps;
+    let nr_cpus = acpi_info.cpus.len().max(1);
+    grow_heap(
+        map,
+        &mut heap,
+        nr_cpus,
+        bitmaps.then(|| acpi_info.node_count()),
+    );
+    kprintln!(
+        "heap: [mem {:#018x}-{:#018x}] {} MiB, sized for the map{} and {} CPUs",
+        heap.base,
+        heap.base + heap.size - 1,
+        heap.size >> 20,
+        if bitmaps { ", its free bitmaps" } else { "" },
+        nr_cpus
+    );
+    heap
 }
 
 /// The kernel image's code, data and bss sizes, from its section bounds.

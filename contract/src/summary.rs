@@ -23,7 +23,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 2;
+pub const SUMMARY_VERSION: u64 = 3;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,6 +279,12 @@ summary_schema! {
         /// Bytes of the allocator's own structures beyond the struct pages
         /// (the bitmaps). Since version 2.
         pub buddy_index_bytes: u64,
+        /// Order-0 pages each CPU's cache takes from or gives back to the
+        /// free blocks at once during the allocation test; 0: no per-CPU
+        /// caches (no test, or before they existed). Since version 3.
+        pub alloc_pcp_batch: u64,
+        /// The most order-0 pages a CPU's cache held then. Since version 3.
+        pub alloc_pcp_high: u64,
     }
 }
 

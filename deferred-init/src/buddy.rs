@@ -575,55 +575,89 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         if order > MAX_ORDER {
             return Err(AllocError::OrderTooLarge { order });
         }
+        let mut zf = self.zone_lock(nid, zone)?;
+        self.take(&mut zf, order, true)
+            .ok_or(AllocError::OutOfMemory { nid, zone, order })
+    }
+
+    /// Up to `out.len()` order-0 pages of (nid, zone) under one take of
+    /// the zone lock, for a per-CPU cache (Linux `rmqueue_bulk`); returns
+    /// how many. They keep `_refcount` 0: cached, not yet allocated.
+    pub(crate) fn alloc_bulk(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        out: &mut [Pfn],
+    ) -> Result<usize, AllocError> {
+        let mut zf = self.zone_lock(nid, zone)?;
+        for (n, slot) in out.iter_mut().enumerate() {
+            match self.take(&mut zf, 0, false) {
+                Some(pfn) => *slot = pfn,
+                None => return Ok(n),
+            }
+        }
+        Ok(out.len())
+    }
+
+    fn zone_lock(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+    ) -> Result<spin::MutexGuard<'_, ZoneFree>, AllocError> {
         let zl = self
             .zones
             .get(slot(nid, zone))
             .ok_or(AllocError::UnknownNode { nid })?;
-        let mut zf = zl.lock();
+        Ok(zl.lock())
+    }
+
+    /// Take a block of `order` off the store: the first block of the
+    /// smallest order that has one, split (Linux `expand`). With
+    /// `allocate` its head gets `_refcount` 1; without, it stays 0.
+    /// Caller holds the lock.
+    #[inline]
+    fn take(&self, zf: &mut ZoneFree, order: u32, allocate: bool) -> Option<Pfn> {
         let ZoneFree {
             nr_blocks,
             nr_free_pages,
             index,
-        } = &mut *zf;
+        } = zf;
         if let FreeIndex::Bitmaps(bits) = index {
-            let found = (order..=MAX_ORDER).find(|&o| nr_blocks[o as usize] != 0);
-            let taken = found.and_then(|f| Some((f, bits.take(f, order)?)));
-            let Some((found, pfn)) = taken else {
-                return Err(AllocError::OutOfMemory { nid, zone, order });
-            };
+            let found = (order..=MAX_ORDER).find(|&o| nr_blocks[o as usize] != 0)?;
+            let pfn = bits.take(found, order)?;
             // SAFETY: the block is off the store and ours until we return
             // it; the split halves are free blocks of this zone, whose lock
             // we hold.
             let pages = unsafe { self.block_pages(pfn, found) };
             pages[0].clear_buddy();
-            pages[0].set_refcount(1);
+            if allocate {
+                pages[0].set_refcount(1);
+            }
             for cur in order..found {
                 pages[1 << cur].set_buddy(cur);
                 nr_blocks[cur as usize] += 1;
             }
             nr_blocks[found as usize] -= 1;
             *nr_free_pages -= 1 << order;
-            return Ok(pfn);
+            return Some(pfn);
         }
         let mut first = None;
         for o in order..=MAX_ORDER {
             if zf.nr_blocks[o as usize] != 0 {
-                first = Self::first_block(&mut zf, o).map(|pfn| (o, pfn));
+                first = Self::first_block(zf, o).map(|pfn| (o, pfn));
                 if first.is_some() {
                     break;
                 }
             }
         }
-        let Some((found, pfn)) = first else {
-            return Err(AllocError::OutOfMemory { nid, zone, order });
-        };
-        self.unlink(&mut zf, pfn, found, true);
+        let (found, pfn) = first?;
+        self.unlink(zf, pfn, found, allocate);
         let mut cur = found;
         while cur > order {
             cur -= 1;
-            self.push(&mut zf, pfn + (1 << cur), cur);
+            self.push(zf, pfn + (1 << cur), cur);
         }
-        Ok(pfn)
+        Some(pfn)
     }
 
     /// Free a block returned by [`alloc`](Self::alloc) (or any allocated,
@@ -645,8 +679,18 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
             return Err(FreeError::NotManaged { pfn, order });
         }
         let mut zf = self.zones[s].lock();
+        self.release_head(pfn)?;
+        self.merge_and_push(&mut zf, range, pfn, order);
+        Ok(())
+    }
+
+    /// Drop the head `pfn`'s `_refcount` from 1 to 0: the check that
+    /// refuses a double free or a tail page. Caller holds the zone lock of
+    /// `pfn`'s slot.
+    fn release_head(&self, pfn: Pfn) -> Result<(), FreeError> {
         // SAFETY: if the block is allocated the caller owns it; if it is
-        // (wrongly) free, its head is protected by the lock we hold.
+        // (wrongly) free, its head is protected by the zone lock the caller
+        // holds.
         let ok = unsafe {
             self.with_page(pfn, |p| {
                 let ok = !p.is_buddy() && p.refcount() == 1;
@@ -656,11 +700,41 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 ok
             })
         };
-        if !ok {
-            return Err(FreeError::NotAllocated { pfn });
+        ok.then_some(()).ok_or(FreeError::NotAllocated { pfn })
+    }
+
+    /// Free the order-0 page `pfn` into a per-CPU cache rather than the
+    /// store: the checks of [`free`](Self::free), `_refcount` to 0, and
+    /// the (node, zone) slot it belongs to. The zone lock is held for the
+    /// check only, so a page freed twice is refused, never cached twice.
+    pub(crate) fn release_to_cache(&self, pfn: Pfn) -> Result<usize, FreeError> {
+        let (_, s) = self
+            .range_of(pfn)
+            .ok_or(FreeError::NotManaged { pfn, order: 0 })?;
+        let _zf = self.zones[s].lock();
+        self.release_head(pfn)?;
+        Ok(s)
+    }
+
+    /// A cached page (`_refcount` 0, owned by the cache) handed to its
+    /// allocator: `_refcount` 1.
+    pub(crate) fn allocate_cached(&self, pfn: Pfn) {
+        // SAFETY: the cache owns the page (it took it off the store or was
+        // given it by `release_to_cache`) and hands it over now.
+        unsafe { self.with_page(pfn, |p| p.set_refcount(1)) };
+    }
+
+    /// Order-0 pages of slot `s` back from a per-CPU cache into the store
+    /// under one take of the zone lock (Linux `free_pcppages_bulk`). Every
+    /// page has `_refcount` 0 and belongs to the cache.
+    pub(crate) fn free_bulk(&self, s: usize, pfns: &[Pfn]) {
+        let mut zf = self.zones[s].lock();
+        for &pfn in pfns {
+            match self.range_of(pfn) {
+                Some((range, ps)) if ps == s => self.merge_and_push(&mut zf, range, pfn, 0),
+                _ => debug_assert!(false, "cached pfn {pfn:#x} is not of slot {s}"),
+            }
         }
-        self.merge_and_push(&mut zf, range, pfn, order);
-        Ok(())
     }
 
     /// Hand initialised pages (e.g. those the boot CPU initialised eagerly)

@@ -22,6 +22,8 @@
 //!    from, serves requests in Linux's zone fallback order from those lists
 //!    and grows a zone from deferred init's pool ([`DeferredInit`] is its
 //!    [`Grow`] source) if an allocation comes before the workers are done.
+//!    Order-0 pages go through per-CPU caches ([`pcp`]) when the caller
+//!    names its CPU.
 //! 5. [`DeferredInit::report`] gives per-node and per-worker statistics and
 //!    the dmesg-equivalent lines ([`stats`]).
 //!
@@ -38,6 +40,7 @@ pub mod faults;
 mod free_bitmap;
 pub mod handoff;
 pub mod page_alloc;
+pub mod pcp;
 pub mod plan;
 pub mod run;
 pub mod stats;
@@ -56,6 +59,8 @@ pub mod host;
 mod suite_64 {
     pub(crate) type TestPage = memmap::page::StructPage;
     pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
+    #[path = "pcp_tests.rs"]
+    mod pcp_tests;
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -72,6 +77,8 @@ mod suite_64 {
 mod suite_32 {
     pub(crate) type TestPage = memmap::page32::StructPage32;
     pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
+    #[path = "pcp_tests.rs"]
+    mod pcp_tests;
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -88,6 +95,8 @@ mod suite_32 {
 mod suite_8 {
     pub(crate) type TestPage = memmap::page8::StructPage8;
     pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
+    #[path = "pcp_tests.rs"]
+    mod pcp_tests;
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -104,6 +113,8 @@ mod suite_8 {
 mod suite_32_bitmaps {
     pub(crate) type TestPage = memmap::page32::StructPage32;
     pub(crate) const TEST_STORE: Option<crate::BuddyStore> = Some(crate::BuddyStore::Bitmaps);
+    #[path = "pcp_tests.rs"]
+    mod pcp_tests;
     #[path = "pool_tests.rs"]
     mod pool_tests;
     #[path = "tests.rs"]
@@ -118,6 +129,7 @@ pub use buddy::{
 };
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};
+pub use pcp::{PerCpuPages, PCP_BATCH, PCP_HIGH};
 pub use plan::{
     ChunkWindows, CpuId, DeferredPlan, NodeCpus, NodePlan, Piece, PlanError, PlanOptions,
     WorkerAssignment, WINDOW_NR_PAGES,

@@ -13,12 +13,20 @@
 //! they initialise into the free lists, and its untouched pool is the
 //! [`Grow`] source (`DeferredInit` implements it). An allocator without a
 //! source serves what the lists hold.
+//!
+//! An allocator given per-CPU caches ([`PerCpuPages`]) and told which CPU
+//! it runs on ([`PageAllocator::on_cpu`]) serves and takes back order-0
+//! pages through that CPU's cache ([`crate::pcp`]), as Linux's
+//! `rmqueue_pcplist` / `free_unref_page` do; other orders, and callers
+//! that name no CPU, go to the lists.
 
 use memmap::store::MemmapBacking;
 use memmap::{NodeId, Pfn, ZoneType};
 
 use crate::buddy::{AllocError, BuddyAllocator, FreeError};
 use crate::clock::Clock;
+use crate::pcp::{PerCpuPages, PCP_BATCH, PCP_HIGH};
+use crate::plan::CpuId;
 
 /// Where more free pages of a zone come from when its lists run dry.
 pub trait Grow: Sync {
@@ -49,6 +57,8 @@ type StepTimer<'a> = (&'a dyn Clock, &'a mut dyn FnMut(u64));
 pub struct PageAllocator<'a, 'm, B> {
     buddy: &'a BuddyAllocator<'m, B>,
     grow: Option<&'a dyn Grow>,
+    caches: Option<&'a PerCpuPages>,
+    cpu: Option<CpuId>,
 }
 
 impl<B> Clone for PageAllocator<'_, '_, B> {
@@ -61,7 +71,52 @@ impl<B> Copy for PageAllocator<'_, '_, B> {}
 
 impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
     pub fn new(buddy: &'a BuddyAllocator<'m, B>, grow: Option<&'a dyn Grow>) -> Self {
-        Self { buddy, grow }
+        Self {
+            buddy,
+            grow,
+            caches: None,
+            cpu: None,
+        }
+    }
+
+    /// This allocator with per-CPU caches for order-0 pages, used by the
+    /// copies told their CPU ([`on_cpu`](Self::on_cpu)).
+    pub fn with_cpu_caches(self, caches: &'a PerCpuPages) -> Self {
+        Self {
+            caches: Some(caches),
+            ..self
+        }
+    }
+
+    /// This allocator for a caller running on `cpu`: order-0 pages go
+    /// through that CPU's cache, if there are caches.
+    pub fn on_cpu(self, cpu: CpuId) -> Self {
+        Self {
+            cpu: Some(cpu),
+            ..self
+        }
+    }
+
+    /// Pages per batch and the most a CPU's cache holds, `(0, 0)` without
+    /// caches.
+    pub fn cpu_cache_pages(&self) -> (u64, u64) {
+        match self.caches {
+            Some(_) => (PCP_BATCH as u64, PCP_HIGH as u64),
+            None => (0, 0),
+        }
+    }
+
+    /// The CPU's cache, if this copy has one.
+    fn cpu_cache(&self) -> Option<(&'a PerCpuPages, CpuId)> {
+        Some((self.caches?, self.cpu?))
+    }
+
+    /// Give this CPU's cached pages back to the lists (Linux
+    /// `drain_local_pages`); nothing without a cache.
+    pub fn drain_cpu_cache(&self) {
+        if let Some((caches, cpu)) = self.cpu_cache() {
+            caches.drain_cpu(self.buddy, cpu);
+        }
     }
 
     /// The free lists themselves (counts, verification, the hand-off).
@@ -105,7 +160,19 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
 
     /// Free pages allocated with [`alloc_pages`](Self::alloc_pages).
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
-        self.buddy.free(pfn, order)
+        match self.cpu_cache() {
+            Some((caches, cpu)) if order == 0 => caches.free(self.buddy, cpu, pfn),
+            _ => self.buddy.free(pfn, order),
+        }
+    }
+
+    /// One attempt on (nid, zone) without growth: through the CPU's cache
+    /// for order 0, else the lists.
+    fn take(&self, nid: NodeId, zone: ZoneType, order: u32) -> Result<Pfn, AllocError> {
+        match self.cpu_cache() {
+            Some((caches, cpu)) if order == 0 => caches.alloc(self.buddy, cpu, nid, zone),
+            _ => self.buddy.alloc(nid, zone, order),
+        }
     }
 
     fn alloc(
@@ -122,7 +189,7 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
                 // Read before the attempt: if every page of the zone was
                 // freed by then, a failed attempt cannot have missed any.
                 let done = self.grow.is_none_or(|g| g.zone_done(nid, z));
-                match self.buddy.alloc(nid, z, order) {
+                match self.take(nid, z, order) {
                     Err(AllocError::OutOfMemory { .. }) => {}
                     other => return other.map(|pfn| Allocation { pfn, growth_steps }),
                 }

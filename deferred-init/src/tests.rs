@@ -1505,7 +1505,9 @@ fn report_lines_and_statistics() {
 
 /// One section of Normal memory with two managed runs, all pages initialised
 /// and handed to the allocator.
-fn buddy_fixture(mm: &Memmap<TestBacking>) -> (BuddyAllocator<'_, TestBacking>, Vec<PfnRange>) {
+pub(crate) fn buddy_fixture(
+    mm: &Memmap<TestBacking>,
+) -> (BuddyAllocator<'_, TestBacking>, Vec<PfnRange>) {
     let base = 33 * S;
     let runs = vec![
         PfnRange::new(base + 3, base + 5000),
@@ -1524,7 +1526,7 @@ fn buddy_fixture(mm: &Memmap<TestBacking>) -> (BuddyAllocator<'_, TestBacking>, 
     (buddy, runs)
 }
 
-fn init_section(mm: &mut Memmap<TestBacking>, section_nr: u64) {
+pub(crate) fn init_section(mm: &mut Memmap<TestBacking>, section_nr: u64) {
     let start = section_nr * S;
     for pfn in start..start + S {
         mm.page_mut(pfn)

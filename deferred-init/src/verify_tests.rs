@@ -1555,3 +1555,26 @@ fn every_page_of_an_unbacked_section_is_checked() {
         assert_eq!(pages.mismatches[0].problem, Problem::Unbacked);
     });
 }
+
+/// A page left in a per-CPU cache is free memory in no free block:
+/// verification fails until the cache is drained.
+#[test]
+fn a_page_left_in_a_cpu_cache_fails_verification() {
+    with_world(|w| {
+        let executor = ThreadExecutor::new(TEST_CPUS);
+        let caches = PerCpuPages::new(1);
+        let pages = w.di.allocator().with_cpu_caches(&caches).on_cpu(0);
+        let p = pages.alloc_pages(1, ZoneType::Normal, 0).unwrap();
+        pages.free_pages(p, 0).unwrap();
+        assert_eq!(caches.nr_cached_pages(), PCP_BATCH as u64);
+        let check = || verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di);
+        match check() {
+            Err(verify::CheckFailure::Pages(pages)) => {
+                assert_eq!(pages.nr_mismatches, PCP_BATCH as u64, "{pages}");
+            }
+            other => panic!("expected the cached pages found, got {other:?}"),
+        }
+        pages.drain_cpu_cache();
+        check().unwrap_or_else(|e| panic!("{e}"));
+    });
+}

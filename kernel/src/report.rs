@@ -140,6 +140,8 @@ fn summary<'a>(
         summary_version: SUMMARY_VERSION,
         buddy_store: mm.buddy_store.into(),
         buddy_index_bytes: mm.buddy_index_bytes,
+        alloc_pcp_batch: mm.alloc_test.pcp_batch,
+        alloc_pcp_high: mm.alloc_test.pcp_high,
     }
 }
 
@@ -422,6 +424,8 @@ mod tests {
         mm.alloc_test.growth.max_ns = 89;
         mm.alloc_test.orders[2].count = 90;
         mm.alloc_test.orders[3].p99_ns = 91;
+        mm.alloc_test.pcp_batch = 1100;
+        mm.alloc_test.pcp_high = 1101;
         want.extend([
             ("pages_initialised_at_allocatable", 77),
             ("hole_pages_on_first_use", 78),
@@ -436,6 +440,8 @@ mod tests {
             ("grow_step_p50_ns", 87),
             ("grow_step_p99_ns", 88),
             ("grow_step_max_ns", 89),
+            ("alloc_pcp_batch", 1100),
+            ("alloc_pcp_high", 1101),
         ]);
         (mm, want)
     }

@@ -76,6 +76,14 @@ fn assert_ondemand(b: &Boot, nodes: u64) {
     );
 }
 
+/// Linux 6.1 `zone_batchsize()` (MMU, 4 KiB pages) of a zone with
+/// `managed_pages`: a quarter of 1/1024 of the zone capped at 1 MiB, then
+/// rounded to a power of two less one.
+fn linux_zone_batchsize(managed_pages: u64) -> u64 {
+    let batch = ((managed_pages / 1024).min((1 << 20) / 4096) / 4).max(1);
+    (1 << (batch + batch / 2).ilog2()) - 1
+}
+
 /// The allocation test's figures are present and consistent.
 fn assert_alloc_test(b: &Boot) {
     assert_eq!(u64s(b, "alloc_orders"), ORDERS);
@@ -100,6 +108,16 @@ fn assert_alloc_test(b: &Boot) {
             ORDERS[i]
         );
     }
+    // Order-0 pages went through per-CPU caches sized as Linux sizes a
+    // large zone's: `zone_batchsize()` and the `high = 6 * batch` rule.
+    let s = b.summary();
+    assert_eq!(
+        s.alloc_pcp_batch,
+        linux_zone_batchsize(1 << 20),
+        "{}",
+        b.describe()
+    );
+    assert_eq!(s.alloc_pcp_high, 6 * s.alloc_pcp_batch);
     assert_eq!(
         b.messages_with("alloc_test: order ").count(),
         4,

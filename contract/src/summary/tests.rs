@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 /// Every key the summary has ever had, in order: the contract. Written out
 /// here, independently of the schema, so that dropping, renaming or
 /// reordering a key fails this test.
-const CONTRACT_KEYS: [&str; 63] = [
+const CONTRACT_KEYS: [&str; 65] = [
     "mem_bytes",
     "nodes",
     "cpus",
@@ -69,6 +69,8 @@ const CONTRACT_KEYS: [&str; 63] = [
     "summary_version",
     "buddy_store",
     "buddy_index_bytes",
+    "alloc_pcp_batch",
+    "alloc_pcp_high",
 ];
 
 /// A summary with a distinct value in every field that has one.
@@ -110,6 +112,8 @@ fn sample() -> Summary<'static> {
         summary_version: SUMMARY_VERSION,
         buddy_store: "bitmaps".into(),
         buddy_index_bytes: 4096,
+        alloc_pcp_batch: 63,
+        alloc_pcp_high: 378,
         ..Summary::default()
     }
 }

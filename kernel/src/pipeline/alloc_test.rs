@@ -2,7 +2,8 @@
 //! initialised. On every node, in turn, all CPUs at once allocate the
 //! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
 //! round of 16 MiB, interleaved), timing every allocation, then free
-//! everything back. Under `ondemand` the first allocations of a node grow
+//! everything back. Each CPU allocates and frees order-0 pages through its
+//! own cache (`deferred_init::pcp`), as Linux does, and drains it at the end. Under `ondemand` the first allocations of a node grow
 //! it out of the untouched pool; with `ondemand_drain=on` every CPU also
 //! takes one drain claim after each of its rounds, so growth and draining
 //! race on the same claims.
@@ -185,15 +186,14 @@ struct NodeRun<'a, B> {
 }
 
 impl<B: MemmapBacking> NodeRun<'_, B> {
-    fn alloc(&self, slot: usize, held: &mut Vec<u64>) {
+    /// One timed allocation through `pages`, this CPU's allocator.
+    fn alloc(&self, pages: PageAllocator<'_, '_, B>, slot: usize, held: &mut Vec<u64>) {
         let order = ORDERS[slot];
         let t0 = self.clock.now_ns();
         let steps = self.step_histogram;
-        let r = self
-            .pages
-            .alloc_pages_timed(self.nid, self.zone, order, self.clock, &mut |ns| {
-                steps.record(ns)
-            });
+        let r = pages.alloc_pages_timed(self.nid, self.zone, order, self.clock, &mut |ns| {
+            steps.record(ns)
+        });
         let ns = self.clock.now_ns().saturating_sub(t0);
         match r {
             Ok(a) => {
@@ -208,14 +208,14 @@ impl<B: MemmapBacking> NodeRun<'_, B> {
     }
 
     /// One round: 4 MiB of each order, interleaved.
-    fn round(&self, held: &mut Vec<u64>) {
+    fn round(&self, pages: PageAllocator<'_, '_, B>, held: &mut Vec<u64>) {
         let per = |slot: usize| PAGES_PER_ORDER_PER_ROUND >> ORDERS[slot];
         let n0 = per(0);
         for i in 0..n0 {
-            self.alloc(0, held);
+            self.alloc(pages, 0, held);
             for slot in 1..ORDERS.len() {
                 if i % (n0 / per(slot)) == 0 {
-                    self.alloc(slot, held);
+                    self.alloc(pages, slot, held);
                 }
             }
         }
@@ -224,9 +224,10 @@ impl<B: MemmapBacking> NodeRun<'_, B> {
     /// This CPU's share: rounds until none is left, a drain claim after each.
     fn cpu_share(&self, cpu: CpuId, held: &mut Vec<u64>) {
         let drainers: Vec<usize> = self.di.cpu_workers(cpu).collect();
+        let pages = self.pages.on_cpu(cpu);
         let mut turn = 0;
         while self.next_round.fetch_add(1, Ordering::Relaxed) < self.nr_rounds {
-            self.round(held);
+            self.round(pages, held);
             if self.drain && !drainers.is_empty() {
                 let worker = drainers[turn % drainers.len()];
                 if let Err(e) = self.di.worker_step(worker, self.clock) {
@@ -320,9 +321,12 @@ pub fn test<B: MemmapBacking>(
     let histograms: [Histogram; 4] = core::array::from_fn(|_| Histogram::new());
     let growth_steps: [AtomicU64; 4] = core::array::from_fn(|_| AtomicU64::new(0));
     let step_histogram = Histogram::new();
+    let (pcp_batch, pcp_high) = pages.cpu_cache_pages();
     let mut report = AllocTestReport {
         bytes_per_node,
         nr_nodes: layout.nodes().len(),
+        pcp_batch,
+        pcp_high,
         ..AllocTestReport::NOT_RUN
     };
     let nr_cpus = executor.nr_cpus();
@@ -429,14 +433,18 @@ fn run_node<B: MemmapBacking>(
         })
         .sum();
     executor.on_each_cpu(&|cpu| {
+        let pages = run.pages.on_cpu(cpu);
         for &v in lists[cpu as usize].lock().iter() {
             let (pfn, order) = unpack(v);
             // Blocks this CPU allocated above and nobody else touched: a
             // refusal is an allocator bug, reported, not ignored.
-            if let Err(err) = run.pages.free_pages(pfn, order) {
+            if let Err(err) = pages.free_pages(pfn, order) {
                 run.error.set(AllocTestError::Free { pfn, order, err });
             }
         }
+        // Back to the lists before the next node, and before verification,
+        // which counts a cached page as lost.
+        pages.drain_cpu_cache();
     });
     pages
 }

@@ -300,6 +300,10 @@ pub struct AllocTestReport {
     pub orders: [OrderFigures; 4],
     pub growth: GrowthFigures,
     pub wall_ns: u64,
+    /// The per-CPU caches order-0 pages went through: pages per batch and
+    /// the most a cache held (0 without caches).
+    pub pcp_batch: u64,
+    pub pcp_high: u64,
 }
 
 impl AllocTestReport {
@@ -317,5 +321,7 @@ impl AllocTestReport {
         ],
         growth: GrowthFigures::NONE,
         wall_ns: 0,
+        pcp_batch: 0,
+        pcp_high: 0,
     };
 }

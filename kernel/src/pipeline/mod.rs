@@ -53,7 +53,7 @@ pub mod verify;
 pub mod vmemmap;
 pub mod zones;
 
-use deferred_init::{DeferredInit, PageAllocator};
+use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
@@ -139,7 +139,8 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     let buddy_handoff::Handoff { plan, buddy } =
         buddy_handoff::run(cx, &memmap, &mb, &outcome, layout)?;
     let di = buddy_handoff::deferred_init(cx, &memmap, &buddy, plan)?;
-    let pages = PageAllocator::new(&buddy, di.growth());
+    let caches = PerCpuPages::new(cx.executor.nr_cpus());
+    let pages = PageAllocator::new(&buddy, di.growth()).with_cpu_caches(&caches);
     let blocks = match cx.mode.deferral {
         Deferral::Workers => deferred_workers::run(cx, &di, &mb, layout)?,
         Deferral::Pool => ondemand_pool::run(cx, &di, &memmap, &mb)?,

@@ -18,7 +18,8 @@
 //! it runs on ([`PageAllocator::on_cpu`]) serves and takes back order-0
 //! pages through that CPU's cache ([`crate::pcp`]), as Linux's
 //! `rmqueue_pcplist` / `free_unref_page` do; other orders, and callers
-//! that name no CPU, go to the lists.
+//! that name no CPU, go to the lists. A request no zone can serve drains
+//! every CPU's cache into the lists and tries once more before it fails.
 
 use memmap::store::MemmapBacking;
 use memmap::{NodeId, Pfn, ZoneType};
@@ -111,6 +112,11 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
         Some((self.caches?, self.cpu?))
     }
 
+    /// Give every CPU's cached pages back to the lists; how many.
+    fn drain_all_caches(&self) -> u64 {
+        self.caches.map_or(0, |c| c.drain_all(self.buddy))
+    }
+
     /// Give this CPU's cached pages back to the lists (Linux
     /// `drain_local_pages`); nothing without a cache.
     pub fn drain_cpu_cache(&self) {
@@ -182,8 +188,42 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
         order: u32,
         mut step_timer: Option<StepTimer<'_>>,
     ) -> Result<Allocation, AllocError> {
-        let mut growth_steps = 0;
-        let mut in_flight = false;
+        let mut pass = Pass::default();
+        let mut found = self.pass(nid, zone, order, &mut step_timer, &mut pass);
+        // Pages in the CPUs' caches are free too: before failing, give them
+        // back to the lists and try once more (Linux drains all CPUs' lists
+        // in its slow path, `drain_all_pages`).
+        if found.is_none() && !pass.in_flight && self.drain_all_caches() > 0 {
+            found = self.pass(nid, zone, order, &mut step_timer, &mut pass);
+        }
+        if let Some(r) = found {
+            return r.map(|pfn| Allocation {
+                pfn,
+                growth_steps: pass.growth_steps,
+            });
+        }
+        if let Some(grow) = self.grow.filter(|_| pass.in_flight) {
+            return Err(AllocError::InitInProgress {
+                nid,
+                zone,
+                order,
+                windows_in_flight: grow.windows_in_flight(nid, &mut zone_fallback(zone)),
+            });
+        }
+        Err(AllocError::OutOfMemory { nid, zone, order })
+    }
+
+    /// One pass over the zones in fallback order, growing each from its
+    /// source until it has nothing left: `Some` with the block or the
+    /// first error other than running out, `None` if every zone ran out.
+    fn pass(
+        &self,
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+        step_timer: &mut Option<StepTimer<'_>>,
+        pass: &mut Pass,
+    ) -> Option<Result<Pfn, AllocError>> {
         for z in zone_fallback(zone) {
             loop {
                 // Read before the attempt: if every page of the zone was
@@ -191,7 +231,7 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
                 let done = self.grow.is_none_or(|g| g.zone_done(nid, z));
                 match self.take(nid, z, order) {
                     Err(AllocError::OutOfMemory { .. }) => {}
-                    other => return other.map(|pfn| Allocation { pfn, growth_steps }),
+                    other => return Some(other),
                 }
                 let Some(grow) = self.grow else {
                     break;
@@ -208,22 +248,22 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
                     None => grow.grow_step(nid, z),
                 };
                 if !grew {
-                    in_flight |= !done;
+                    pass.in_flight |= !done;
                     break;
                 }
-                growth_steps += 1;
+                pass.growth_steps += 1;
             }
         }
-        if let Some(grow) = self.grow.filter(|_| in_flight) {
-            return Err(AllocError::InitInProgress {
-                nid,
-                zone,
-                order,
-                windows_in_flight: grow.windows_in_flight(nid, &mut zone_fallback(zone)),
-            });
-        }
-        Err(AllocError::OutOfMemory { nid, zone, order })
+        None
     }
+}
+
+/// What an allocation's passes over the zones found on the way.
+#[derive(Default)]
+struct Pass {
+    growth_steps: u32,
+    /// Some zone had windows claimed by others and not yet freed.
+    in_flight: bool,
 }
 
 /// The zones a request of `zone` may be served from, in Linux's order:

@@ -16,7 +16,9 @@
 //! counts them allocated, as Linux leaves pages on its per-CPU lists out
 //! of `NR_FREE_PAGES`. A page left in a cache is therefore a free page in
 //! no free block, which verification reports: the caches are drained
-//! before it runs ([`PerCpuPages::drain_cpu`] on each CPU).
+//! before it runs ([`PerCpuPages::drain_cpu`] on each CPU). And an
+//! allocation the lists cannot serve drains every cache and tries once
+//! more before it fails ([`PerCpuPages::drain_all`], Linux's slow path).
 
 use alloc::vec::Vec;
 
@@ -135,6 +137,21 @@ impl PerCpuPages {
         c.pfns[n] = pfn;
         c.count += 1;
         Ok(())
+    }
+
+    /// Give every CPU's cached pages back to the store, one cache at a
+    /// time (Linux `drain_all_pages`); returns how many. A CPU working
+    /// meanwhile may refill its cache at once.
+    pub fn drain_all<B: MemmapBacking>(&self, buddy: &BuddyAllocator<'_, B>) -> u64 {
+        self.cpus
+            .iter()
+            .map(|c| {
+                let mut c = c.lock();
+                let n = c.count as u64;
+                give_back(buddy, &mut c);
+                n
+            })
+            .sum()
     }
 
     /// Give `cpu`'s cached pages back to the store (Linux

@@ -9,7 +9,7 @@ use std::vec::Vec;
 
 use memmap::page::PageLayout;
 use memmap::store::Memmap;
-use memmap::{Pfn, PfnRange, ZoneType, PAGES_PER_SECTION};
+use memmap::{Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
 use super::tests::{buddy_fixture, init_section, race_loop_done, TestBacking, TestPage};
 use crate::*;
@@ -250,4 +250,53 @@ fn cpus_allocating_from_one_zone_at_once_get_distinct_pages() {
         assert_eq!(free_blocks(&buddy), before);
     }
     assert!(overlapped, "the CPUs never allocated at the same time");
+}
+
+/// Before an allocation fails, every CPU's cache is given back: pages
+/// another CPU cached make up a max-order block again, and a request
+/// that nothing can serve still fails, with the caches emptied.
+#[test]
+fn an_allocation_drains_all_caches_before_it_fails() {
+    let base = 33 * S;
+    let mut mm = Memmap::new(TestBacking::new([33]));
+    for pfn in base..base + 1024 {
+        mm.page_mut(pfn).unwrap().init_single_page(pfn, NORMAL, 0);
+    }
+    let one_block = ManagedRange {
+        nid: 0,
+        zone: NORMAL,
+        pfns: PfnRange::new(base, base + 1024),
+    };
+    let buddy = super::tests::test_buddy(&mm, [one_block]).unwrap();
+    // SAFETY: single-threaded; the pages were initialised above.
+    unsafe { buddy.free_initialised_range(one_block.pfns) }.unwrap();
+    let caches = PerCpuPages::new(2);
+    let base_alloc = PageAllocator::new(&buddy, None).with_cpu_caches(&caches);
+    let cpu1 = base_alloc.on_cpu(1);
+    let p = cpu1.alloc_pages(0, NORMAL, 0).unwrap();
+    cpu1.free_pages(p, 0).unwrap();
+    assert_eq!(caches.nr_cached_pages(), PCP_BATCH as u64);
+    assert_eq!(buddy.nr_free_blocks(0, NORMAL, MAX_ORDER), 0);
+    // CPU 0's request for the whole block: out of memory in the lists
+    // until CPU 1's cache is back.
+    let cpu0 = base_alloc.on_cpu(0);
+    let block = cpu0.alloc_pages(0, NORMAL, MAX_ORDER).unwrap();
+    assert_eq!(block, base);
+    assert_eq!(caches.nr_cached_pages(), 0);
+    // Now CPU 1 caches a batch again; what nobody can serve still fails.
+    cpu0.free_pages(block, MAX_ORDER).unwrap();
+    let q = cpu1.alloc_pages(0, NORMAL, 0).unwrap();
+    assert_eq!(
+        cpu0.alloc_pages(0, NORMAL, MAX_ORDER),
+        Err(AllocError::OutOfMemory {
+            nid: 0,
+            zone: NORMAL,
+            order: MAX_ORDER
+        })
+    );
+    assert_eq!(caches.nr_cached_pages(), 0, "drained before failing");
+    assert_eq!(buddy.nr_free_pages(0, NORMAL), 1023);
+    cpu1.free_pages(q, 0).unwrap();
+    cpu1.drain_cpu_cache();
+    assert_eq!(buddy.nr_free_blocks(0, NORMAL, MAX_ORDER), 1);
 }

@@ -117,6 +117,7 @@ fn a_cache_refuses_what_the_store_refuses() {
     let mut mm = Memmap::new(TestBacking::new([33]));
     init_section(&mut mm, 33);
     let (buddy, _) = buddy_fixture(&mm);
+    let before = free_blocks(&buddy);
     let caches = PerCpuPages::new(1);
     let pages = PageAllocator::new(&buddy, None)
         .with_cpu_caches(&caches)
@@ -141,7 +142,31 @@ fn a_cache_refuses_what_the_store_refuses() {
         })
     );
     assert_eq!(caches.nr_cached_pages(), cached);
+    // A block of order 2 goes to the lists whole, not to the cache.
     pages.free_pages(b, 2).unwrap();
+    assert_eq!(caches.nr_cached_pages(), cached);
+    pages.drain_cpu_cache();
+    assert_eq!(free_blocks(&buddy), before);
+}
+
+/// The caches' sizes are Linux's for a large zone: `zone_batchsize()`
+/// gives 63 from 1 MiB of 4 KiB pages (a quarter of 256, plus half,
+/// rounded down to a power of two, less one), and `high` is six batches.
+/// An allocator reports them only when it has caches.
+#[test]
+fn cache_sizes_are_linux_large_zone_ones() {
+    let batch: usize = 256 / 4;
+    let linux_batch = (1usize << (batch + batch / 2).ilog2()) - 1;
+    assert_eq!((PCP_BATCH, PCP_HIGH), (linux_batch, 6 * linux_batch));
+    let mm = Memmap::new(TestBacking::new([33]));
+    let buddy = super::tests::test_buddy(&mm, []).unwrap();
+    let caches = PerCpuPages::new(1);
+    let plain = PageAllocator::new(&buddy, None);
+    assert_eq!(plain.cpu_cache_pages(), (0, 0));
+    assert_eq!(
+        plain.with_cpu_caches(&caches).cpu_cache_pages(),
+        (linux_batch as u64, 6 * linux_batch as u64)
+    );
 }
 
 /// A cache holds one (node, zone) at a time: a request of another node

@@ -25,6 +25,26 @@ fn free_blocks(buddy: &BuddyAllocator<'_, TestBacking>) -> BTreeSet<(Pfn, u32)> 
     v
 }
 
+/// Section 33, every struct page initialised (Normal memory of node 0).
+fn initialised_section() -> Memmap<TestBacking> {
+    let mut mm = Memmap::new(TestBacking::new([33]));
+    init_section(&mut mm, 33);
+    mm
+}
+
+/// A buddy allocator over `ranges` of `mm`, every page of them freed.
+fn filled_buddy<'m>(
+    mm: &'m Memmap<TestBacking>,
+    ranges: &[ManagedRange],
+) -> BuddyAllocator<'m, TestBacking> {
+    let buddy = super::tests::test_buddy(mm, ranges.iter().copied()).unwrap();
+    for r in ranges {
+        // SAFETY: single-threaded; the caller initialised the pages.
+        unsafe { buddy.free_initialised_range(r.pfns) }.unwrap();
+    }
+    buddy
+}
+
 /// The page's (refcount, is_buddy) as the allocator left it.
 fn state(mm: &Memmap<TestBacking>, pfn: Pfn) -> (i32, bool) {
     let p: &TestPage = mm.page(pfn).unwrap();
@@ -36,8 +56,7 @@ fn state(mm: &Memmap<TestBacking>, pfn: Pfn) -> (i32, bool) {
 /// blocks are exactly those before.
 #[test]
 fn a_round_trip_through_a_cache_restores_the_free_blocks() {
-    let mut mm = Memmap::new(TestBacking::new([33]));
-    init_section(&mut mm, 33);
+    let mm = initialised_section();
     let (buddy, runs) = buddy_fixture(&mm);
     let total: u64 = runs.iter().map(|r| r.nr_pages()).sum();
     let before = free_blocks(&buddy);
@@ -54,8 +73,7 @@ fn a_round_trip_through_a_cache_restores_the_free_blocks() {
     assert!(got.iter().all(|&p| runs.iter().any(|r| r.contains(p))));
     assert!(got.iter().all(|&p| state(&mm, p) == (1, false)));
     // In the order the store hands them out, as a twin without caches.
-    let mut twin_mm = Memmap::new(TestBacking::new([33]));
-    init_section(&mut twin_mm, 33);
+    let twin_mm = initialised_section();
     let (twin, _) = buddy_fixture(&twin_mm);
     let plain: Vec<Pfn> = (0..n).map(|_| twin.alloc(0, NORMAL, 0).unwrap()).collect();
     assert_eq!(got, plain);
@@ -84,8 +102,7 @@ fn a_round_trip_through_a_cache_restores_the_free_blocks() {
 /// takes one more; the pages freed last stay.
 #[test]
 fn a_full_cache_gives_its_oldest_batch_back() {
-    let mut mm = Memmap::new(TestBacking::new([33]));
-    init_section(&mut mm, 33);
+    let mm = initialised_section();
     let (buddy, runs) = buddy_fixture(&mm);
     let total: u64 = runs.iter().map(|r| r.nr_pages()).sum();
     let caches = PerCpuPages::new(2);
@@ -114,8 +131,7 @@ fn a_full_cache_gives_its_oldest_batch_back() {
 /// is cached twice.
 #[test]
 fn a_cache_refuses_what_the_store_refuses() {
-    let mut mm = Memmap::new(TestBacking::new([33]));
-    init_section(&mut mm, 33);
+    let mm = initialised_section();
     let (buddy, _) = buddy_fixture(&mm);
     let before = free_blocks(&buddy);
     let caches = PerCpuPages::new(1);
@@ -185,11 +201,7 @@ fn a_cache_serves_one_zone_at_a_time() {
             zone: NORMAL,
             pfns: PfnRange::new(s, e),
         });
-    let buddy = super::tests::test_buddy(&mm, halves).unwrap();
-    for h in halves {
-        // SAFETY: single-threaded; the pages were initialised above.
-        unsafe { buddy.free_initialised_range(h.pfns) }.unwrap();
-    }
+    let buddy = filled_buddy(&mm, &halves);
     let caches = PerCpuPages::new(1);
     let pages = PageAllocator::new(&buddy, None)
         .with_cpu_caches(&caches)
@@ -222,8 +234,7 @@ fn a_cache_serves_one_zone_at_a_time() {
 /// did overlap: one refilled its cache while another held pages.
 #[test]
 fn cpus_allocating_from_one_zone_at_once_get_distinct_pages() {
-    let mut mm = Memmap::new(TestBacking::new([33]));
-    init_section(&mut mm, 33);
+    let mm = initialised_section();
     let (buddy, _) = buddy_fixture(&mm);
     let before = free_blocks(&buddy);
     const CPUS: u32 = 4;
@@ -292,9 +303,7 @@ fn an_allocation_drains_all_caches_before_it_fails() {
         zone: NORMAL,
         pfns: PfnRange::new(base, base + 1024),
     };
-    let buddy = super::tests::test_buddy(&mm, [one_block]).unwrap();
-    // SAFETY: single-threaded; the pages were initialised above.
-    unsafe { buddy.free_initialised_range(one_block.pfns) }.unwrap();
+    let buddy = filled_buddy(&mm, &[one_block]);
     let caches = PerCpuPages::new(2);
     let base_alloc = PageAllocator::new(&buddy, None).with_cpu_caches(&caches);
     let cpu1 = base_alloc.on_cpu(1);

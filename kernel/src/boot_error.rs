@@ -183,7 +183,10 @@ mod tests {
             (BootError::NoPhysMap, "no_phys_map"),
             (BootError::BadOption("x".into()), "bad_option"),
             (BootError::NoAcpi, "no_acpi"),
-            (BootError::Pvh(PvhError::No1GiBPages), "pvh"),
+            (
+                BootError::Pvh(PvhError::MapTooLarge { entries: 200 }),
+                "pvh",
+            ),
             (BootError::Smp(SmpError::NoTrampolinePages), "smp"),
             (verify, "verify"),
         ] {

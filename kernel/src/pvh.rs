@@ -18,9 +18,10 @@
 //!    `Bootloader` regions, so memblock reserves them as it reserves the
 //!    bootloader's;
 //! 3. [`build_page_tables`]: the direct map of all physical memory at
-//!    [`DIRECT_MAP_BASE`] (1 GiB pages) and the kernel mapping with 4 KiB
-//!    pages, each section with its own permissions and the guard page left
-//!    unmapped below the stack.
+//!    [`DIRECT_MAP_BASE`] (1 GiB pages, or 2 MiB pages on a CPU without
+//!    them, as Linux's `phys_pud_init` falls back) and the kernel mapping
+//!    with 4 KiB pages, each section with its own permissions and the guard
+//!    page left unmapped below the stack.
 //!
 //! Nothing here allocates: it runs before the heap exists.
 
@@ -74,8 +75,6 @@ pub enum PvhError {
     /// The image, stack and page tables do not fit in the usable RAM right
     /// after the image's load address.
     NoRoom { needed: Range<u64> },
-    /// The CPU has no 1 GiB pages, which the direct map uses.
-    No1GiBPages,
 }
 
 impl fmt::Display for PvhError {
@@ -99,13 +98,9 @@ impl fmt::Display for PvhError {
             ),
             PvhError::NoRoom { ref needed } => write!(
                 f,
-                "pvh: [mem {:#x}-{:#x}] (the kernel image, its stack and page tables) is not all usable RAM below 1 GiB; give the guest more memory (-m) or boot the BIOS image (run-qemu.sh --bios)",
+                "pvh: [mem {:#x}-{:#x}] (the kernel image, its stack and page tables) is not all usable RAM below 1 GiB; give the guest more memory (-m), a CPU with 1 GiB pages (fewer page tables), or boot the BIOS image (run-qemu.sh --bios)",
                 needed.start,
                 needed.end - 1
-            ),
-            PvhError::No1GiBPages => write!(
-                f,
-                "pvh: the CPU has no 1 GiB pages (CPUID 0x80000001 EDX bit 26), which the direct map needs; use -cpu max, or boot the BIOS image (run-qemu.sh --bios)"
             ),
         }
     }
@@ -281,20 +276,52 @@ pub struct Layout {
     pub tables: Range<u64>,
     /// All physical memory up to here is in the direct map.
     pub direct_map_end: u64,
+    /// The direct map's page size.
+    pub direct_map_page: DirectMapPage,
+}
+
+/// The page size of the direct map: 1 GiB where the CPU has such pages
+/// (CPUID 0x80000001 EDX bit 26, `pdpe1gb`), else 2 MiB, which every
+/// x86_64 CPU has (a nested KVM may hide `pdpe1gb` from its guest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirectMapPage {
+    Gib1,
+    Mib2,
+}
+
+impl DirectMapPage {
+    pub const fn bytes(self) -> u64 {
+        match self {
+            DirectMapPage::Gib1 => GIB,
+            DirectMapPage::Mib2 => 2 << 20,
+        }
+    }
+    /// The name the boot log gives it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DirectMapPage::Gib1 => "1 GiB",
+            DirectMapPage::Mib2 => "2 MiB",
+        }
+    }
 }
 
 impl Layout {
     /// Plan for an image at `image` (physical, page-aligned) on a machine
-    /// whose map ends at `map_end`.
-    pub fn plan(image: Range<u64>, map_end: u64) -> Self {
+    /// whose map ends at `map_end`, its direct map in `page`s.
+    pub fn plan(image: Range<u64>, map_end: u64, page: DirectMapPage) -> Self {
         let guard = image.end..image.end + PAGE;
         let stack = guard.end..guard.end + STACK_BYTES;
         // The direct map covers at least the 32-bit space (ACPI tables and
         // the BIOS area may lie above the last RAM of a small guest).
         let direct_map_end = map_end.max(4 * GIB).div_ceil(GIB) * GIB;
         let kernel_mapped = image.start..stack.end;
+        let pd_tables = match page {
+            DirectMapPage::Gib1 => 0,
+            DirectMapPage::Mib2 => direct_map_end / GIB, // 2 MiB entries
+        };
         let nr_tables = 1 // top level
             + direct_map_end.div_ceil(PML4_SPAN) // 1 GiB entries
+            + pd_tables
             + 2 // the kernel mapping's 512 GiB and 1 GiB levels
             + kernel_mapped.end.div_ceil(2 << 20)
             - kernel_mapped.start / (2 << 20); // 4 KiB entries
@@ -305,6 +332,7 @@ impl Layout {
             stack,
             tables,
             direct_map_end,
+            direct_map_page: page,
         }
     }
 
@@ -337,7 +365,7 @@ impl Layout {
 pub mod pte {
     pub const PRESENT: u64 = 1;
     pub const WRITABLE: u64 = 1 << 1;
-    /// In a PDPT entry: a 1 GiB page.
+    /// In a PDPT entry: a 1 GiB page; in a PD entry: a 2 MiB page.
     pub const HUGE: u64 = 1 << 7;
     pub const NO_EXECUTE: u64 = 1 << 63;
     pub const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
@@ -363,16 +391,28 @@ pub fn build_page_tables(
     let no_exec = if nx { NO_EXECUTE } else { 0 };
     let idx = |virt: u64, level: u32| ((virt >> (12 + 9 * level)) & 511) as usize;
     let mut next = 1;
-    // Direct map: one second-level table per 512 GiB, 1 GiB pages.
-    let nr_gib = layout.direct_map_end / GIB;
-    for gib in 0..nr_gib {
+    // Direct map: one second-level table per 512 GiB, and either 1 GiB
+    // pages in it or one third-level table per GiB of 2 MiB pages.
+    let leaf = PRESENT | WRITABLE | HUGE | no_exec;
+    let mut pdpt = 0;
+    for gib in 0..layout.direct_map_end / GIB {
         let virt = DIRECT_MAP_BASE + gib * GIB;
         if gib % 512 == 0 {
-            pages[0][idx(virt, 3)] = table_phys(next) | PRESENT | WRITABLE;
+            pdpt = next;
+            pages[0][idx(virt, 3)] = table_phys(pdpt) | PRESENT | WRITABLE;
             next += 1;
         }
-        let pdpt = next - 1;
-        pages[pdpt][idx(virt, 2)] = (gib * GIB) | PRESENT | WRITABLE | HUGE | no_exec;
+        match layout.direct_map_page {
+            DirectMapPage::Gib1 => pages[pdpt][idx(virt, 2)] = (gib * GIB) | leaf,
+            DirectMapPage::Mib2 => {
+                let pd = next;
+                next += 1;
+                pages[pdpt][idx(virt, 2)] = table_phys(pd) | PRESENT | WRITABLE;
+                for (i, entry) in pages[pd].iter_mut().enumerate() {
+                    *entry = (gib * GIB + i as u64 * (2 << 20)) | leaf;
+                }
+            }
+        }
     }
     // Kernel mapping: 512 GiB level, 1 GiB level, then 4 KiB tables.
     let (pdpt, pd) = (next, next + 1);
@@ -573,7 +613,7 @@ mod tests {
     #[test]
     fn layout_follows_the_image() {
         let s = sections();
-        let l = Layout::plan(image_phys(&s), 0x4000_0000);
+        let l = Layout::plan(image_phys(&s), 0x4000_0000, DirectMapPage::Gib1);
         assert_eq!(l.image, 0x100_0000..0x109_a000);
         assert_eq!(l.guard, 0x109_a000..0x109_b000);
         assert_eq!(l.stack, 0x109_b000..0x119_b000);
@@ -583,9 +623,24 @@ mod tests {
         assert_eq!(l.nr_tables(), 5);
         assert_eq!(l.direct_map_end, 4 << 30);
         assert!(l.check(&seabios_1g()).is_ok());
-        let big = Layout::plan(image_phys(&s), (59u64 << 40) + (1 << 40));
+        // 2 MiB pages: a table of them per GiB besides.
+        let l2 = Layout::plan(image_phys(&s), 0x4000_0000, DirectMapPage::Mib2);
+        assert_eq!(l2.nr_tables(), 5 + 4);
+        assert_eq!(l2.occupied().end, l.occupied().end + 4 * PAGE);
+        assert!(l2.check(&seabios_1g()).is_ok());
+        let big = Layout::plan(
+            image_phys(&s),
+            (59u64 << 40) + (1 << 40),
+            DirectMapPage::Gib1,
+        );
         assert_eq!(big.direct_map_end, 60u64 << 40);
         assert_eq!(big.nr_tables(), 1 + 120 + 2 + 1);
+        let big2 = Layout::plan(
+            image_phys(&s),
+            (59u64 << 40) + (1 << 40),
+            DirectMapPage::Mib2,
+        );
+        assert_eq!(big2.nr_tables(), 1 + 120 + 60 * 1024 + 2 + 1);
     }
 
     #[test]
@@ -595,7 +650,7 @@ mod tests {
                 .iter()
                 .map(region_of_entry),
         );
-        let l = Layout::plan(image_phys(&sections()), map.end());
+        let l = Layout::plan(image_phys(&sections()), map.end(), DirectMapPage::Gib1);
         assert_eq!(
             l.check(&map),
             Err(PvhError::NoRoom {
@@ -633,13 +688,22 @@ mod tests {
     #[test]
     fn page_tables_map_what_the_layout_says() {
         let s = sections();
-        for map_end in [0x4000_0000u64, (3 << 40) + 0x1234_5000] {
-            let l = Layout::plan(image_phys(&s), map_end);
+        let shapes = [
+            (0x4000_0000u64, DirectMapPage::Gib1),
+            ((3 << 40) + 0x1234_5000, DirectMapPage::Gib1),
+            (0x4000_0000, DirectMapPage::Mib2),
+            ((1 << 40) + 0x1234_5000, DirectMapPage::Mib2),
+        ];
+        for (map_end, page) in shapes {
+            let l = Layout::plan(image_phys(&s), map_end, page);
             let mut pages = vec![[0u64; 512]; l.nr_tables()];
             build_page_tables(&l, &s, true, &mut pages);
-            // Direct map: every GiB, read-write, never executable.
+            // Direct map: every page of it (its first and last byte),
+            // read-write, never executable.
+            let step = page.bytes();
             for phys in (0..l.direct_map_end)
-                .step_by(1 << 30)
+                .step_by(step as usize)
+                .flat_map(|p| [p, p + step - 1])
                 .chain([0xfee0_0000, 0x9_fc10])
             {
                 assert_eq!(

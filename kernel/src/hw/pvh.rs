@@ -17,9 +17,9 @@ use core::arch::{asm, global_asm};
 
 use bootloader_api::info::MemoryRegion;
 use memboot_kernel::pvh::{
-    build_page_tables, image_phys, region_of_entry, Layout, MemoryMap, PvhError, StartInfo,
-    DIRECT_MAP_BASE, EARLY_MAPPED_BYTES, KERNEL_VIRT_BASE, MAX_E820_ENTRIES, MEMMAP_ENTRY_BYTES,
-    START_INFO_BYTES,
+    build_page_tables, image_phys, region_of_entry, DirectMapPage, Layout, MemoryMap, PvhError,
+    StartInfo, DIRECT_MAP_BASE, EARLY_MAPPED_BYTES, KERNEL_VIRT_BASE, MAX_E820_ENTRIES,
+    MEMMAP_ENTRY_BYTES, START_INFO_BYTES,
 };
 
 use memboot_kernel::boot_error::BootError;
@@ -192,10 +192,12 @@ fn plan(start_info_phys: u64) -> Result<(Layout, &'static MemoryMap, u64), PvhEr
         *entry = region_of_entry(&early_bytes::<MEMMAP_ENTRY_BYTES>("memory map", at)?);
     }
     let mut map = MemoryMap::from_e820(entries.into_iter());
-    if !has_1gib_pages() {
-        return Err(PvhError::No1GiBPages);
-    }
-    let layout = Layout::plan(image_phys(&image::sections()), map.end());
+    let page = if has_1gib_pages() {
+        DirectMapPage::Gib1
+    } else {
+        DirectMapPage::Mib2
+    };
+    let layout = Layout::plan(image_phys(&image::sections()), map.end(), page);
     layout.check(&map)?;
     // The start info and its memory map need no reservation: what the boot
     // needs of them is copied above (QEMU's option ROM leaves them in low
@@ -233,6 +235,12 @@ extern "C" fn pvh_main(start_info_phys: u64) -> ! {
             boot::fail_early(&e, e.status())
         }
     };
+    if layout.direct_map_page == DirectMapPage::Mib2 {
+        crate::kprintln!(
+            "pvh: the CPU has no 1 GiB pages (CPUID 0x80000001 EDX bit 26): the direct map uses 2 MiB pages, {} page-table pages",
+            layout.nr_tables()
+        );
+    }
     let regions: &'static [MemoryRegion] = map.regions();
     boot::keep_handoff(Handoff {
         entry: Entry::Pvh,

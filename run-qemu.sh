@@ -55,16 +55,35 @@ ensure_rust() {
     grep -qx x86_64-unknown-none <<<"$targets" || rustup target add x86_64-unknown-none --toolchain "$toolchain" >&2 \
         || die_setup "rustup target add x86_64-unknown-none failed"
 }
-apt_install() {
-    note "installing $* (apt-get)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >&2 \
-        || die_setup "apt-get install $* failed; install it by hand"
-}
+# apt_install PACKAGE...: tests/apt-install.sh, which removes no package
+# silently (it refuses, exit 3, unless CI=true or MEMBOOT_APT_ALLOW_REMOVE=1).
+apt_install() { "$ROOT/tests/apt-install.sh" "$@"; }
 ensure_qemu() {
-    command -v qemu-system-x86_64 >/dev/null || apt_install qemu-system-x86
     # GNU time reports QEMU's peak RSS (wait4's ru_maxrss).
-    [ -x /usr/bin/time ] || apt_install time
-    if wants ovmf && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then apt_install ovmf; fi
+    [ -x /usr/bin/time ] || apt_install time || die_setup "GNU time is missing (/usr/bin/time)"
+    if wants ovmf && [ ! -f /usr/share/OVMF/OVMF_CODE_4M.fd ]; then
+        apt_install ovmf || die_setup "OVMF is missing (/usr/share/OVMF), which --uefi boots"
+    fi
+    # `qemu`: no --qemu and no MEMBOOT_QEMU, so the machine's QEMU; a QEMU
+    # already there is used as it is (memboot-run checks that it is 7.2
+    # or newer).
+    wants qemu || return 0
+    command -v qemu-system-x86_64 >/dev/null && return 0
+    # Once apt refused (it would remove packages), later boots go straight
+    # to the unpacked QEMU instead of asking apt again.
+    local refused=$ROOT/target/qemu-peer/apt-refused
+    if [ ! -f "$refused" ]; then
+        apt_install qemu-system-x86
+        case $? in
+        0) return 0 ;;
+        3) mkdir -p "${refused%/*}" && date -u +%FT%TZ >"$refused" ;;
+        *) die_setup "QEMU is missing and could not be installed (see above)" ;;
+        esac
+    fi
+    note "no qemu-system-x86_64 here, and installing Debian's would remove packages (see $refused's first run; MEMBOOT_APT_ALLOW_REMOVE=1 and deleting that file installs it anyway): using QEMU 10.0 as tests/qemu-peer.sh unpacks it, which changes nothing on the system"
+    MEMBOOT_QEMU=$("$ROOT/tests/qemu-peer.sh" | awk '$1 ~ /^qemu-/ { print $2 }') && [ -n "$MEMBOOT_QEMU" ] \
+        || die_setup "tests/qemu-peer.sh failed: install QEMU by hand (apt-get install qemu-system-x86)"
+    export MEMBOOT_QEMU
 }
 
 # --- build: kernel ELF, its stripped copy, disk images, host tools -----------
@@ -111,7 +130,7 @@ build_tools() {
     fi
 }
 
-wants qemu && ensure_qemu
+wants time && ensure_qemu
 if wants kernel || wants tap; then
     # One build at a time: parallel test boots share these outputs.
     mkdir -p "$image_dir"

@@ -11,7 +11,8 @@ pub const USAGE: &str = r#"  ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--acce
                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
                 [--build-only|--no-build] [--svg FILE] [--default-devices]
                 [--calibrate-tsc] [--host-memory prefault|cold]
-                [--profile FILE] [--trace FILE] [-- KERNEL_OPTIONS...]
+                [--profile FILE] [--trace FILE] [--qemu PATH]
+                [-- KERNEL_OPTIONS...]
   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
                 [--trace FILE] [-- EXTRA_LINUX_CMDLINE...]  (KERNEL: a
                 bzImage, or a vmlinux with a PVH note, booted through its
@@ -24,6 +25,9 @@ log's tail its phase figures. Slower: never a timing.
 --trace FILE: after the boot, its phases per CPU (--linux: its initcalls
 per PID and its memmap phases) as a Chrome trace-event file for Perfetto
 UI or chrome://tracing, written by memboot-plot trace (README "Trace").
+--qemu PATH: the QEMU to boot with (default: MEMBOOT_QEMU, else
+qemu-system-x86_64 on PATH, installed when missing); 7.2 or newer.
+tests/qemu-peer.sh prints the path of a QEMU 10.0 it unpacks.
 
 Exit codes: 0 kernel reported success; 1 kernel reported failure;
 2 QEMU failed (could not start, or stopped without the kernel's exit code,
@@ -78,6 +82,7 @@ pub const FLAGS: &[Flag] = &[
     switch(&["--calibrate-tsc"]),
     value(&["--host-memory"], "prefault or cold"),
     value(&["--profile"], "a file"),
+    value(&["--qemu"], "a QEMU binary"),
 ];
 
 const fn value(names: &'static [&'static str], needs: &'static str) -> Flag {
@@ -166,6 +171,9 @@ pub struct Args {
     pub calibrate_tsc: bool,
     pub host_memory: Option<HostMemory>,
     pub profile: Option<PathBuf>,
+    /// The QEMU binary chosen (`--qemu`, else MEMBOOT_QEMU); `None`: the
+    /// machine's `qemu-system-x86_64`.
+    pub qemu: Option<PathBuf>,
     /// The words after `--`: memboot's options, or Linux's for `--linux`.
     pub kernel_opts: Vec<String>,
 }
@@ -268,9 +276,10 @@ fn parse_mem_bytes(value: &str) -> Result<u64, SizeError> {
     Ok(n << unit)
 }
 
-/// The largest guest QEMU 7.2 starts: it builds its SMBIOS tables and then
-/// asserts in smbios_get_tables() from 60T on, whatever the entry point
-/// (checked: 59T starts, 60T aborts); README "Large guests".
+/// The largest guest QEMU 7.2 and 10.0 start: they build their SMBIOS
+/// tables and then assert in smbios_get_tables() from 60T on, whatever the
+/// entry point (checked on both: 59T starts, 60T aborts); README "Large
+/// guests".
 pub const MAX_MEM_MIB: u64 = 59 << 20;
 /// The smallest guest memboot boots in.
 pub const MIN_MEM_MIB: u64 = 128;
@@ -294,7 +303,7 @@ fn parse_mem_mib(mem: &str) -> Result<u64, Usage> {
         return Err(usage!("-m {mem}: memboot needs at least {MIN_MEM_MIB}M"));
     }
     if mib > MAX_MEM_MIB {
-        return Err(usage!("-m {mem}: at most 59T: QEMU 7.2 fails an assertion in smbios_get_tables() from 60T (its SMBIOS memory-device tables outgrow their fixed area)"));
+        return Err(usage!("-m {mem}: at most 59T: QEMU (7.2 and 10.0) fails an assertion in smbios_get_tables() from 60T (its SMBIOS memory-device tables outgrow their fixed area)"));
     }
     Ok(mib)
 }
@@ -414,6 +423,7 @@ impl Args {
             calibrate_tsc: given.switch("--calibrate-tsc"),
             host_memory,
             profile,
+            qemu: given.path("--qemu"),
             kernel_opts,
         })
     }

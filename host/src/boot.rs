@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use memboot_contract::host_memory::LARGE_GUEST_MIB;
 
 use crate::args::BootPath;
+use crate::qemu_binary::{self, Version};
 use crate::quote::{quote, quote_words};
 use crate::{exit, host, note, Checked, Paths, Stop};
 
@@ -248,6 +249,7 @@ pub fn run(
     paths: &Paths,
     tmpdir: &Path,
     qemu: &[String],
+    qemu_version: &Version,
     profile: Option<&Profile>,
     invocation: &str,
 ) -> Result<u8, Stop> {
@@ -273,7 +275,7 @@ pub fn run(
     // every log records it, with what the host did before.
     let cold_idle_s = host::cold_idle_s().map_err(Stop::Setup)?;
     let memory_lines = host::memory_state(args.host_memory, cold_idle_s);
-    let provenance = provenance(c, qemu, invocation, &memory_lines);
+    let provenance = provenance(c, qemu, qemu_version, invocation, &memory_lines);
     eprint!("{provenance}");
     append(&log, &provenance);
     note(&booting(c));
@@ -342,7 +344,13 @@ pub fn run(
 /// Provenance, so that a committed log says what produced it: the
 /// command, the host, the state of its memory and QEMU's command line; on
 /// stderr and at the head of the log.
-fn provenance(c: &Checked, qemu: &[String], invocation: &str, memory_lines: &[String]) -> String {
+fn provenance(
+    c: &Checked,
+    qemu: &[String],
+    version: &Version,
+    invocation: &str,
+    memory_lines: &[String],
+) -> String {
     let mut text = format!("run-qemu.sh: command: {invocation}\n");
     text += &format!(
         "run-qemu.sh: host: {}\n",
@@ -351,6 +359,12 @@ fn provenance(c: &Checked, qemu: &[String], invocation: &str, memory_lines: &[St
     for line in memory_lines {
         text += &format!("run-qemu.sh: host memory: {line}\n");
     }
+    let binary = qemu_binary::binary(&c.args);
+    text += &format!(
+        "run-qemu.sh: qemu version: {}, {}\n",
+        version.line,
+        qemu_binary::resolve(&binary).display()
+    );
     text += &format!("run-qemu.sh: qemu: {}\n", quote_words(qemu));
     text
 }

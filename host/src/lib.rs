@@ -16,6 +16,7 @@ pub mod boot;
 pub mod host;
 pub mod need;
 pub mod qemu;
+pub mod qemu_binary;
 pub mod quote;
 
 use args::{Accel, Args, BootPath, HostMemory};
@@ -108,6 +109,9 @@ pub struct Checked {
     pub kernel: Kernel,
     pub need: Need,
     pub available_mib: u64,
+    /// Under KVM, the CPU features `-cpu host` leaves off (found by
+    /// [`qemu_binary::kvm_features_off`] before the boot).
+    pub kvm_off: Vec<&'static str>,
 }
 
 impl Checked {
@@ -165,6 +169,7 @@ pub fn check(args: Args, available: &host::Available) -> Result<Checked, Stop> {
         kernel,
         need,
         available_mib: available.mib,
+        kvm_off: Vec::new(),
     })
 }
 
@@ -195,8 +200,9 @@ pub fn qemu_command(
     plugin: Option<&str>,
 ) -> Vec<String> {
     let args = &c.args;
-    let mut q = vec!["qemu-system-x86_64".to_string()];
-    q.extend(qemu::machine_args(args, &c.node_mib));
+    let binary = qemu_binary::binary(args);
+    let mut q = vec![binary.display().to_string()];
+    q.extend(qemu::machine_args(args, &c.node_mib, &c.kvm_off));
     let tcg_khz = tsc_khz.filter(|_| args.accel == Accel::Tcg);
     match (&args.linux, &c.kernel) {
         (Some(linux), _) => q.extend(qemu::linux_boot_args(linux, tcg_khz, &args.kernel_opts)),
@@ -233,16 +239,22 @@ pub fn dry_run_lines(c: &Checked) -> [String; 2] {
 }
 
 /// The build steps run-qemu.sh runs before it runs this tool to boot, as
-/// words: `qemu` (QEMU and GNU time installed), `ovmf`, `kernel` (the
+/// words: `time` (GNU time installed), `qemu` (the machine's QEMU,
+/// installed when missing; not when `--qemu` or MEMBOOT_QEMU chose one),
+/// `ovmf`, `kernel` (the
 /// toolchain's pieces, the kernel and its stripped copy), `images` (the
 /// disk images, through the runner workspace), and the host tools `tap`,
-/// `plot`, `profiler`. A dry run needs none; --no-build only QEMU.
+/// `plot`, `profiler`. A dry run needs none; --no-build only GNU time and
+/// QEMU.
 pub fn build_steps(args: &Args) -> Vec<&'static str> {
     let mut steps = Vec::new();
     if args.dry_run {
         return steps;
     }
-    steps.push("qemu");
+    steps.push("time");
+    if args.qemu.is_none() {
+        steps.push("qemu");
+    }
     if args.boot_path == BootPath::Uefi {
         steps.push("ovmf");
     }

@@ -7,7 +7,9 @@
 use std::process::ExitCode;
 
 use memboot_run::args::{Args, Request, USAGE};
-use memboot_run::{boot, check, dry_run_lines, exit, host, note, qemu, Paths, Stop};
+use memboot_run::{
+    boot, check, dry_run_lines, exit, host, note, qemu, qemu_binary, Checked, Paths, Stop,
+};
 
 fn main() -> ExitCode {
     let mut argv = std::env::args();
@@ -29,14 +31,20 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
+/// The flags read (`--help` answered: the exit code) and checked against
+/// this host, MEMBOOT_QEMU read where `--qemu` is not given.
+fn checked_args(argv: &[String], steps_only: bool) -> Result<Result<Checked, u8>, Stop> {
     let args = match Args::parse(argv)? {
-        Request::Help if steps_only => return Ok(exit::OK),
+        Request::Help if steps_only => return Ok(Err(exit::OK)),
         Request::Help => {
             eprint!("{USAGE}");
-            return Ok(exit::USAGE);
+            return Ok(Err(exit::USAGE));
         }
         Request::Run(args) => *args,
+    };
+    let args = Args {
+        qemu: qemu_binary::choose(args.qemu, std::env::var(qemu_binary::QEMU_ENV).ok()),
+        ..args
     };
     let available = host::available().ok_or_else(|| {
         Stop::Setup(format!(
@@ -44,7 +52,20 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
             host::AVAILABLE_ENV
         ))
     })?;
-    let checked = check(args, &available)?;
+    Ok(Ok(check(args, &available)?))
+}
+
+fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
+    let mut checked = match checked_args(argv, steps_only)? {
+        Ok(checked) => checked,
+        Err(code) => return Ok(code),
+    };
+    let booting = !(steps_only || checked.args.dry_run || checked.args.build_only);
+    let qemu_version = if booting {
+        Some(qemu_binary::prepare(&mut checked)?)
+    } else {
+        None
+    };
     let args = &checked.args;
     if steps_only {
         println!("{}", memboot_run::build_steps(args).join(" "));
@@ -94,11 +115,13 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
         return Ok(exit::OK);
     }
     let invocation = boot::invocation(argv0, argv);
+    let qemu_version = qemu_version.ok_or_else(|| Stop::Setup("no QEMU version read".into()))?;
     boot::run(
         &checked,
         &paths,
         tmpdir.path(),
         &qemu,
+        &qemu_version,
         profile.as_ref(),
         &invocation,
     )

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::args::{Accel, Args, BootPath, HostMemory, Linux, Usage};
+use crate::qemu_binary::{host_cpu, MACHINE_TYPE};
 
 /// Linux wants node borders 8 MiB-aligned (QEMU's `numa_mem_align_shift`
 /// 23).
@@ -43,8 +44,10 @@ pub fn phys_bits(mem_mib: u64) -> u32 {
 }
 
 /// Everything that defines the virtual machine but not what it boots, so
-/// every guest of the same shape gets the same machine.
-pub fn machine_args(args: &Args, node_mib: &[u64]) -> Vec<String> {
+/// every guest of the same shape gets the same machine, on every QEMU
+/// version. `kvm_off`: the CPU features `-cpu host` leaves off under KVM
+/// ([`crate::qemu_binary::kvm_features_off`]).
+pub fn machine_args(args: &Args, node_mib: &[u64], kvm_off: &[&str]) -> Vec<String> {
     let mem_mib: u64 = node_mib.iter().sum();
     let smp = args.smp.to_string();
     let mut q: Vec<String> = Vec::new();
@@ -72,12 +75,12 @@ pub fn machine_args(args: &Args, node_mib: &[u64]) -> Vec<String> {
             "-cpu",
             &format!("max,phys-bits={}", phys_bits(mem_mib)),
         ]),
-        Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
+        Accel::Kvm => push(&["-accel", "kvm", "-cpu", &host_cpu(kvm_off)]),
     }
     // The SMBIOS 2.1 entry point caps the tables at 64 KiB, which QEMU's
     // memory-device entries exceed from ~24T ("SMBIOS 2.1 table length ...
     // exceeds 65535"); the 3.0 (64-bit) entry point has no such cap.
-    let mut machine = String::from("pc");
+    let mut machine = String::from(MACHINE_TYPE);
     if mem_mib > 8 << 20 {
         machine += ",smbios-entry-point-type=64";
     }

@@ -857,27 +857,59 @@ fn build_steps_follow_the_request() {
     let (kernel, initrd) = linux_files();
     let steps = |args: &[&str]| memboot_run::build_steps(&accepted(args, 1 << 30).args);
     assert!(steps(&["--dry-run", "--bios"]).is_empty());
-    assert_eq!(steps(&["-m", "1G"]), ["qemu", "kernel", "tap"]);
+    assert_eq!(steps(&["-m", "1G"]), ["time", "qemu", "kernel", "tap"]);
     assert_eq!(
         steps(&["--uefi", "--svg", "x.svg"]),
-        ["qemu", "ovmf", "kernel", "images", "tap", "plot"]
+        ["time", "qemu", "ovmf", "kernel", "images", "tap", "plot"]
     );
     assert_eq!(
         steps(&["--linux", &kernel, "--initrd", &initrd]),
-        ["qemu", "tap"]
+        ["time", "qemu", "tap"]
     );
     // The trace is memboot-plot's, for memboot and Linux alike.
     assert_eq!(
         steps(&["--linux", &kernel, "--initrd", &initrd, "--trace", "t.json"]),
-        ["qemu", "tap", "plot"]
+        ["time", "qemu", "tap", "plot"]
     );
     assert_eq!(
         steps(&["--trace", "t.json"]),
-        ["qemu", "kernel", "tap", "plot"]
+        ["time", "qemu", "kernel", "tap", "plot"]
     );
-    assert_eq!(steps(&["--no-build", "--profile", "p.json"]), ["qemu"]);
+    assert_eq!(
+        steps(&["--no-build", "--profile", "p.json"]),
+        ["time", "qemu"]
+    );
+    // A QEMU chosen by --qemu is not installed.
+    assert_eq!(
+        steps(&["--qemu", "/opt/qemu/bin/qemu-system-x86_64"]),
+        ["time", "kernel", "tap"]
+    );
     assert_eq!(
         steps(&["--build-only"]),
-        ["qemu", "kernel", "images", "tap", "plot", "profiler"]
+        ["time", "qemu", "kernel", "images", "tap", "plot", "profiler"]
     );
+}
+
+/// Every QEMU builds the same machine: the machine type QEMU 7.2 calls
+/// `pc`, by its versioned name; `--qemu` picks the binary, nothing else.
+#[test]
+fn the_machine_type_is_pinned_and_the_binary_chosen() {
+    for args in [
+        &["-m", "1G"][..],
+        &["-m", "32T", "--nodes", "4", "--", "memmap=ondemand"],
+    ] {
+        let cmd = dry_run(args);
+        assert_eq!(cmd[0], "qemu-system-x86_64", "{args:?}");
+        let machine = value_of(&cmd, "-machine");
+        assert_eq!(machine.len(), 1, "{args:?}");
+        assert!(
+            machine[0] == "pc-i440fx-7.2" || machine[0].starts_with("pc-i440fx-7.2,"),
+            "{args:?}: {machine:?}"
+        );
+        let mut with_qemu = vec!["--qemu", "/opt/q/qemu-system-x86_64"];
+        with_qemu.extend_from_slice(args);
+        let other = dry_run(&with_qemu);
+        assert_eq!(other[0], "/opt/q/qemu-system-x86_64");
+        assert_eq!(other[1..], cmd[1..], "{args:?}: only the binary differs");
+    }
 }

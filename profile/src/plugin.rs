@@ -1,131 +1,67 @@
 //! The TCG plugin: QEMU calls `qemu_plugin_install` when it loads
 //! `-plugin libmemboot_profile.so,out=FILE,threads=cpu|stack:BYTES,phase=NAME:ADDR[:ADDR…]…`.
 //!
-//! Counting: a callback per executed block (it carries the vCPU index) adds
-//! the block's instruction count to that vCPU's own counters; a memory
-//! callback on every access counts the phase's stores and bytes and follows
-//! the stack through calls, returns and pops. (QEMU 7.2 never calls a
-//! callback registered for loads only, and calls one registered for stores
-//! on loads too: every callback is registered for both, and
-//! `qemu_plugin_mem_is_store` tells them apart.) QEMU 7.2's
-//! API (v1) has no per-vCPU inline counters, and its inline add to a shared
-//! counter is not atomic under multi-threaded TCG; callbacks keep the
-//! counts exact with the vCPUs running in parallel as in every other boot.
-//! A phase opens at its entry function's first `push` (after `endbr64` and
-//! ftrace nops), one slot below the return address whether the function
-//! was called or tail-jumped to; without one, at the stack pointer the last
-//! call or return left. The entry block's instructions before that store
-//! count outside the phase (a few per frame opened).
-//! A block is counted when it starts: TCG runs a `rep`-prefixed string
-//! instruction one iteration per block execution, so such an instruction
-//! counts once per iteration.
+//! One build serves every plugin API generation QEMU has had ([`api`]):
+//! a constructor declares the newest one QEMU has before QEMU reads the
+//! declaration, and the install checks it against the range QEMU gives.
+//!
+//! What is counted, per vCPU and per phase, the same on every generation:
+//! instructions (a block's count each time it executes), stores and the
+//! bytes they write (each access), and per block how often it ran inside
+//! each phase. How:
+//! - API 1 and 2 (QEMU 7.2 to 9.0): a callback per executed block (it
+//!   carries the vCPU index) adds the block's count to that vCPU's
+//!   counters, and a callback on every memory access counts stores (QEMU
+//!   7.2 never calls a callback registered for loads only, and calls one
+//!   registered for stores on loads too: every callback is registered for
+//!   both, and `qemu_plugin_mem_is_store` tells them apart). API 1 has no
+//!   per-vCPU inline counters, and its inline add to a shared counter is
+//!   not atomic under multi-threaded TCG.
+//! - API 3 on (QEMU 9.1 on): inline, without a call out of the translated
+//!   code: each block adds its instruction count and one execution to its
+//!   vCPU's scoreboard entries, each store of an instruction whose store
+//!   size its encoding gives ([`crate::insn::store_bytes`]) adds one store
+//!   and its bytes. The counts are folded into the phases whenever a
+//!   vCPU's phase mask changes, before it changes, and at exit. Blocks
+//!   that open a phase or start with a REP string instruction, and stores
+//!   of any other instruction, keep their callbacks.
+//!
+//! Phases follow the stack: callbacks on calls, returns, pops and entry
+//! pushes estimate each vCPU's stack pointer (`tracker`). A phase opens at
+//! its entry function's first `push` (after `endbr64` and ftrace nops), one
+//! slot below the return address whether the function was called or
+//! tail-jumped to; without one, at the stack pointer the last call or
+//! return left. The entry block's instructions before that store count
+//! outside the phase (a few per frame opened).
+//!
+//! A REP string instruction counts as one instruction however many
+//! iterations it runs, as the CPU's retired-instruction counters count it:
+//! TCG ends a block after it and runs further iterations as executions of
+//! a block that starts with it (QEMU 7.2 one iteration each, QEMU 10 a
+//! batch of them), and such a block, when the vCPU's last instruction was
+//! that same instruction, is not counted again. Each iteration's stores
+//! are counted. (An interrupt between iterations makes the resumed
+//! instruction count again.)
 //!
 //! The API's functions are looked up in QEMU's executable with `dlsym`
 //! when the plugin is installed, so this library links without QEMU (the
 //! report binary and the tests use the same crate).
 
+pub mod api;
+
 use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::insn::{is_entry_padding, is_push_reg, StackOp};
+use crate::insn::{is_entry_padding, is_push_reg, is_rep_string, stores_of, StackOp, Stores};
 use crate::raw::{self, Raw};
 use crate::tracker::{Threads, Tracker, MAX_PHASES};
-
-/// The plugin API version this plugin was written against (QEMU 7.2: 1).
-#[no_mangle]
-pub static qemu_plugin_version: c_int = 1;
-
-type PluginId = u64;
-#[repr(C)]
-pub struct QemuInfo {
-    target_name: *const c_char,
-    version_min: c_int,
-    version_cur: c_int,
-    system_emulation: bool,
-    smp_vcpus: c_int,
-    max_vcpus: c_int,
-}
-#[repr(C)]
-pub struct Tb {
-    _opaque: [u8; 0],
-}
-#[repr(C)]
-pub struct Insn {
-    _opaque: [u8; 0],
-}
-const CB_NO_REGS: c_int = 0;
-const MEM_RW: c_int = 3;
-
-type TbTransCb = extern "C" fn(PluginId, *mut Tb);
-type VcpuUdataCb = extern "C" fn(c_uint, *mut c_void);
-type MemCb = extern "C" fn(c_uint, u32, u64, *mut c_void);
-type AtexitCb = extern "C" fn(PluginId, *mut c_void);
-
-/// QEMU's plugin API, from `include/qemu/qemu-plugin.h` (API version 1).
-struct Api {
-    register_tb_trans: extern "C" fn(PluginId, TbTransCb),
-    register_tb_exec: extern "C" fn(*mut Tb, VcpuUdataCb, c_int, *mut c_void),
-    register_insn_exec: extern "C" fn(*mut Insn, VcpuUdataCb, c_int, *mut c_void),
-    register_mem: extern "C" fn(*mut Insn, MemCb, c_int, c_int, *mut c_void),
-    register_atexit: extern "C" fn(PluginId, AtexitCb, *mut c_void),
-    tb_n_insns: extern "C" fn(*const Tb) -> usize,
-    tb_get_insn: extern "C" fn(*const Tb, usize) -> *mut Insn,
-    insn_data: extern "C" fn(*const Insn) -> *const c_void,
-    insn_size: extern "C" fn(*const Insn) -> usize,
-    insn_vaddr: extern "C" fn(*const Insn) -> u64,
-    mem_size_shift: extern "C" fn(u32) -> c_uint,
-    mem_is_store: extern "C" fn(u32) -> bool,
-    outs: extern "C" fn(*const c_char),
-}
-
-extern "C" {
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-}
-
-impl Api {
-    fn load() -> Result<Api, String> {
-        fn sym<F: Copy>(name: &CStr) -> Result<F, String> {
-            // SAFETY: dlsym with RTLD_DEFAULT (null on glibc) and a
-            // NUL-terminated name only looks a symbol up.
-            let p = unsafe { dlsym(core::ptr::null_mut(), name.as_ptr()) };
-            if p.is_null() {
-                return Err(format!(
-                    "QEMU exports no {name:?}: not QEMU 7.2's plugin API"
-                ));
-            }
-            assert_eq!(
-                core::mem::size_of::<F>(),
-                core::mem::size_of::<*mut c_void>()
-            );
-            // SAFETY: F is the function-pointer type the API header gives
-            // this symbol (the field it is stored in), the size of a pointer.
-            Ok(unsafe { core::mem::transmute_copy::<*mut c_void, F>(&p) })
-        }
-        Ok(Api {
-            register_tb_trans: sym(c"qemu_plugin_register_vcpu_tb_trans_cb")?,
-            register_tb_exec: sym(c"qemu_plugin_register_vcpu_tb_exec_cb")?,
-            register_insn_exec: sym(c"qemu_plugin_register_vcpu_insn_exec_cb")?,
-            register_mem: sym(c"qemu_plugin_register_vcpu_mem_cb")?,
-            register_atexit: sym(c"qemu_plugin_register_atexit_cb")?,
-            tb_n_insns: sym(c"qemu_plugin_tb_n_insns")?,
-            tb_get_insn: sym(c"qemu_plugin_tb_get_insn")?,
-            insn_data: sym(c"qemu_plugin_insn_data")?,
-            insn_size: sym(c"qemu_plugin_insn_size")?,
-            insn_vaddr: sym(c"qemu_plugin_insn_vaddr")?,
-            mem_size_shift: sym(c"qemu_plugin_mem_size_shift")?,
-            mem_is_store: sym(c"qemu_plugin_mem_is_store")?,
-            outs: sym(c"qemu_plugin_outs")?,
-        })
-    }
-
-    fn say(&self, msg: &str) {
-        if let Ok(s) = std::ffi::CString::new(format!("memboot-profile: {msg}\n")) {
-            (self.outs)(s.as_ptr());
-        }
-    }
-}
+use api::{
+    Api, BlockCounts, Insn, PluginId, QemuInfo, Tb, CB_NO_REGS, COUNT_BYTES, COUNT_REP_AT,
+    COUNT_STORES, INLINE_ADD_U64, INLINE_STORE_U64, MEM_RW, MEM_W,
+};
 
 /// The plugin's arguments.
 #[derive(Debug, PartialEq, Eq)]
@@ -179,18 +115,48 @@ struct BlockInfo {
     insn_offsets: Vec<u32>,
 }
 
+/// The blocks translated, each once: TCG translates a block again after
+/// its cache is flushed, and the copy gets the same id.
+#[derive(Default)]
+struct Blocks {
+    info: Vec<BlockInfo>,
+    ids: HashMap<(u64, Vec<u32>), usize>,
+}
+
+/// What a block's callback needs of it: its user data, leaked for the run
+/// (QEMU may run a block until the plugin's exit).
+struct BlockMeta {
+    id: usize,
+    n_insns: u64,
+    /// The phase whose entry is the block's first instruction.
+    entry: Option<usize>,
+    /// The block's first instruction is a REP string instruction at this
+    /// address (0: it is not).
+    rep_first: u64,
+    /// The block's last instruction is a REP string instruction at this
+    /// address (0: it is not).
+    rep_last: u64,
+}
+
 /// One vCPU's counters, touched only by that vCPU's callbacks.
 #[derive(Default)]
 struct Vcpu {
     /// Stack pointer estimate (0: unknown), `StackOp::rsp_after`.
     rsp: u64,
-    /// The phases of the block running now (`Tracker::mask`).
+    /// The phases open now (`Tracker::mask`).
     mask: u32,
     insns: u64,
     /// Executions per block id, and per block id inside each phase.
     execs: Vec<u64>,
     phase_execs: [Vec<u64>; MAX_PHASES],
     phase: [raw::PhaseCounts; MAX_PHASES],
+    /// Callbacks: the REP string instruction the previous block ended with
+    /// (0: none).
+    rep_at: u64,
+    /// Inline: the REP iterations' stores and bytes, and the blocks'
+    /// executions, already folded into the phases.
+    folded: [u64; 2],
+    folded_execs: Vec<u64>,
 }
 
 /// Per-vCPU state.
@@ -206,8 +172,9 @@ struct Plugin {
     config: Config,
     tracker: Tracker,
     vcpus: Vcpus,
-    blocks: Mutex<Vec<BlockInfo>>,
-    nr_blocks: AtomicU64,
+    blocks: Mutex<Blocks>,
+    /// Block ids handed out so far.
+    nr_blocks: AtomicUsize,
 }
 
 static PLUGIN: OnceLock<Plugin> = OnceLock::new();
@@ -227,20 +194,68 @@ impl Plugin {
         // touches its entry.
         unsafe { &mut *self.vcpus.0[vcpu as usize].get() }
     }
+
+    /// Inline counting: what `vcpu` counted since the last fold, added to
+    /// the phases open until now (`v.mask`). On `vcpu`'s thread, or at
+    /// exit.
+    fn fold(&self, v: &mut Vcpu, vcpu: c_uint) {
+        let Some(inline) = self.api.inline() else {
+            return;
+        };
+        let now =
+            [COUNT_STORES, COUNT_BYTES].map(|i| (inline.u64_get)(inline.counters.u64_at(i), vcpu));
+        let mut sum = BlockCounts {
+            insns: 0,
+            stores: now[0] - v.folded[0],
+            bytes: now[1] - v.folded[1],
+        };
+        v.folded = now;
+        let nr = self.nr_blocks.load(Ordering::Acquire);
+        if v.folded_execs.len() < nr {
+            v.folded_execs.resize(nr, 0);
+        }
+        let phases = mask_phases(v.mask);
+        inline.for_each_block(vcpu, nr, |id, execs, each| {
+            let d = execs - v.folded_execs[id];
+            if d == 0 {
+                return;
+            }
+            v.folded_execs[id] = execs;
+            sum.insns += d * each.insns;
+            sum.stores += d * each.stores;
+            sum.bytes += d * each.bytes;
+            for ph in phases.clone() {
+                let pe = &mut v.phase_execs[ph];
+                if pe.len() <= id {
+                    pe.resize(nr, 0);
+                }
+                pe[id] += d;
+            }
+        });
+        for ph in phases {
+            v.phase[ph].insns += sum.insns;
+            v.phase[ph].stores += sum.stores;
+            v.phase[ph].bytes += sum.bytes;
+        }
+    }
 }
 
-/// A memory callback's user data: what the instruction is (low byte) and
-/// its argument (`ret imm16`'s bytes, the entry push's phase).
+/// The phases in `mask`.
+fn mask_phases(mask: u32) -> impl Iterator<Item = usize> + Clone {
+    (0..MAX_PHASES).filter(move |ph| mask & (1 << ph) != 0)
+}
+
+/// A memory callback's user data: what the instruction is (low byte), its
+/// argument (`ret imm16`'s bytes, the entry push's phase; bits 8–23), and
+/// whether the callback counts the instruction's stores ([`MEM_COUNT`]).
 const MEM_RET: u64 = 1;
 const MEM_CALL: u64 = 2;
 const MEM_ENTRY_PUSH: u64 = 3;
 const MEM_POP: u64 = 4;
-
-/// A block callback's user data: block id, instruction count and the phase
-/// whose entry is the block's first instruction (0: none, else phase + 1).
-fn block_udata(id: u64, n_insns: usize, entry: Option<usize>) -> *mut c_void {
-    (id << 16 | (n_insns as u64) << 4 | entry.map_or(0, |p| p as u64 + 1)) as *mut c_void
-}
+/// The callback counts this instruction's stores (callbacks: every one;
+/// inline: those of [`Stores::Unknown`] instructions, and of every
+/// instruction in a block where a phase opens after its start).
+const MEM_COUNT: u64 = 1 << 32;
 
 /// Called by QEMU when it loads the plugin.
 ///
@@ -254,7 +269,17 @@ pub unsafe extern "C" fn qemu_plugin_install(
     argc: c_int,
     argv: *const *const c_char,
 ) -> c_int {
-    let api = match Api::load() {
+    // SAFETY: QEMU's contract above.
+    let info = unsafe { &*info };
+    let version = api::declared_version();
+    if !(info.version_min..=info.version_cur).contains(&version) {
+        eprintln!(
+            "memboot-profile: declared plugin API {version}, QEMU takes {} to {}",
+            info.version_min, info.version_cur
+        );
+        return 1;
+    }
+    let api = match Api::load(version) {
         Ok(api) => api,
         Err(e) => {
             eprintln!("memboot-profile: {e}");
@@ -276,14 +301,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     };
-    // SAFETY: QEMU's contract above.
-    let info = unsafe { &*info };
     if !info.system_emulation {
         api.say("needs system emulation (qemu-system-*)");
-        return 1;
-    }
-    if info.version_cur < 1 {
-        api.say("QEMU's plugin API is older than version 1");
         return 1;
     }
     let max_vcpus = info.max_vcpus.max(info.smp_vcpus).max(1) as usize;
@@ -296,8 +315,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
                 .map(|_| UnsafeCell::new(Vcpu::default()))
                 .collect(),
         ),
-        blocks: Mutex::new(Vec::new()),
-        nr_blocks: AtomicU64::new(0),
+        blocks: Mutex::new(Blocks::default()),
+        nr_blocks: AtomicUsize::new(0),
     };
     if PLUGIN.set(state).is_err() {
         eprintln!("memboot-profile: loaded twice");
@@ -309,60 +328,174 @@ pub unsafe extern "C" fn qemu_plugin_install(
     0
 }
 
+/// The id of the block at `vaddr` with these instruction offsets (its
+/// earlier translation's, else a new one), and, counted inline, its
+/// execution counter: each execution counts `counts`.
+fn block_id(
+    p: &Plugin,
+    vaddr: u64,
+    insn_offsets: Vec<u32>,
+    counts: BlockCounts,
+) -> (usize, Option<api::PluginU64>) {
+    let mut blocks = p.blocks.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (vaddr, insn_offsets);
+    if let Some(&id) = blocks.ids.get(&key) {
+        return (id, p.api.inline().map(|i| i.block_counter(id)));
+    }
+    let id = blocks.info.len();
+    // Its counter exists before the id is handed out.
+    let counter = p.api.inline().map(|i| i.add_block(id, counts));
+    blocks.info.push(BlockInfo {
+        vaddr,
+        insn_offsets: key.1.clone(),
+    });
+    blocks.ids.insert(key, id);
+    p.nr_blocks.store(id + 1, Ordering::Release);
+    (id, counter)
+}
+
 extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     let p = plugin();
     let n = (p.api.tb_n_insns)(tb);
     let insns: Vec<*mut Insn> = (0..n).map(|i| (p.api.tb_get_insn)(tb, i)).collect();
-    let bytes = |insn: *mut Insn| {
-        let size = (p.api.insn_size)(insn);
-        // SAFETY: QEMU's insn_data points at the instruction's `size`
-        // bytes for the duration of this callback.
-        unsafe { core::slice::from_raw_parts((p.api.insn_data)(insn) as *const u8, size) }
-    };
-    let start = insns.first().map_or(0, |&i| (p.api.insn_vaddr)(i));
-    let mut offsets = Vec::with_capacity(n);
+    let codes: Vec<([u8; 16], usize)> = insns.iter().map(|&i| p.api.bytes(i)).collect();
+    let bytes = |i: usize| &codes[i].0[..codes[i].1];
+    let vaddrs: Vec<u64> = insns.iter().map(|&i| (p.api.insn_vaddr)(i)).collect();
+    let start = vaddrs.first().copied().unwrap_or(0);
     let mut entry_at_start = None;
     // Instruction index -> the phase whose frame its push opens.
     let mut entry_push = None;
-    for (i, &insn) in insns.iter().enumerate() {
-        let vaddr = (p.api.insn_vaddr)(insn);
-        offsets.push((vaddr - start) as u32);
+    let mut entry_inside = false;
+    for (i, &vaddr) in vaddrs.iter().enumerate() {
         if let Some(ph) = p.config.phases.iter().position(|(_, e)| e.contains(&vaddr)) {
             let push = (i..n)
-                .find(|&j| !is_entry_padding(bytes(insns[j])))
-                .filter(|&j| is_push_reg(bytes(insns[j])));
+                .find(|&j| !is_entry_padding(bytes(j)))
+                .filter(|&j| is_push_reg(bytes(j)));
             match (push, i) {
                 (Some(j), _) => entry_push = Some((j, ph)),
                 (None, 0) => entry_at_start = Some(ph),
                 // An entry reached by falling into it mid-block.
                 (None, _) => {
-                    (p.api.register_insn_exec)(insn, on_entry, CB_NO_REGS, ph as *mut c_void)
+                    (p.api.register_insn_exec)(insns[i], on_entry, CB_NO_REGS, ph as *mut c_void);
+                    entry_inside = true;
                 }
             }
         }
     }
+    // A phase that opens inside the block splits its stores: each is
+    // counted as it happens.
+    let per_access = entry_push.is_some() || entry_inside;
+    let rep_at = |i: usize| {
+        if is_rep_string(bytes(i)) {
+            vaddrs[i]
+        } else {
+            0
+        }
+    };
+    let mut counts = BlockCounts {
+        insns: n as u64,
+        ..BlockCounts::default()
+    };
     for (i, &insn) in insns.iter().enumerate() {
-        let ud = match StackOp::of(bytes(insn)) {
-            _ if entry_push.is_some_and(|(j, _)| j == i) => {
-                MEM_ENTRY_PUSH | (entry_push.unwrap().1 as u64) << 8
-            }
-            StackOp::Ret { pop_bytes } => MEM_RET | u64::from(pop_bytes) << 8,
-            StackOp::Call => MEM_CALL,
-            StackOp::Pop => MEM_POP,
-            StackOp::Other => 0,
-        };
-        (p.api.register_mem)(insn, on_mem, CB_NO_REGS, MEM_RW, ud as *mut c_void);
+        let push = entry_push.filter(|&(j, _)| j == i).map(|e| e.1);
+        let (stores, bytes_stored) = instrument_memory(p, insn, bytes(i), push, per_access);
+        counts.stores += stores;
+        counts.bytes += bytes_stored;
+        if let (Some(inline), rep @ 1..) = (p.api.inline(), rep_at(i)) {
+            let at = inline.counters.u64_at(COUNT_REP_AT);
+            (inline.insn_inline)(insn, INLINE_STORE_U64, at, rep);
+        }
     }
-    let id = p.nr_blocks.fetch_add(1, Ordering::Relaxed);
-    {
-        let mut blocks = p.blocks.lock().unwrap_or_else(|e| e.into_inner());
-        debug_assert_eq!(blocks.len() as u64, id);
-        blocks.push(BlockInfo {
-            vaddr: start,
-            insn_offsets: offsets,
-        });
+    let offsets = vaddrs.iter().map(|&a| (a - start) as u32).collect();
+    let (id, counter) = block_id(p, start, offsets, counts);
+    let meta = BlockMeta {
+        id,
+        n_insns: n as u64,
+        entry: entry_at_start,
+        rep_first: if n > 0 { rep_at(0) } else { 0 },
+        rep_last: if n > 0 { rep_at(n - 1) } else { 0 },
+    };
+    match (p.api.inline(), counter) {
+        // Counted inline: most blocks.
+        (Some(inline), Some(counter)) if meta.entry.is_none() && meta.rep_first == 0 => {
+            let rep_at = inline.counters.u64_at(COUNT_REP_AT);
+            (inline.tb_inline)(tb, INLINE_ADD_U64, counter, 1);
+            (inline.tb_inline)(tb, INLINE_STORE_U64, rep_at, 0);
+        }
+        (inline, _) => {
+            let meta: *mut BlockMeta = Box::leak(Box::new(meta));
+            let cb = if inline.is_some() {
+                on_block_inline
+            } else {
+                on_block
+            };
+            (p.api.register_tb_exec)(tb, cb, CB_NO_REGS, meta.cast());
+        }
     }
-    (p.api.register_tb_exec)(tb, on_block, CB_NO_REGS, block_udata(id, n, entry_at_start));
+}
+
+/// Register what follows `insn`'s memory accesses: the stack tracking of
+/// calls, returns, pops and the entry push of `phase`, and its stores
+/// (`per_access`: by callback, as they happen). Counted inline, the stores
+/// and bytes each execution makes that the block's count adds.
+fn instrument_memory(
+    p: &Plugin,
+    insn: *mut Insn,
+    bytes: &[u8],
+    entry_push: Option<usize>,
+    per_access: bool,
+) -> (u64, u64) {
+    let op = match (StackOp::of(bytes), entry_push) {
+        (_, Some(ph)) => MEM_ENTRY_PUSH | (ph as u64) << 8,
+        (StackOp::Ret { pop_bytes }, _) => MEM_RET | u64::from(pop_bytes) << 8,
+        (StackOp::Call, _) => MEM_CALL,
+        (StackOp::Pop, _) => MEM_POP,
+        (StackOp::Other, _) => 0,
+    };
+    let Some(inline) = p.api.inline() else {
+        (p.api.register_mem)(
+            insn,
+            on_mem,
+            CB_NO_REGS,
+            MEM_RW,
+            (op | MEM_COUNT) as *mut c_void,
+        );
+        return (0, 0);
+    };
+    let stores = match stores_of(bytes) {
+        Stores::Fixed { count: 0, .. } => Stores::Fixed { count: 0, bytes: 0 },
+        _ if per_access => Stores::Unknown,
+        s => s,
+    };
+    let count = if stores == Stores::Unknown {
+        MEM_COUNT
+    } else {
+        0
+    };
+    // The callback first: an entry push opens its phase before its own
+    // store is counted.
+    match op {
+        0 if count == 0 => {}
+        // An instruction that only stores: its stores alone.
+        0 => (p.api.register_mem)(insn, on_mem, CB_NO_REGS, MEM_W, count as *mut c_void),
+        _ => (p.api.register_mem)(
+            insn,
+            on_mem,
+            CB_NO_REGS,
+            MEM_RW,
+            (op | count) as *mut c_void,
+        ),
+    }
+    match stores {
+        Stores::Fixed { count, bytes } => (count.into(), u64::from(count) * u64::from(bytes)),
+        Stores::PerIteration { bytes } => {
+            let c = |i| inline.counters.u64_at(i);
+            (inline.mem_inline)(insn, MEM_W, INLINE_ADD_U64, c(COUNT_STORES), 1);
+            (inline.mem_inline)(insn, MEM_W, INLINE_ADD_U64, c(COUNT_BYTES), bytes.into());
+            (0, 0)
+        }
+        Stores::Unknown => (0, 0),
+    }
 }
 
 fn open(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
@@ -372,41 +505,81 @@ fn open(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
     }
 }
 
+/// The phase mask at the stack pointer now; counted inline, what came
+/// before a change is folded into the phases it replaces.
+fn remask(p: &Plugin, v: &mut Vcpu, vcpu: c_uint) {
+    let mask = p.tracker.mask(vcpu, v.rsp);
+    if mask != v.mask {
+        p.fold(v, vcpu);
+        v.mask = mask;
+    }
+}
+
 extern "C" fn on_entry(vcpu: c_uint, udata: *mut c_void) {
     let p = plugin();
     // SAFETY: a callback for `vcpu`.
     let v = unsafe { p.vcpu(vcpu) };
     open(p, v, vcpu, udata as usize);
-    v.mask = p.tracker.mask(vcpu, v.rsp);
+    remask(p, v, vcpu);
 }
 
+/// Callbacks: every block.
 extern "C" fn on_block(vcpu: c_uint, udata: *mut c_void) {
     let p = plugin();
     // SAFETY: a callback for `vcpu`.
     let v = unsafe { p.vcpu(vcpu) };
-    let ud = udata as u64;
-    let (id, n) = ((ud >> 16) as usize, (ud >> 4) & 0xfff);
-    if ud & 0xf != 0 {
-        open(p, v, vcpu, (ud & 0xf) as usize - 1);
+    // SAFETY: `udata` is the block's leaked `BlockMeta` (on_translate).
+    let b = unsafe { &*(udata as *const BlockMeta) };
+    // A REP string instruction running more iterations: counted when it
+    // started.
+    let continued = b.rep_first != 0 && b.rep_first == v.rep_at;
+    v.rep_at = b.rep_last;
+    if continued {
+        return;
     }
-    if v.execs.len() <= id {
-        let want = (id + 1).max(p.nr_blocks.load(Ordering::Relaxed) as usize) * 2;
+    if let Some(ph) = b.entry {
+        open(p, v, vcpu, ph);
+    }
+    if v.execs.len() <= b.id {
+        let want = (b.id + 1).max(p.nr_blocks.load(Ordering::Relaxed)) * 2;
         v.execs.resize(want, 0);
     }
-    v.execs[id] += 1;
-    v.insns += n;
-    v.mask = p.tracker.mask(vcpu, v.rsp);
-    let mut mask = v.mask;
-    while mask != 0 {
-        let ph = mask.trailing_zeros() as usize;
-        mask &= mask - 1;
+    v.execs[b.id] += 1;
+    v.insns += b.n_insns;
+    remask(p, v, vcpu);
+    for ph in mask_phases(v.mask) {
         let pe = &mut v.phase_execs[ph];
-        if pe.len() <= id {
-            pe.resize((id + 1) * 2, 0);
+        if pe.len() <= b.id {
+            pe.resize((b.id + 1) * 2, 0);
         }
-        pe[id] += 1;
-        v.phase[ph].insns += n;
+        pe[b.id] += 1;
+        v.phase[ph].insns += b.n_insns;
     }
+}
+
+/// Inline: a block that opens a phase or starts with a REP string
+/// instruction (the others are counted without a callback).
+extern "C" fn on_block_inline(vcpu: c_uint, udata: *mut c_void) {
+    let p = plugin();
+    let Some(inline) = p.api.inline() else {
+        return;
+    };
+    // SAFETY: a callback for `vcpu`.
+    let v = unsafe { p.vcpu(vcpu) };
+    // SAFETY: `udata` is the block's leaked `BlockMeta` (on_translate).
+    let b = unsafe { &*(udata as *const BlockMeta) };
+    let rep_at = inline.counters.u64_at(COUNT_REP_AT);
+    let continued = b.rep_first != 0 && (inline.u64_get)(rep_at, vcpu) == b.rep_first;
+    (inline.u64_set)(rep_at, vcpu, 0);
+    if continued {
+        return;
+    }
+    if let Some(ph) = b.entry {
+        open(p, v, vcpu, ph);
+        remask(p, v, vcpu);
+    }
+    // Counted after the phase opened: the block runs inside it.
+    (inline.u64_add)(inline.block_counter(b.id), vcpu, 1);
 }
 
 extern "C" fn on_mem(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
@@ -426,16 +599,13 @@ extern "C" fn on_mem(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
     if ud & 0xff == MEM_ENTRY_PUSH && store {
         // The return address is the slot above the push.
         v.rsp = vaddr + 8;
-        open(p, v, vcpu, (ud >> 8) as usize);
+        open(p, v, vcpu, (ud >> 8 & 0xffff) as usize);
         v.rsp = vaddr;
-        v.mask = p.tracker.mask(vcpu, v.rsp);
+        remask(p, v, vcpu);
     }
-    if store && v.mask != 0 {
+    if store && ud & MEM_COUNT != 0 && v.mask != 0 {
         let bytes = 1u64 << (p.api.mem_size_shift)(info);
-        let mut mask = v.mask;
-        while mask != 0 {
-            let ph = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
+        for ph in mask_phases(v.mask) {
             v.phase[ph].stores += 1;
             v.phase[ph].bytes += bytes;
         }
@@ -447,6 +617,11 @@ extern "C" fn on_mem(vcpu: c_uint, info: u32, vaddr: u64, udata: *mut c_void) {
     }
     if let Some(rsp) = op.rsp_after(vaddr, store) {
         v.rsp = rsp;
+        // Counted inline, no block callback follows the stack: the mask
+        // moves here.
+        if p.api.inline().is_some() {
+            remask(p, v, vcpu);
+        }
     }
 }
 
@@ -459,7 +634,29 @@ extern "C" fn on_exit(_id: PluginId, _udata: *mut c_void) {
     }
 }
 
+/// Inline: each vCPU's last counts folded, and its totals and block
+/// executions read, at exit.
+fn fold_at_exit(p: &Plugin) {
+    let Some(inline) = p.api.inline() else {
+        return;
+    };
+    let nr = p.nr_blocks.load(Ordering::Acquire);
+    for (i, cell) in p.vcpus.0.iter().enumerate() {
+        let vcpu = i as c_uint;
+        // SAFETY: at exit every vCPU has stopped (Vcpus' contract).
+        let v = unsafe { &mut *cell.get() };
+        p.fold(v, vcpu);
+        let (mut execs, mut insns) = (vec![0; nr], 0);
+        inline.for_each_block(vcpu, nr, |id, n, each| {
+            execs[id] = n;
+            insns += n * each.insns;
+        });
+        (v.execs, v.insns) = (execs, insns);
+    }
+}
+
 fn collect(p: &Plugin) -> Raw {
+    fold_at_exit(p);
     let blocks = p.blocks.lock().unwrap_or_else(|e| e.into_inner());
     let nph = p.config.phases.len();
     // SAFETY: at exit every vCPU has stopped (Vcpus' contract).
@@ -479,7 +676,7 @@ fn collect(p: &Plugin) -> Raw {
         })
         .collect();
     let count = |v: &Vec<u64>, id: usize| v.get(id).copied().unwrap_or(0);
-    let merged = Raw::merge_blocks(blocks.iter().enumerate().filter_map(|(id, b)| {
+    let merged = Raw::merge_blocks(blocks.info.iter().enumerate().filter_map(|(id, b)| {
         let execs: u64 = vcpus.iter().map(|v| count(&v.execs, id)).sum();
         (execs > 0).then(|| raw::Block {
             vaddr: b.vaddr,
@@ -534,12 +731,5 @@ mod tests {
             let e = Config::parse(args.iter().copied()).unwrap_err();
             assert!(e.contains(why), "{args:?}: {e}");
         }
-    }
-
-    #[test]
-    fn block_user_data_packs_what_the_callback_unpacks() {
-        let ud = block_udata(123_456, 512, Some(2)) as u64;
-        assert_eq!((ud >> 16, (ud >> 4) & 0xfff, ud & 0xf), (123_456, 512, 3));
-        assert_eq!(block_udata(7, 1, None) as u64 & 0xf, 0);
     }
 }

@@ -7,7 +7,7 @@
 #   tests/bench.sh --host-memory prefault|cold [--sizes "64G 1T"] [--smp N]
 #                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
 #                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
-#                  [--profile] [-- EXTRA_RUN_QEMU_ARGS...]
+#                  [--profile] [--qemu PATH] [-- EXTRA_RUN_QEMU_ARGS...]
 #
 # --host-memory: the host-memory state every boot starts in (run-qemu.sh
 # --host-memory; README "Host memory"). Whether the host memory a boot
@@ -20,7 +20,13 @@
 # one run only.
 #
 # A mode may carry kernel options: ondemand+ondemand_drain=on boots
-# `memmap=ondemand ondemand_drain=on`.
+# `memmap=ondemand ondemand_drain=on`. Any entry (Linux's too) may end in
+# `@` words that say how it runs, not what boots: `@qemu-SERIES` boots it
+# with the QEMU tests/qemu-peer.sh unpacks (`qemu-10.0`) instead of the
+# run's, `@profile` under the memboot-profile plugin, as --profile does for
+# every entry: `deferred deferred@qemu-10.0 deferred@qemu-10.0@profile`
+# compares two QEMUs and the profile's cost in one ABBA run.
+# --qemu PATH: every boot with that QEMU (run-qemu.sh --qemu).
 # Entries whose struct pages cannot fit this host at a size are not booted
 # (run-qemu.sh refuses them; the table says why). memboot boots run with
 # verify=off so the times are boot work only.
@@ -50,7 +56,7 @@ if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep="" host_memory="" profile=0
-extra=()
+extra=() extra_qemu=()
 # The header comment above, whatever its length.
 usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
 while [ $# -gt 0 ]; do
@@ -66,6 +72,7 @@ while [ $# -gt 0 ]; do
         --keep) keep=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
         --profile) profile=1; shift ;;
+        --qemu) extra_qemu=(--qemu "$2"); shift 2 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
@@ -99,6 +106,30 @@ if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
     fi
 fi
 if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
+# The QEMUs tests/qemu-peer.sh unpacks (`qemu-SERIES PATH`), for entries
+# that name one.
+qemu_peer=""
+if [[ " $entries" == *@qemu-* ]]; then qemu_peer=$("$ROOT/tests/qemu-peer.sh"); fi
+extra=("${extra_qemu[@]}" "${extra[@]}")
+
+# run_args ENTRY: the run-qemu.sh arguments (one a line) of ENTRY's `@`
+# words but @profile, which boot() reads (the profile file is its own).
+run_args() {
+    local word path
+    [[ "$1" == *@* ]] || return 0
+    for word in $(tr '@' ' ' <<<"${1#*@}"); do
+        case "$word" in
+            profile) ;;
+            qemu-*)
+                path=$(awk -v k="$word" '$1 == k { print $2 }' <<<"$qemu_peer")
+                [ -n "$path" ] || { say "entry '$1': tests/qemu-peer.sh has no $word (it has: $(awk '{ printf "%s ", $1 }' <<<"$qemu_peer"))"; exit 64; }
+                printf '%s\n' --qemu "$path" ;;
+            *) say "entry '$1': unknown word @$word (@qemu-SERIES, @profile)"; exit 64 ;;
+        esac
+    done
+}
+# profiled ENTRY: does it boot under the plugin (--profile, or @profile)?
+profiled() { [ "$profile" = 1 ] || [[ "$1@" == *@profile@* ]]; }
 
 # boot_args ENTRY: run-qemu.sh arguments after the machine ones. A memboot
 # entry is MODE[+OPTION=VALUE...], e.g. ondemand+ondemand_drain=on. A Linux
@@ -117,8 +148,9 @@ if [ -n "$keep" ]; then out=$keep; mkdir -p "$out"; else out=$(mktemp -d); trap 
 # of the runs committed when Debian 12's kernel was the only peer, Linux 6.1.
 LEGACY_SERIES=6.1
 boot_args() {
-    local kernel=${1%%+*} opts=()
-    [[ "$1" == *+* ]] && IFS=+ read -ra opts <<<"${1#*+}"
+    local entry=${1%%@*}
+    local kernel=${entry%%+*} opts=()
+    [[ "$entry" == *+* ]] && IFS=+ read -ra opts <<<"${entry#*+}"
     if [[ "$kernel" != linux && "$kernel" != linux-* ]]; then
         printf '%s\n' -- "memmap=$kernel" "${opts[@]}" verify=off
         return
@@ -140,15 +172,16 @@ boot_args() {
 }
 # Every entry's arguments once here, where a bad entry stops the bench
 # (boot_args runs in a subshell below, whose exit would not).
-for e in $entries; do boot_args "$e" >/dev/null; done
+for e in $entries; do boot_args "$e" >/dev/null; run_args "$e" >/dev/null; done
 
 # boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
 boot() {
-    local args profiled=()
+    local args profiled=() how
     mapfile -t args < <(boot_args "$2")
-    [ "$profile" = 1 ] && profiled=(--profile "${3%.log}.profile.json")
+    mapfile -t how < <(run_args "$2")
+    profiled "$2" && profiled=(--profile "${3%.log}.profile.json")
     if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
-            --trace "${3%.log}.trace.json" "${profiled[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
+            --trace "${3%.log}.trace.json" "${profiled[@]}" "${how[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
         exit 1
@@ -156,10 +189,11 @@ boot() {
 }
 # fits SIZE ENTRY: can this host hold the boot? (run-qemu.sh refuses with 64)
 fits() {
-    local args
+    local args how
     mapfile -t args < <(boot_args "$2")
+    mapfile -t how < <(run_args "$2")
     if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
-            "${extra[@]}" "${args[@]}" >/dev/null 2>"$out/fit.err"; then
+            "${how[@]}" "${extra[@]}" "${args[@]}" >/dev/null 2>"$out/fit.err"; then
         return 0
     fi
     sed 's/^run-qemu.sh: //' "$out/fit.err" >"$out/$1-$2.skip"
@@ -191,9 +225,16 @@ accel=tcg
 for ((i = 0; i < ${#extra[@]}; i++)); do [ "${extra[i]}" = --accel ] && accel=${extra[i + 1]:-tcg}; done
 host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 host_mhz=$(awk -F': ' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo)
-profiled=""
-[ "$profile" = 1 ] && profiled=", every boot under the memboot-profile plugin (times are the plugin's)"
-heading="bench: ${accel^^}${profiled}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+profile_note=""
+if [ "$profile" = 1 ]; then
+    profile_note=", every boot under the memboot-profile plugin (times are the plugin's)"
+elif [[ "$entries@" == *@profile[@\ ]* ]]; then
+    profile_note=", entries @profile under the memboot-profile plugin (their times are the plugin's)"
+fi
+# Every QEMU the boots ran, as their logs name it.
+qemus=$(grep -ho '^run-qemu.sh: qemu version: QEMU emulator version [0-9.]*' "$out"/*.log 2>/dev/null \
+    | awk '{ print $NF }' | sort -uV | paste -sd / -)
+heading="bench: ${accel^^}${profile_note}, QEMU ${qemus:-?}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
 [ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
 report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
 [ -n "$json" ] && report+=(--json "$json")

@@ -222,23 +222,32 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
     .with_host_lines(text))
 }
 
+/// What an entry boots, without how tests/bench.sh runs it: the entry
+/// less its `@…` words (`@qemu-10.0`: another QEMU; `@profile`: under the
+/// instruction profile).
+pub fn kernel_of(entry: &str) -> &str {
+    entry.split('@').next().unwrap_or(entry)
+}
+
 /// Is `entry` a Linux boot (`linux-6.12`, `linux-6.1-bzimage+nokaslr`, the
-/// old `linux`, `linux-pvh`, …)?
+/// old `linux`, `linux-pvh`, `linux-6.12@qemu-10.0`, …)?
 pub fn is_linux(entry: &str) -> bool {
-    entry == "linux" || entry.starts_with("linux-") || entry.starts_with("linux+")
+    let kernel = kernel_of(entry);
+    kernel == "linux" || kernel.starts_with("linux-") || kernel.starts_with("linux+")
 }
 
 /// The kernel series a Linux entry names: `6.12` of `linux-6.12`,
 /// `linux-6.12-bzimage` or `linux-6.12+nokaslr`; `None` for the old names
 /// (`linux`, `linux-pvh`, … Debian 12's 6.1) and for memboot entries.
 pub fn linux_series(entry: &str) -> Option<&str> {
-    let rest = entry.strip_prefix("linux-")?;
+    let rest = kernel_of(entry).strip_prefix("linux-")?;
     let end = rest.find(['-', '+']).unwrap_or(rest.len());
     linux_log::series_of_release(&rest[..end]).filter(|s| s.len() == end)
 }
 
 /// Is `entry` a peer as the ratios divide by it: a kernel through its PVH
-/// entry with nothing added (`linux-6.12`, or the old `linux`)?
+/// entry with nothing added, on the run's own QEMU, unprofiled
+/// (`linux-6.12`, or the old `linux`)?
 pub fn is_peer(entry: &str) -> bool {
     entry == "linux" || linux_series(entry).is_some_and(|s| entry == format!("linux-{s}"))
 }

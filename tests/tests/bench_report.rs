@@ -394,6 +394,17 @@ fn linux_entry_names() {
         ("linux-bzimage+nokaslr", true, None, false),
         ("deferred", false, None, false),
         ("ondemand+ondemand_drain=on", false, None, false),
+        // tests/bench.sh's `@` words: how it runs an entry, not what boots.
+        ("linux-6.12@qemu-10.0", true, Some("6.12"), false),
+        ("linux-6.1@profile", true, Some("6.1"), false),
+        (
+            "linux-6.1-bzimage@qemu-10.0@profile",
+            true,
+            Some("6.1"),
+            false,
+        ),
+        ("deferred@qemu-10.0", false, None, false),
+        ("touch+struct_page=8@profile", false, None, false),
     ] {
         assert_eq!(
             (is_linux(entry), linux_series(entry), is_peer(entry)),

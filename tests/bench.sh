@@ -96,7 +96,7 @@ peer="" peer_series=()
 peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
 if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
     peer_args=()
-    [ "$profile" = 1 ] && peer_args=(--symbols)
+    if [ "$profile" = 1 ] || [[ "$entries@" == *@profile[@\ ]* ]]; then peer_args=(--symbols); fi
     peer=$("$ROOT/tests/linux-peer.sh" "${peer_args[@]}")
     mapfile -t peer_series < <(awk '$1 ~ /^vmlinux-/ { print substr($1, 9) }' <<<"$peer")
     [ ${#peer_series[@]} -gt 0 ] || { say "tests/linux-peer.sh printed no vmlinux-SERIES line"; exit 1; }

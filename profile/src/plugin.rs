@@ -168,6 +168,8 @@ struct Vcpus(Box<[UnsafeCell<Vcpu>]>);
 unsafe impl Sync for Vcpus {}
 
 struct Plugin {
+    /// How it counts, for the raw file (`Raw::plugin`).
+    described: String,
     api: Api,
     config: Config,
     tracker: Tracker,
@@ -306,7 +308,16 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     let max_vcpus = info.max_vcpus.max(info.smp_vcpus).max(1) as usize;
+    let how = match api.inline() {
+        Some(_) => "inline",
+        None => "callbacks",
+    };
+    let described = format!(
+        "API {version} of QEMU's {} to {}, {how}",
+        info.version_min, info.version_cur
+    );
     let state = Plugin {
+        described,
         api,
         tracker: Tracker::new(config.threads),
         config,
@@ -690,6 +701,7 @@ fn collect(p: &Plugin) -> Raw {
     Raw {
         vcpus: used as u32,
         threads: p.config.threads.to_string(),
+        plugin: p.described.clone(),
         phases,
         vcpu_insns: vcpus[..used].iter().map(|v| v.insns).collect(),
         blocks: merged,

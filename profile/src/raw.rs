@@ -5,6 +5,7 @@
 //! memboot-profile raw 1
 //! vcpus 2
 //! threads cpu
+//! plugin API 3 of QEMU's 2 to 4, inline
 //! phase deferred 0xffffffff81012340,0xffffffff81012560
 //! phase-vcpu deferred 0 insns 123 stores 45 bytes 360 opens 1 closes 1 unanchored 0
 //! phase-open deferred 0
@@ -56,6 +57,9 @@ pub struct Block {
 pub struct Raw {
     pub vcpus: u32,
     pub threads: String,
+    /// How the plugin counted: its API version, QEMU's range, and whether
+    /// inline or by callbacks (empty in files from before this line).
+    pub plugin: String,
     pub phases: Vec<Phase>,
     /// Instructions per vCPU, the whole run.
     pub vcpu_insns: Vec<u64>,
@@ -86,6 +90,9 @@ impl Raw {
 
     pub fn to_text(&self) -> String {
         let mut s = format!("{MAGIC}\nvcpus {}\nthreads {}\n", self.vcpus, self.threads);
+        if !self.plugin.is_empty() {
+            let _ = writeln!(s, "plugin {}", self.plugin);
+        }
         for p in &self.phases {
             let entries: Vec<String> = p.entries.iter().map(|e| format!("{e:#x}")).collect();
             let _ = writeln!(s, "phase {} {}", p.name, entries.join(","));
@@ -145,6 +152,7 @@ impl Raw {
                     .ok_or_else(|| bad("unknown phase"))
             };
             match w.as_slice() {
+                ["plugin", ..] => raw.plugin = line.trim_start()["plugin ".len()..].to_string(),
                 ["vcpus", n] => raw.vcpus = num(n)? as u32,
                 ["threads", t] => raw.threads = t.to_string(),
                 ["phase", name, entries] => raw.phases.push(Phase {
@@ -217,6 +225,7 @@ mod tests {
         Raw {
             vcpus: 2,
             threads: "cpu".into(),
+            plugin: "API 3 of QEMU's 2 to 4, inline".into(),
             phases: vec![Phase {
                 name: "deferred".into(),
                 entries: vec![0xffffffff81000010, 0xffffffff81000020],

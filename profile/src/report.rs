@@ -57,6 +57,9 @@ pub struct Profile {
     pub kernel: String,
     pub vcpus: u32,
     pub threads: String,
+    /// How the plugin counted (`Raw::plugin`; empty in older profiles).
+    #[serde(default)]
+    pub plugin: String,
     /// Every instruction every vCPU ran (firmware, bootloader and user
     /// space included; spin-waits and timer ticks follow the host's speed).
     pub total_insns: u64,
@@ -209,6 +212,7 @@ impl Profile {
             kernel: kernel.to_string(),
             vcpus: raw.vcpus,
             threads: raw.threads.clone(),
+            plugin: raw.plugin.clone(),
             total_insns: raw.vcpu_insns.iter().sum(),
             per_vcpu_insns: raw.vcpu_insns.clone(),
             kernel_insns,
@@ -231,13 +235,18 @@ impl Profile {
     /// The figures for the log's tail, one `memboot-profile:` line each.
     pub fn log_lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "memboot-profile: {}: {} instructions on {} vCPUs ({}), {} at kernel-half addresses, {:.2} % of them in known functions",
+            "memboot-profile: {}: {} instructions on {} vCPUs ({}), {} at kernel-half addresses, {:.2} % of them in known functions{}",
             self.kernel,
             self.total_insns,
             self.vcpus,
             self.per_vcpu_insns.iter().map(u64::to_string).collect::<Vec<_>>().join(" + "),
             self.kernel_insns,
-            100.0 * self.attributed_share
+            100.0 * self.attributed_share,
+            if self.plugin.is_empty() {
+                String::new()
+            } else {
+                format!("; counted by plugin {}", self.plugin)
+            }
         )];
         if self.attributed_share < MIN_ATTRIBUTED {
             let top: Vec<String> = self
@@ -342,6 +351,7 @@ mod tests {
         Raw {
             vcpus: 2,
             threads: "cpu".into(),
+            plugin: String::new(),
             phases: vec![Phase {
                 name: "deferred".into(),
                 entries: vec![0xffffffff81000000],

@@ -191,26 +191,33 @@ impl Raw {
                     }
                     raw.vcpu_insns[v] = num(n)?;
                 }
-                ["block", vaddr, offs, "execs", execs, "phases", pe @ ..] => {
-                    if pe.len() != raw.phases.len() {
-                        return Err(bad("one count per phase expected"));
-                    }
-                    raw.blocks.push(Block {
-                        vaddr: hex(vaddr).ok_or_else(|| bad("hex"))?,
-                        insn_offsets: offs
-                            .split(',')
-                            .map(|o| o.parse().map_err(|_| bad("offsets")))
-                            .collect::<Result<_, _>>()?,
-                        execs: num(execs)?,
-                        phase_execs: pe.iter().map(|x| num(x)).collect::<Result<_, _>>()?,
-                    });
-                }
+                ["block", ..] => raw.blocks.push(block(&w, raw.phases.len()).map_err(&bad)?),
                 [] => {}
                 _ => return Err(bad("unknown line")),
             }
         }
         Ok(raw)
     }
+}
+
+/// A `block` line's words, with one count per phase of `nr_phases`.
+fn block(w: &[&str], nr_phases: usize) -> Result<Block, &'static str> {
+    let ["block", vaddr, offs, "execs", execs, "phases", pe @ ..] = w else {
+        return Err("unknown line");
+    };
+    if pe.len() != nr_phases {
+        return Err("one count per phase expected");
+    }
+    let num = |s: &str| s.parse::<u64>().map_err(|_| "a number expected");
+    Ok(Block {
+        vaddr: hex(vaddr).ok_or("hex")?,
+        insn_offsets: offs
+            .split(',')
+            .map(|o| o.parse().map_err(|_| "offsets"))
+            .collect::<Result<_, _>>()?,
+        execs: num(execs)?,
+        phase_execs: pe.iter().map(|x| num(x)).collect::<Result<_, _>>()?,
+    })
 }
 
 pub fn hex(s: &str) -> Option<u64> {

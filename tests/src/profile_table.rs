@@ -154,19 +154,29 @@ fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
     Ok(runs)
 }
 
+/// `entry`'s `@` words (`@qemu-10.0@profile`; empty without).
+fn how_run(entry: &str) -> &str {
+    &entry[crate::bench::kernel_of(entry).len()..]
+}
+
 /// The pages of phase `ph` at `size` for `entry`: its own, or (Linux) the
-/// divisor entry's.
+/// divisor entry's, run the same way (`@` words) if there is one, else
+/// any way: the pages are the firmware map's, not the run's.
 fn pages(runs: &[Run], size: &str, entry: &str, ph: usize) -> Option<u64> {
-    let own = |e: &str| {
-        runs.iter()
-            .find(|r| r.size == size && r.entry == e)
-            .and_then(|r| r.boots[0].phases[ph].as_ref()?.pages)
-    };
-    if crate::bench::is_linux(entry) {
-        own(DIVISOR_ENTRY)
-    } else {
-        own(entry)
+    let own = |r: &Run| r.boots[0].phases[ph].as_ref()?.pages;
+    if !crate::bench::is_linux(entry) {
+        return runs
+            .iter()
+            .find(|r| r.size == size && r.entry == entry)
+            .and_then(own);
     }
+    let same_way = format!("{DIVISOR_ENTRY}{}", how_run(entry));
+    let divisor = |r: &&Run| r.size == size && crate::bench::kernel_of(&r.entry) == DIVISOR_ENTRY;
+    runs.iter()
+        .filter(divisor)
+        .find(|r| r.entry == same_way)
+        .or_else(|| runs.iter().find(divisor))
+        .and_then(own)
 }
 
 /// Median instructions per page of phase `ph`, for the ratio columns.
@@ -214,7 +224,13 @@ fn per_page_row(runs: &[Run], run: &Run, peers: &[&String]) -> String {
         out += &phase_cells(&counts, pages(runs, size, entry, ph));
     }
     for p in peers {
-        let cell = match (per_page(runs, size, entry, 0), per_page(runs, size, p, 0)) {
+        // The peer run the same way as this entry (`linux-6.1@profile` for
+        // `deferred@profile`).
+        let peer = format!("{p}{}", how_run(entry));
+        let cell = match (
+            per_page(runs, size, entry, 0),
+            per_page(runs, size, &peer, 0),
+        ) {
             (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
             _ => "–".into(),
         };

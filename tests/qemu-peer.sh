@@ -108,8 +108,10 @@ resolve() {
     # qemu-system-x86 of a backport wants the backported SeaBIOS.
     seabios=$(private apt-cache madison seabios | awk '/ bookworm-backports\// { print $3; exit }')
     [ -z "$seabios" ] || want+=("seabios=$seabios")
+    # `Inst NAME [INSTALLED] (VERSION SUITE [ARCH])`: the version is the
+    # first word in parentheses (an upgrade names the installed one first).
     private apt-get install --simulate --no-install-recommends "${want[@]}" 2>"$scratch/apt.err" \
-        | awk '$1 == "Inst" { v = $3; sub(/^\(/, "", v); print $2 "=" v }' >"$scratch/inst" \
+        | sed -n 's/^Inst \([^ ]*\) \(\[[^]]*\] \)\{0,1\}(\([^ ]*\) .*/\1=\3/p' >"$scratch/inst" \
         || die "apt-get install --simulate ${want[*]} failed: $(cat "$scratch/apt.err")"
     grep -q "^qemu-system-x86=" "$scratch/inst" \
         || die "apt would not install qemu-system-x86=$version here: $(cat "$scratch/apt.err")"

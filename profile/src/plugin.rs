@@ -18,13 +18,15 @@
 //!   per-vCPU inline counters, and its inline add to a shared counter is
 //!   not atomic under multi-threaded TCG.
 //! - API 3 on (QEMU 9.1 on): inline, without a call out of the translated
-//!   code: each block adds its instruction count and one execution to its
-//!   vCPU's scoreboard entries, each store of an instruction whose store
-//!   size its encoding gives ([`crate::insn::store_bytes`]) adds one store
-//!   and its bytes. The counts are folded into the phases whenever a
-//!   vCPU's phase mask changes, before it changes, and at exit. Blocks
-//!   that open a phase or start with a REP string instruction, and stores
-//!   of any other instruction, keep their callbacks.
+//!   code: each block adds one execution to its vCPU's scoreboard counter
+//!   for that block; its instructions, and the stores of its instructions
+//!   whose encoding fixes them ([`crate::insn::stores_of`]), follow from
+//!   its executions; a REP string instruction adds each iteration's store
+//!   inline. The counts are folded into the phases whenever a vCPU's phase
+//!   mask changes, before it changes, and at exit. Blocks that open a phase
+//!   or start with a REP string instruction, the stores of any other
+//!   instruction, and every store in a block where a phase opens after its
+//!   start keep their callbacks.
 //!
 //! Phases follow the stack: callbacks on calls, returns, pops and entry
 //! pushes estimate each vCPU's stack pointer (`tracker`). A phase opens at

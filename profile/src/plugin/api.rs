@@ -72,7 +72,7 @@ pub type MemCb = extern "C" fn(c_uint, u32, u64, *mut c_void);
 pub type AtexitCb = extern "C" fn(PluginId, *mut c_void);
 
 /// The plugin API version this plugin is written for, as QEMU reads it
-/// right after loading the plugin: set by [`choose_api`] first.
+/// right after loading the plugin: set by `choose_api` first.
 #[no_mangle]
 pub static qemu_plugin_version: AtomicI32 = AtomicI32::new(1);
 
@@ -95,7 +95,7 @@ extern "C" fn choose_api() {
     qemu_plugin_version.store(version, Ordering::Relaxed);
 }
 
-/// The version [`choose_api`] declared.
+/// The version `choose_api` declared.
 pub fn declared_version() -> c_int {
     qemu_plugin_version.load(Ordering::Relaxed)
 }
@@ -172,7 +172,7 @@ pub struct Inline {
     pub u64_get: extern "C" fn(PluginU64, c_uint) -> u64,
     pub u64_set: extern "C" fn(PluginU64, c_uint, u64),
     pub u64_add: extern "C" fn(PluginU64, c_uint, u64),
-    /// [`COUNTERS`] `u64`s per vCPU.
+    /// `COUNTERS` `u64`s per vCPU.
     pub counters: Score,
     /// The blocks, [`CHUNK_BLOCKS`] per chunk, by block id.
     chunks: Mutex<Vec<Chunk>>,
@@ -262,7 +262,7 @@ pub enum Counting {
     Inline(Inline),
 }
 
-/// QEMU's plugin API, for the version [`choose_api`] declared.
+/// QEMU's plugin API, for the version `choose_api` declared.
 pub struct Api {
     pub register_tb_trans: extern "C" fn(PluginId, TbTransCb),
     pub register_tb_exec: extern "C" fn(*mut Tb, VcpuUdataCb, c_int, *mut c_void),

@@ -15,7 +15,7 @@ use memboot_contract::host_memory::LARGE_GUEST_MIB;
 use crate::args::BootPath;
 use crate::qemu_binary::{self, Version};
 use crate::quote::{quote, quote_words};
-use crate::{exit, host, note, Checked, Paths, Stop};
+use crate::{cpu_time, exit, host, note, Checked, Paths, Stop};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.
@@ -23,6 +23,11 @@ const QEMU_KERNEL_OK: i32 = 33;
 const QEMU_KERNEL_FAIL: i32 = 35;
 /// `timeout`'s status when it stopped QEMU (124), or had to kill it (137).
 const TIMED_OUT: [i32; 2] = [124, 137];
+
+/// Where QEMU writes its pid (`-pidfile`), in a boot's scratch directory.
+pub fn pidfile(tmpdir: &Path) -> PathBuf {
+    tmpdir.join("qemu.pid")
+}
 
 /// A boot's scratch directory, removed when dropped.
 pub struct TempDir(PathBuf);
@@ -287,6 +292,7 @@ pub fn run(
     // it from QEMU's start (entry latency, QEMU start to memory ready: the
     // log's last lines).
     let time_file = tmpdir.join("time");
+    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), std::time::Instant::now());
     let tap = Command::new(paths.tool("memboot-tap"))
         .arg("--log")
         .arg(&log)
@@ -307,8 +313,12 @@ pub fn run(
             127
         }
     };
+    let samples = sampler.finish();
     host::record_exit();
     report_time(&time_file, &log);
+    for line in cpu_time::report(&samples, &log) {
+        note_and_log(&log, &line);
+    }
 
     if let (Some(profile), Some(out)) = (profile, &args.profile) {
         if !profile.report(paths, tmpdir, &log, out) {

@@ -13,6 +13,7 @@ use memboot_contract::options::{self, OptionError};
 
 pub mod args;
 pub mod boot;
+pub mod cpu_time;
 pub mod host;
 pub mod need;
 pub mod qemu;
@@ -203,6 +204,12 @@ pub fn qemu_command(
     let binary = qemu_binary::binary(args);
     let mut q = vec![binary.display().to_string()];
     q.extend(qemu::machine_args(args, &c.node_mib, &c.kvm_off));
+    // Named vCPU threads and QEMU's pid, for their host CPU time.
+    q.extend(cpu_time::QEMU_ARGS.map(String::from));
+    q.extend([
+        "-pidfile".into(),
+        boot::pidfile(tmpdir).display().to_string(),
+    ]);
     let tcg_khz = tsc_khz.filter(|_| args.accel == Accel::Tcg);
     match (&args.linux, &c.kernel) {
         (Some(linux), _) => q.extend(qemu::linux_boot_args(linux, tcg_khz, &args.kernel_opts)),

@@ -173,6 +173,48 @@ impl Profile {
     }
 }
 
+/// `memboot-profile compare` of the boot's profile `out` with `baseline`
+/// (its lines on stderr and in the log): whether every gated phase is
+/// within the margin.
+fn compare_with_baseline(
+    paths: &Paths,
+    log: &Path,
+    out: &Path,
+    baseline: &Path,
+    margin: f64,
+) -> Result<bool, String> {
+    let compared = Command::new(paths.tool("memboot-profile"))
+        .arg("compare")
+        .arg("--profile")
+        .arg(out)
+        .arg("--baseline")
+        .arg(baseline)
+        .args(["--margin", &format!("{}", margin * 100.0)])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("--baseline: cannot run memboot-profile compare: {e}"))?;
+    let text = String::from_utf8_lossy(&compared.stdout);
+    let _ = std::io::stderr().write_all(text.as_bytes());
+    append(log, &text);
+    match compared.status.code() {
+        Some(0) => Ok(true),
+        Some(3) => {
+            note_and_log(
+                log,
+                &format!(
+                    "--baseline: a phase exceeds {} (see above)",
+                    baseline.display()
+                ),
+            );
+            Ok(false)
+        }
+        _ => Err(format!(
+            "--baseline: memboot-profile compare failed against {} (see above)",
+            baseline.display()
+        )),
+    }
+}
+
 /// --no-build boots what an earlier --build-only built: say what is
 /// missing.
 pub fn check_prebuilt(c: &Checked, paths: &Paths) -> Result<(), Stop> {
@@ -320,13 +362,25 @@ pub fn run(
         note_and_log(&log, &line);
     }
 
+    // A boot that failed says so by its own code; one that did not, by a
+    // missing profile or one above its baseline.
+    let booted = status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0);
     if let (Some(profile), Some(out)) = (profile, &args.profile) {
         if !profile.report(paths, tmpdir, &log, out) {
             note("--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)");
-            // A boot that failed says so by its own code; one that did
-            // not, by this.
-            if status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0) {
+            if booted {
                 return Ok(exit::SETUP);
+            }
+        } else if let Some((baseline, margin)) = &args.baseline {
+            match compare_with_baseline(paths, &log, out, baseline, *margin as f64 / 1e6) {
+                Ok(true) => {}
+                Ok(false) if booted => return Ok(exit::ABOVE_BASELINE),
+                Ok(false) => {}
+                Err(e) if booted => {
+                    note(&e);
+                    return Ok(exit::SETUP);
+                }
+                Err(e) => note(&e),
             }
         }
     }

@@ -30,6 +30,7 @@ pub mod exit {
     pub const QEMU: u8 = 2;
     pub const TIMEOUT: u8 = 3;
     pub const SETUP: u8 = 4;
+    pub const ABOVE_BASELINE: u8 = 5;
     pub const USAGE: u8 = 64;
 }
 

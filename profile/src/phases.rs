@@ -141,6 +141,8 @@ mod tests {
             "deferred_init_memmap_chunk",
             "y",
             "free_area_init",
+            "z",
+            "memblock_free_all",
         ]
         .iter()
         .chain(&["a", "b", "c", "d", "e", "f"])
@@ -156,7 +158,8 @@ mod tests {
             Kernel::Linux.plugin_args(&s, "/tmp/p.raw").unwrap(),
             "out=/tmp/p.raw,threads=stack:16384,\
              phase=deferred:0xffffffff81000000:0xffffffff81000200,\
-             phase=boot_cpu_memmap:0xffffffff81000400"
+             phase=boot_cpu_memmap:0xffffffff81000400,\
+             phase=buddy_handoff:0xffffffff81000600"
         );
         let e = Kernel::Memboot.plugin_args(&s, "/tmp/p.raw").unwrap_err();
         assert!(

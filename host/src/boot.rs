@@ -173,6 +173,31 @@ impl Profile {
     }
 }
 
+/// The profile written to `out` and, with `--baseline`, compared: the exit
+/// code a boot that otherwise succeeded gets if either failed.
+fn profile_outcome(
+    c: &Checked,
+    paths: &Paths,
+    tmpdir: &Path,
+    log: &Path,
+    profile: &Profile,
+    out: &Path,
+) -> Option<u8> {
+    if !profile.report(paths, tmpdir, log, out) {
+        note("--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)");
+        return Some(exit::SETUP);
+    }
+    let (baseline, margin_ppm) = c.args.baseline.as_ref()?;
+    match compare_with_baseline(paths, log, out, baseline, *margin_ppm as f64 / 1e6) {
+        Ok(true) => None,
+        Ok(false) => Some(exit::ABOVE_BASELINE),
+        Err(e) => {
+            note(&e);
+            Some(exit::SETUP)
+        }
+    }
+}
+
 /// `memboot-profile compare` of the boot's profile `out` with `baseline`
 /// (its lines on stderr and in the log): whether every gated phase is
 /// within the margin.
@@ -366,21 +391,9 @@ pub fn run(
     // missing profile or one above its baseline.
     let booted = status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0);
     if let (Some(profile), Some(out)) = (profile, &args.profile) {
-        if !profile.report(paths, tmpdir, &log, out) {
-            note("--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)");
+        if let Some(code) = profile_outcome(c, paths, tmpdir, &log, profile, out) {
             if booted {
-                return Ok(exit::SETUP);
-            }
-        } else if let Some((baseline, margin)) = &args.baseline {
-            match compare_with_baseline(paths, &log, out, baseline, *margin as f64 / 1e6) {
-                Ok(true) => {}
-                Ok(false) if booted => return Ok(exit::ABOVE_BASELINE),
-                Ok(false) => {}
-                Err(e) if booted => {
-                    note(&e);
-                    return Ok(exit::SETUP);
-                }
-                Err(e) => note(&e),
+                return Ok(code);
             }
         }
     }

@@ -52,21 +52,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             serde_json::from_str(&read(one(flag)?)?)
                 .map_err(|e| format!("{}: {e}", one(flag).unwrap()))
         };
-        let margin = match opts.get("--margin") {
-            None => 1.0,
-            Some(_) => one("--margin")?
-                .parse::<f64>()
-                .map_err(|_| "--margin: a percentage, e.g. 1 or 0.5".to_string())?,
-        } / 100.0;
-        let checks = compare(&profile("--profile")?, &profile("--baseline")?, margin)?;
-        for c in &checks {
-            println!("{}", check_line(c, margin));
-        }
-        return Ok(if checks.iter().any(|c| c.exceeded) {
-            ExitCode::from(EXCEEDED)
-        } else {
-            ExitCode::SUCCESS
-        });
+        let margin = opts
+            .contains_key("--margin")
+            .then(|| one("--margin"))
+            .transpose()?;
+        return compare_command(&profile("--profile")?, &profile("--baseline")?, margin);
     }
     let map = Symbols::parse_system_map(&read(one("--map")?)?)
         .map_err(|e| format!("{}: {e}", one("--map").unwrap()))?;
@@ -122,6 +112,30 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `compare`: a line per gated phase, and exit 3 when one exceeds the
+/// baseline by more than `margin` percent (default 1).
+fn compare_command(
+    now: &Profile,
+    baseline: &Profile,
+    margin: Option<&str>,
+) -> Result<ExitCode, String> {
+    let margin = match margin {
+        None => 1.0,
+        Some(m) => m
+            .parse::<f64>()
+            .map_err(|_| "--margin: a percentage, e.g. 1 or 0.5".to_string())?,
+    } / 100.0;
+    let checks = compare(now, baseline, margin)?;
+    for c in &checks {
+        println!("{}", check_line(c, margin));
+    }
+    Ok(if checks.iter().any(|c| c.exceeded) {
+        ExitCode::from(EXCEEDED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn main() -> ExitCode {

@@ -75,16 +75,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 pages = boot_log::memboot_pages(&read(log)?, &map)
                     .map_err(|e| format!("{log}: {e}"))?;
             }
-            for p in opts.get("--pages").into_iter().flatten() {
-                let (name, n) = p
-                    .split_once('=')
-                    .ok_or(format!("--pages {p}: expected PHASE=N"))?;
-                pages.insert(
-                    name.to_string(),
-                    n.parse()
-                        .map_err(|_| format!("--pages {p}: N is not a number"))?,
-                );
-            }
+            pages.extend(given_pages(opts.get("--pages").into_iter().flatten())?);
             let profile = Profile::new(one("--kernel")?, &raw, &map, &pages);
             if profile
                 .phases
@@ -112,6 +103,21 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--pages PHASE=N`, each given.
+fn given_pages<'a>(given: impl Iterator<Item = &'a &'a str>) -> Result<Vec<(String, u64)>, String> {
+    given
+        .map(|p| {
+            let (name, n) = p
+                .split_once('=')
+                .ok_or(format!("--pages {p}: expected PHASE=N"))?;
+            let n = n
+                .parse()
+                .map_err(|_| format!("--pages {p}: N is not a number"))?;
+            Ok((name.to_string(), n))
+        })
+        .collect()
 }
 
 /// `compare`: a line per gated phase, and exit 3 when one exceeds the

@@ -24,8 +24,10 @@
 # `@` words that say how it runs, not what boots: `@qemu-SERIES` boots it
 # with the QEMU tests/qemu-peer.sh unpacks (`qemu-10.0`) instead of the
 # run's, `@profile` under the memboot-profile plugin, as --profile does for
-# every entry: `deferred deferred@qemu-10.0 deferred@qemu-10.0@profile`
-# compares two QEMUs and the profile's cost in one ABBA run.
+# every entry, `@smp-N` and `@nodes-N` give it N vCPUs or N nodes instead
+# of --smp's and --nodes': `deferred deferred@qemu-10.0 deferred@qemu-10.0@profile`
+# compares two QEMUs and the profile's cost in one ABBA run,
+# `regions@smp-2 regions@smp-16` two machines.
 # --qemu PATH: every boot with that QEMU (run-qemu.sh --qemu).
 # Entries whose struct pages cannot fit this host at a size are not booted
 # (run-qemu.sh refuses them; the table says why). memboot boots run with
@@ -113,20 +115,24 @@ if [[ " $entries" == *@qemu-* ]]; then qemu_peer=$("$ROOT/tests/qemu-peer.sh"); 
 extra=("${extra_qemu[@]}" "${extra[@]}")
 
 # run_args ENTRY: the run-qemu.sh arguments (one a line) of ENTRY's `@`
-# words but @profile, which boot() reads (the profile file is its own).
+# words but @profile, which boot() reads (the profile file is its own),
+# and the machine's --smp and --nodes (the run's unless a word says).
 run_args() {
-    local word path
-    [[ "$1" == *@* ]] || return 0
+    local word path cpus=$smp nodes_of=$nodes
     for word in $(tr '@' ' ' <<<"${1#*@}"); do
+        [[ "$1" == *@* ]] || break
         case "$word" in
             profile) ;;
+            smp-[1-9]*) cpus=${word#smp-} ;;
+            nodes-[1-9]*) nodes_of=${word#nodes-} ;;
             qemu-*)
                 path=$(awk -v k="$word" '$1 == k { print $2 }' <<<"$qemu_peer")
                 [ -n "$path" ] || { say "entry '$1': tests/qemu-peer.sh has no $word (it has: $(awk '{ printf "%s ", $1 }' <<<"$qemu_peer"))"; exit 64; }
                 printf '%s\n' --qemu "$path" ;;
-            *) say "entry '$1': unknown word @$word (@qemu-SERIES, @profile)"; exit 64 ;;
+            *) say "entry '$1': unknown word @$word (@qemu-SERIES, @smp-N, @nodes-N, @profile)"; exit 64 ;;
         esac
     done
+    printf '%s\n' --smp "$cpus" --nodes "$nodes_of"
 }
 # profiled ENTRY: does it boot under the plugin (--profile, or @profile)?
 profiled() { [ "$profile" = 1 ] || [[ "$1@" == *@profile@* ]]; }
@@ -180,7 +186,7 @@ boot() {
     mapfile -t args < <(boot_args "$2")
     mapfile -t how < <(run_args "$2")
     profiled "$2" && profiled=(--profile "${3%.log}.profile.json")
-    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
+    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --host-memory "$host_memory" \
             --trace "${3%.log}.trace.json" "${profiled[@]}" "${how[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
@@ -192,7 +198,7 @@ fits() {
     local args how
     mapfile -t args < <(boot_args "$2")
     mapfile -t how < <(run_args "$2")
-    if "$ROOT/run-qemu.sh" --dry-run -m "$1" --smp "$smp" --nodes "$nodes" --host-memory "$host_memory" \
+    if "$ROOT/run-qemu.sh" --dry-run -m "$1" --host-memory "$host_memory" \
             "${how[@]}" "${extra[@]}" "${args[@]}" >/dev/null 2>"$out/fit.err"; then
         return 0
     fi
@@ -210,7 +216,7 @@ for size in $sizes; do
         order=("${booted[@]}")
         (( round % 2 == 0 )) && mapfile -t order < <(printf '%s\n' "${booted[@]}" | tac)
         for e in "${order[@]}"; do
-            say "round $round: -m $size --smp $smp --nodes $nodes --host-memory $host_memory $e"
+            say "round $round: -m $size $(run_args "$e" | grep -A1 -E '^--(smp|nodes)$' | paste -sd ' ') --host-memory $host_memory $e"
             boot "$size" "$e" "$out/$size-$e-$round.log"
             order_log+=("$size/$e/$round")
         done
@@ -234,7 +240,9 @@ fi
 # Every QEMU the boots ran, as their logs name it.
 qemus=$(grep -ho '^run-qemu.sh: qemu version: QEMU emulator version [0-9.]*' "$out"/*.log 2>/dev/null \
     | awk '{ print $NF }' | sort -uV | paste -sd / -)
-heading="bench: ${accel^^}${profile_note}, QEMU ${qemus:-?}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $smp vCPUs, $nodes node(s), $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
+machine="$smp vCPUs, $nodes node(s)"
+[[ "$entries" == *@smp-* || "$entries" == *@nodes-* ]] && machine="$machine unless the entry says (@smp-N, @nodes-N)"
+heading="bench: ${accel^^}${profile_note}, QEMU ${qemus:-?}, host $host_cpu at ${host_mhz:-?} MHz ($(nproc) CPUs), host memory $host_memory, $machine, $rounds rounds in ABBA order; times in ms; guest TSC ${tsc:-?} MHz; order: ${order_log[*]}"
 [ -n "$svg_dir" ] && { mkdir -p "$svg_dir"; [ -n "$json" ] || json=$svg_dir/bench.json; }
 report=("$tools/memboot-bench" report "$out" --sizes "$sizes" --entries "$entries" --rounds "$rounds" --heading "$heading")
 [ -n "$json" ] && report+=(--json "$json")

@@ -23,7 +23,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 3;
+pub const SUMMARY_VERSION: u64 = 4;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,10 +41,13 @@ pub enum Phase {
     AllocTest,
     /// A drain worker (`ondemand_drain=on`), on its CPU, for its node.
     Drain,
+    /// Building the buddy allocator's free-block store: the free bitmaps
+    /// (`buddy=bitmaps`), before the hand-off. Since version 4.
+    FreeBitmaps,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 10] = [
+    pub const ALL: [Phase; 11] = [
         Phase::Memblock,
         Phase::Zones,
         Phase::Vmemmap,
@@ -55,6 +58,7 @@ impl Phase {
         Phase::Verify,
         Phase::AllocTest,
         Phase::Drain,
+        Phase::FreeBitmaps,
     ];
 
     /// The name in the summary (`phases[].phase`).
@@ -70,6 +74,7 @@ impl Phase {
             Phase::Verify => "verify",
             Phase::AllocTest => "alloc_test",
             Phase::Drain => "drain",
+            Phase::FreeBitmaps => "free_bitmaps",
         }
     }
 
@@ -285,6 +290,10 @@ summary_schema! {
         pub alloc_pcp_batch: u64,
         /// The most order-0 pages a CPU's cache held then. Since version 3.
         pub alloc_pcp_high: u64,
+        /// Building the allocator's free-block store before the hand-off
+        /// (the free bitmaps; next to nothing for lists): part of the
+        /// struct-page work before memory is ready. Since version 4.
+        pub free_bitmaps_ns: u64,
     }
 }
 

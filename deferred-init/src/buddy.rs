@@ -286,7 +286,9 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         Self::with_store(memmap, managed, store)
     }
 
-    /// [`new`](Self::new) with the free blocks kept in `store`.
+    /// [`new`](Self::new) with the free blocks kept in `store`. Never
+    /// inlined: the instruction profile's `free_bitmaps` phase opens here.
+    #[inline(never)]
     pub fn with_store(
         memmap: &'m Memmap<B>,
         managed: impl IntoIterator<Item = ManagedRange>,

@@ -20,6 +20,10 @@ use crate::buddy::{BuddyAllocator, FreeError};
 /// be on no free list, and not be accessed by anyone else during and after
 /// the call (the allocator owns the free ones afterwards). `buddy` must
 /// manage every range of `eager` (e.g. built with them as managed ranges).
+///
+/// Never inlined: the instruction profile's `buddy_handoff` phase opens
+/// here.
+#[inline(never)]
 pub unsafe fn free_eager_pages<B: MemmapBacking>(
     buddy: &BuddyAllocator<'_, B>,
     mb: &Memblock,

@@ -11,8 +11,8 @@ pub const USAGE: &str = r#"  ./run-qemu.sh -m SIZE [--smp N] [--nodes N] [--acce
                 [--timeout S] [--log FILE] [--print-cmd] [--dry-run]
                 [--build-only|--no-build] [--svg FILE] [--default-devices]
                 [--calibrate-tsc] [--host-memory prefault|cold]
-                [--profile FILE] [--trace FILE] [--qemu PATH]
-                [-- KERNEL_OPTIONS...]
+                [--profile FILE [--baseline FILE [--baseline-margin PCT]]]
+                [--trace FILE] [--qemu PATH] [-- KERNEL_OPTIONS...]
   ./run-qemu.sh --linux KERNEL --initrd INITRD -m SIZE [same machine options]
                 [--trace FILE] [-- EXTRA_LINUX_CMDLINE...]  (KERNEL: a
                 bzImage, or a vmlinux with a PVH note, booted through its
@@ -25,13 +25,17 @@ log's tail its phase figures. Slower: never a timing.
 --trace FILE: after the boot, its phases per CPU (--linux: its initcalls
 per PID and its memmap phases) as a Chrome trace-event file for Perfetto
 UI or chrome://tracing, written by memboot-plot trace (README "Trace").
+--baseline FILE: with --profile, compare each memmap phase's instructions,
+stores and bytes per struct page with FILE (an earlier --profile's JSON):
+exit 5 when one exceeds it by more than --baseline-margin PCT (default 1).
 --qemu PATH: the QEMU to boot with (default: MEMBOOT_QEMU, else
 qemu-system-x86_64 on PATH, installed when missing); 7.2 or newer.
 tests/qemu-peer.sh prints the path of a QEMU 10.0 it unpacks.
 
 Exit codes: 0 kernel reported success; 1 kernel reported failure;
 2 QEMU failed (could not start, or stopped without the kernel's exit code,
-e.g. a triple fault); 3 timeout; 4 build or setup failure; 64 usage error,
+e.g. a triple fault); 3 timeout; 4 build or setup failure; 5 a profiled
+phase exceeds its --baseline; 64 usage error,
 or a guest whose host-memory need would not fit this host ("Large guests").
 --linux boots a stock Linux kernel on the same virtual machine (tests/bench.sh
 --linux); exit 0 when it powered the machine off, 1 when it panicked,
@@ -83,6 +87,8 @@ pub const FLAGS: &[Flag] = &[
     value(&["--host-memory"], "prefault or cold"),
     value(&["--profile"], "a file"),
     value(&["--qemu"], "a QEMU binary"),
+    value(&["--baseline"], "a profile JSON"),
+    value(&["--baseline-margin"], "a percentage"),
 ];
 
 const fn value(names: &'static [&'static str], needs: &'static str) -> Flag {
@@ -171,6 +177,9 @@ pub struct Args {
     pub calibrate_tsc: bool,
     pub host_memory: Option<HostMemory>,
     pub profile: Option<PathBuf>,
+    /// `--baseline`: the profile to compare `profile` with, and the margin
+    /// in parts per million (1 % = 10000).
+    pub baseline: Option<(PathBuf, u64)>,
     /// The QEMU binary chosen (`--qemu`, else MEMBOOT_QEMU); `None`: the
     /// machine's `qemu-system-x86_64`.
     pub qemu: Option<PathBuf>,
@@ -394,6 +403,7 @@ impl Args {
         let svg = given.path("--svg");
         let linux = check_linux(given, boot_path, svg.is_some())?;
         let profile = given.path("--profile");
+        let baseline = check_baseline(given, profile.is_some())?;
         if profile.is_some() && accel != Accel::Tcg {
             return Err(usage!(
                 "--profile counts instructions with a TCG plugin: drop --accel {}",
@@ -423,10 +433,40 @@ impl Args {
             calibrate_tsc: given.switch("--calibrate-tsc"),
             host_memory,
             profile,
+            baseline,
             qemu: given.path("--qemu"),
             kernel_opts,
         })
     }
+}
+
+/// `--baseline FILE [--baseline-margin PCT]`: with `--profile` only, FILE
+/// exists, PCT a percentage (default 1).
+fn check_baseline(given: &Given, profiled: bool) -> Result<Option<(PathBuf, u64)>, Usage> {
+    let margin = given.text("--baseline-margin");
+    let Some(file) = given.path("--baseline") else {
+        return match margin {
+            Some(_) => Err(usage!("--baseline-margin is for --baseline")),
+            None => Ok(None),
+        };
+    };
+    if !profiled {
+        return Err(usage!(
+            "--baseline compares a profile: give --profile FILE too"
+        ));
+    }
+    if !file.is_file() {
+        return Err(usage!("--baseline {}: no such file", file.display()));
+    }
+    let pct = match margin {
+        None => 1.0,
+        Some(m) => m
+            .parse::<f64>()
+            .ok()
+            .filter(|p| p.is_finite() && (0.0..=1000.0).contains(p))
+            .ok_or_else(|| usage!("--baseline-margin '{m}': a percentage, e.g. 1 or 0.5"))?,
+    };
+    Ok(Some((file, (pct * 10_000.0).round() as u64)))
 }
 
 /// `--linux KERNEL --initrd INITRD`: both files exist, and nothing that

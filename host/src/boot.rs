@@ -15,7 +15,7 @@ use memboot_contract::host_memory::LARGE_GUEST_MIB;
 use crate::args::BootPath;
 use crate::qemu_binary::{self, Version};
 use crate::quote::{quote, quote_words};
-use crate::{exit, host, note, Checked, Paths, Stop};
+use crate::{cpu_time, exit, host, note, Checked, Paths, Stop};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.
@@ -23,6 +23,11 @@ const QEMU_KERNEL_OK: i32 = 33;
 const QEMU_KERNEL_FAIL: i32 = 35;
 /// `timeout`'s status when it stopped QEMU (124), or had to kill it (137).
 const TIMED_OUT: [i32; 2] = [124, 137];
+
+/// Where QEMU writes its pid (`-pidfile`), in a boot's scratch directory.
+pub fn pidfile(tmpdir: &Path) -> PathBuf {
+    tmpdir.join("qemu.pid")
+}
 
 /// A boot's scratch directory, removed when dropped.
 pub struct TempDir(PathBuf);
@@ -168,6 +173,73 @@ impl Profile {
     }
 }
 
+/// The profile written to `out` and, with `--baseline`, compared: the exit
+/// code a boot that otherwise succeeded gets if either failed.
+fn profile_outcome(
+    c: &Checked,
+    paths: &Paths,
+    tmpdir: &Path,
+    log: &Path,
+    profile: &Profile,
+    out: &Path,
+) -> Option<u8> {
+    if !profile.report(paths, tmpdir, log, out) {
+        note("--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)");
+        return Some(exit::SETUP);
+    }
+    let (baseline, margin_ppm) = c.args.baseline.as_ref()?;
+    match compare_with_baseline(paths, log, out, baseline, *margin_ppm as f64 / 1e6) {
+        Ok(true) => None,
+        Ok(false) => Some(exit::ABOVE_BASELINE),
+        Err(e) => {
+            note(&e);
+            Some(exit::SETUP)
+        }
+    }
+}
+
+/// `memboot-profile compare` of the boot's profile `out` with `baseline`
+/// (its lines on stderr and in the log): whether every gated phase is
+/// within the margin.
+fn compare_with_baseline(
+    paths: &Paths,
+    log: &Path,
+    out: &Path,
+    baseline: &Path,
+    margin: f64,
+) -> Result<bool, String> {
+    let compared = Command::new(paths.tool("memboot-profile"))
+        .arg("compare")
+        .arg("--profile")
+        .arg(out)
+        .arg("--baseline")
+        .arg(baseline)
+        .args(["--margin", &format!("{}", margin * 100.0)])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("--baseline: cannot run memboot-profile compare: {e}"))?;
+    let text = String::from_utf8_lossy(&compared.stdout);
+    let _ = std::io::stderr().write_all(text.as_bytes());
+    append(log, &text);
+    match compared.status.code() {
+        Some(0) => Ok(true),
+        Some(3) => {
+            note_and_log(
+                log,
+                &format!(
+                    "--baseline: a phase exceeds {} (see above)",
+                    baseline.display()
+                ),
+            );
+            Ok(false)
+        }
+        _ => Err(format!(
+            "--baseline: memboot-profile compare failed against {} (see above)",
+            baseline.display()
+        )),
+    }
+}
+
 /// --no-build boots what an earlier --build-only built: say what is
 /// missing.
 pub fn check_prebuilt(c: &Checked, paths: &Paths) -> Result<(), Stop> {
@@ -287,6 +359,7 @@ pub fn run(
     // it from QEMU's start (entry latency, QEMU start to memory ready: the
     // log's last lines).
     let time_file = tmpdir.join("time");
+    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), std::time::Instant::now());
     let tap = Command::new(paths.tool("memboot-tap"))
         .arg("--log")
         .arg(&log)
@@ -307,16 +380,20 @@ pub fn run(
             127
         }
     };
+    let samples = sampler.finish();
     host::record_exit();
     report_time(&time_file, &log);
+    for line in cpu_time::report(&samples, &log) {
+        note_and_log(&log, &line);
+    }
 
+    // A boot that failed says so by its own code; one that did not, by a
+    // missing profile or one above its baseline.
+    let booted = status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0);
     if let (Some(profile), Some(out)) = (profile, &args.profile) {
-        if !profile.report(paths, tmpdir, &log, out) {
-            note("--profile: no profile from this boot (QEMU did not run the plugin's exit, or the report failed)");
-            // A boot that failed says so by its own code; one that did
-            // not, by this.
-            if status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0) {
-                return Ok(exit::SETUP);
+        if let Some(code) = profile_outcome(c, paths, tmpdir, &log, profile, out) {
+            if booted {
+                return Ok(code);
             }
         }
     }

@@ -13,6 +13,7 @@ use memboot_contract::options::{self, OptionError};
 
 pub mod args;
 pub mod boot;
+pub mod cpu_time;
 pub mod host;
 pub mod need;
 pub mod qemu;
@@ -29,6 +30,7 @@ pub mod exit {
     pub const QEMU: u8 = 2;
     pub const TIMEOUT: u8 = 3;
     pub const SETUP: u8 = 4;
+    pub const ABOVE_BASELINE: u8 = 5;
     pub const USAGE: u8 = 64;
 }
 
@@ -203,6 +205,12 @@ pub fn qemu_command(
     let binary = qemu_binary::binary(args);
     let mut q = vec![binary.display().to_string()];
     q.extend(qemu::machine_args(args, &c.node_mib, &c.kvm_off));
+    // Named vCPU threads and QEMU's pid, for their host CPU time.
+    q.extend(cpu_time::QEMU_ARGS.map(String::from));
+    q.extend([
+        "-pidfile".into(),
+        boot::pidfile(tmpdir).display().to_string(),
+    ]);
     let tcg_khz = tsc_khz.filter(|_| args.accel == Accel::Tcg);
     match (&args.linux, &c.kernel) {
         (Some(linux), _) => q.extend(qemu::linux_boot_args(linux, tcg_khz, &args.kernel_opts)),

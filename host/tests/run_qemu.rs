@@ -850,6 +850,58 @@ fn profile_loads_the_plugin_under_tcg_only() {
     );
 }
 
+/// `--baseline` compares a profile: it needs `--profile` and an existing
+/// file, and its margin is a percentage.
+#[test]
+fn a_baseline_needs_a_profile_and_a_file() {
+    let file = repo_root().join("README.md");
+    let file = file.to_str().unwrap();
+    for (args, why) in [
+        (&["--baseline", file][..], "give --profile FILE too"),
+        (
+            &[
+                "--profile",
+                "/tmp/p.json",
+                "--baseline",
+                "/nonexistent/b.json",
+            ],
+            "no such file",
+        ),
+        (
+            &["--baseline-margin", "2"],
+            "--baseline-margin is for --baseline",
+        ),
+        (
+            &[
+                "--profile",
+                "/tmp/p.json",
+                "--baseline",
+                file,
+                "--baseline-margin",
+                "much",
+            ],
+            "a percentage",
+        ),
+    ] {
+        let message = refused(args, 1 << 30);
+        assert!(message.contains(why), "{args:?}: {message}");
+    }
+    let c = accepted(
+        &[
+            "--profile",
+            "/tmp/p.json",
+            "--baseline",
+            file,
+            "--baseline-margin",
+            "0.5",
+        ],
+        1 << 30,
+    );
+    assert_eq!(c.args.baseline, Some((file.into(), 5_000)));
+    let c = accepted(&["--profile", "/tmp/p.json", "--baseline", file], 1 << 30);
+    assert_eq!(c.args.baseline.map(|b| b.1), Some(10_000), "1 % by default");
+}
+
 /// What each request builds first: a dry run nothing, --linux and a PVH
 /// boot no disk image.
 #[test]

@@ -142,6 +142,7 @@ fn summary<'a>(
         buddy_index_bytes: mm.buddy_index_bytes,
         alloc_pcp_batch: mm.alloc_test.pcp_batch,
         alloc_pcp_high: mm.alloc_test.pcp_high,
+        free_bitmaps_ns: mm.free_bitmaps_ns,
     }
 }
 
@@ -378,7 +379,7 @@ mod tests {
     /// `(key, value)` each must be read back as.
     fn numbered_mm_facts() -> (MmFacts, Vec<(&'static str, u64)>) {
         let mut mm = MmFacts::EMPTY;
-        let mm_keys: [(&str, &mut u64); 24] = [
+        let mm_keys: [(&str, &mut u64); 25] = [
             ("present_pages", &mut mm.present_pages),
             ("eager_pages", &mut mm.eager_pages),
             ("low_zone_pages", &mut mm.low_zone_pages),
@@ -403,6 +404,7 @@ mod tests {
             ("drained_pages", &mut mm.drained_pages),
             ("pages_initialised", &mut mm.pages_initialised),
             ("drain_ns", &mut mm.drain_ns),
+            ("free_bitmaps_ns", &mut mm.free_bitmaps_ns),
         ];
         let mut want = Vec::new();
         for (i, (key, field)) in mm_keys.into_iter().enumerate() {

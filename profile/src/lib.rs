@@ -7,10 +7,13 @@
 //! - [`symbols`] and [`report`]: the raw counts named by function, the
 //!   phases' figures per struct page ([`boot_log`]: memboot's pages), as
 //!   JSON and as log lines.
+//! - [`compare`]: a profile against a committed baseline (run-qemu.sh
+//!   `--baseline`), the CI's instruction-count gate.
 //! - [`insn`] and [`tracker`]: how a phase is followed through calls,
 //!   returns, interrupts and (for Linux) thread migration.
 
 pub mod boot_log;
+pub mod compare;
 pub mod insn;
 pub mod phases;
 pub mod plugin;

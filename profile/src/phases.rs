@@ -16,6 +16,12 @@ pub struct PhaseDef {
 pub const DEFERRED: &str = "deferred";
 /// The boot CPU's struct-page init before SMP work.
 pub const BOOT_CPU: &str = "boot_cpu_memmap";
+/// Building the buddy allocator's free-block store (memboot's free
+/// bitmaps), per present page.
+pub const FREE_BITMAPS: &str = "free_bitmaps";
+/// The boot CPU's free pages handed to the buddy allocator (Linux's
+/// `memblock_free_all`), per page the boot CPU initialised.
+pub const BUDDY_HANDOFF: &str = "buddy_handoff";
 /// memboot's buddy allocation and free, per call (the allocation test's,
 /// the verification self-test's): what the free-block store costs.
 pub const BUDDY_ALLOC: &str = "buddy_alloc";
@@ -53,6 +59,14 @@ impl Kernel {
                     functions: &["memboot_kernel::pipeline::eager_memmap::init"],
                 },
                 PhaseDef {
+                    name: FREE_BITMAPS,
+                    functions: &["deferred_init::buddy::BuddyAllocator<B>::with_store"],
+                },
+                PhaseDef {
+                    name: BUDDY_HANDOFF,
+                    functions: &["deferred_init::handoff::free_eager_pages"],
+                },
+                PhaseDef {
                     name: BUDDY_ALLOC,
                     functions: &["deferred_init::buddy::BuddyAllocator<B>::alloc"],
                 },
@@ -74,6 +88,12 @@ impl Kernel {
                 PhaseDef {
                     name: BOOT_CPU,
                     functions: &["free_area_init"],
+                },
+                // mm_core_init(): the boot CPU's free pages to the buddy
+                // allocator, after free_area_init().
+                PhaseDef {
+                    name: BUDDY_HANDOFF,
+                    functions: &["memblock_free_all"],
                 },
             ],
         }
@@ -121,6 +141,8 @@ mod tests {
             "deferred_init_memmap_chunk",
             "y",
             "free_area_init",
+            "z",
+            "memblock_free_all",
         ]
         .iter()
         .chain(&["a", "b", "c", "d", "e", "f"])
@@ -136,7 +158,8 @@ mod tests {
             Kernel::Linux.plugin_args(&s, "/tmp/p.raw").unwrap(),
             "out=/tmp/p.raw,threads=stack:16384,\
              phase=deferred:0xffffffff81000000:0xffffffff81000200,\
-             phase=boot_cpu_memmap:0xffffffff81000400"
+             phase=boot_cpu_memmap:0xffffffff81000400,\
+             phase=buddy_handoff:0xffffffff81000600"
         );
         let e = Kernel::Memboot.plugin_args(&s, "/tmp/p.raw").unwrap_err();
         assert!(

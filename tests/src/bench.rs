@@ -140,7 +140,7 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         mode: mode.to_string(),
         round,
         boot_cpu_memmap_ns: s.memmap_boot_ns,
-        memmap_ns: s.memmap_boot_ns + s.buddy_eager_ns + s.deferred_ns,
+        memmap_ns: s.memmap_boot_ns + s.free_bitmaps_ns + s.buddy_eager_ns + s.deferred_ns,
         allocatable_ns: measured(s.allocatable_ns),
         host_rss_mib: crate::host_peak_rss_mib(text),
         boot_ns: s.total_ns,

@@ -538,6 +538,7 @@ pub fn phase_colour(name: &str) -> RGBColor {
         "zones" => pal::AMBER_300,
         "vmemmap" => pal::PURPLE_200,
         "eager_memmap" => pal::BLUE_300,
+        "free_bitmaps" => pal::TEAL_200,
         "buddy_handoff" => pal::CYAN_300,
         "deferred_init" => pal::GREEN_300,
         "memory_blocks" => pal::ORANGE_300,

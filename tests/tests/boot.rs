@@ -168,6 +168,40 @@ fn boots_64g_two_nodes_four_cpus() {
     }
 }
 
+/// Idle CPUs halt until an IPI wakes them: every AP is posted several jobs
+/// (the self-test's first), each with a wake-up IPI that the AP takes,
+/// halted or at its next halt, so the boot counts at least one per AP. The
+/// host times each vCPU thread (QEMU names them): every vCPU is in both
+/// lines, the whole boot's and the one from the last CPU up to memory
+/// ready.
+#[test]
+fn idle_cpus_halt_and_each_vcpu_thread_is_timed() {
+    let b = boot(&["-m", "2G", "--smp", "4"], &[], Duration::from_secs(180));
+    assert_ok_boot(&b);
+    let woken: u64 = b
+        .messages_with("smp: idle CPUs halted, woken ")
+        .next()
+        .and_then(|m| m.split_whitespace().nth(5)?.parse().ok())
+        .unwrap_or_else(|| panic!("no wake-up count\n{}", b.describe()));
+    assert!(woken >= 3, "{woken} wake-ups for 3 APs\n{}", b.describe());
+    for what in ["whole boot", "from the last CPU up to memory ready"] {
+        let line = b
+            .run
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("run-qemu.sh: host CPU time {what} (")))
+            .unwrap_or_else(|| panic!("no host CPU time line for {what}\n{}", b.describe()));
+        assert!(line.contains("the other 3 vCPUs"), "{line}");
+        let each = line.split("each vCPU's % [").nth(1).unwrap_or_default();
+        let listed: Vec<&str> = each
+            .trim_end_matches(']')
+            .split(", ")
+            .filter_map(|v| v.split(':').next())
+            .collect();
+        assert_eq!(listed, ["0", "1", "2", "3"], "{line}");
+    }
+}
+
 /// QEMU's own split of RAM over nodes when none was given a size (QEMU ≤
 /// 5.1, `numa_default_auto_assign_ram()`), which run-qemu.sh's per-node
 /// backends follow: every node but the last gets RAM / nodes rounded down

@@ -128,3 +128,53 @@ fn deferred_init_is_counted_the_same_twice_by_its_own_functions() {
         lines[0]
     );
 }
+
+/// `--baseline`: a boot's memmap phases against an earlier profile. The
+/// 8-byte struct page's profile as the baseline: the same boot is within
+/// it (exit 0, every phase line says so); the 64-byte boot writes 8 times
+/// the bytes per page and exceeds it (exit 5, naming the phase).
+#[test]
+fn a_profile_above_its_baseline_fails_the_boot() {
+    let dir = std::env::temp_dir().join(format!("memboot-baseline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let run = |out: &str, baseline: Option<&str>, page: &str| {
+        let mut args = vec!["-m", "512M", "--smp", "2", "--profile", out];
+        if let Some(b) = baseline {
+            args.extend(["--baseline", b]);
+        }
+        boot(
+            &args,
+            &["verify=off", "alloc_test=0", page],
+            Duration::from_secs(600),
+        )
+    };
+    let base = path("base.json");
+    let b = run(&base, None, "struct_page=8");
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    let b = run(&path("same.json"), Some(&base), "struct_page=8");
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    let lines: Vec<&str> = b
+        .run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("memboot-profile: baseline: phase "))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("phase deferred,"))
+            && lines.iter().all(|l| l.ends_with("within 1.00 %")),
+        "{}",
+        b.describe()
+    );
+    let b = run(&path("wider.json"), Some(&base), "struct_page=64");
+    assert_eq!(b.run.exit_code, 5, "{}", b.describe());
+    assert!(
+        b.run
+            .stderr
+            .lines()
+            .any(|l| l.contains("phase deferred,") && l.contains("EXCEEDS the baseline")),
+        "{}",
+        b.describe()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

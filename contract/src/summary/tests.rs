@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 /// Every key the summary has ever had, in order: the contract. Written out
 /// here, independently of the schema, so that dropping, renaming or
 /// reordering a key fails this test.
-const CONTRACT_KEYS: [&str; 65] = [
+const CONTRACT_KEYS: [&str; 66] = [
     "mem_bytes",
     "nodes",
     "cpus",
@@ -71,6 +71,7 @@ const CONTRACT_KEYS: [&str; 65] = [
     "buddy_index_bytes",
     "alloc_pcp_batch",
     "alloc_pcp_high",
+    "free_bitmaps_ns",
 ];
 
 /// A summary with a distinct value in every field that has one.

@@ -1,5 +1,7 @@
-//! The local APIC, as far as SMP bring-up needs it: the own APIC id and the
-//! interrupt command register (ICR) for INIT and STARTUP IPIs.
+//! The local APIC, as far as SMP needs it: the own APIC id, the interrupt
+//! command register (ICR) for INIT and STARTUP IPIs, and the one interrupt
+//! memboot takes, [`WAKE_VECTOR`]: an idle CPU halts until another sends
+//! it ([`enable_wakeups`], [`send_wake`], [`eoi`]).
 //!
 //! x2APIC mode (Intel SDM vol. 3A §10.12) is used when CPUID.1:ECX bit 21
 //! says the CPU has it (`cpu::has_x2apic`): the registers are MSRs (id
@@ -34,6 +36,25 @@ const ICR_SEND_PENDING: u32 = 1 << 12;
 const ICR_INIT_ASSERT: u32 = 0x0000_4500;
 /// ICR: delivery mode STARTUP (start-up IPI), level assert; vector in 7:0.
 const ICR_STARTUP: u32 = 0x0000_4600;
+/// ICR: delivery mode fixed, level assert, edge; vector in 7:0.
+const ICR_FIXED: u32 = 0x0000_4000;
+/// End of interrupt (SDM §10.8.5), xAPIC offset.
+const XAPIC_EOI: u64 = 0xb0;
+/// Spurious-interrupt vector register (SDM §10.9), xAPIC offset: bit 8 enables
+/// the APIC, bits 7:0 are the vector of a spurious interrupt.
+const XAPIC_SVR: u64 = 0xf0;
+const SVR_ENABLE: u32 = 1 << 8;
+/// The local vector table (SDM §10.5.1): timer, thermal, performance
+/// counters, LINT0, LINT1, error; xAPIC offsets (x2APIC MSR = 0x800 +
+/// offset / 16). Bit 16 masks an entry.
+const LVT_REGS: [u64; 6] = [0x320, 0x330, 0x340, 0x350, 0x360, 0x370];
+const LVT_MASKED: u32 = 1 << 16;
+
+/// The vector an idle CPU is woken with (a fixed IPI); the only interrupt
+/// memboot unmasks.
+pub const WAKE_VECTOR: u8 = 0xf0;
+/// Where the APIC sends a spurious interrupt (SDM §10.9): ignored.
+pub const SPURIOUS_VECTOR: u8 = 0xff;
 
 static X2APIC: AtomicBool = AtomicBool::new(false);
 /// Virtual address of the xAPIC register page (0 in x2APIC mode).
@@ -121,7 +142,9 @@ fn xapic_read(reg: u64) -> u32 {
 fn xapic_write(reg: u64, v: u32) {
     let base = XAPIC_BASE.load(Ordering::Relaxed);
     assert!(base != 0, "xAPIC register page not mapped");
-    // SAFETY: as in xapic_read; writing ICR/ICR-high only sends IPIs.
+    // SAFETY: as in xapic_read; callers write the ICR (sends an IPI), EOI,
+    // the spurious-vector register and the LVT masks, nothing that maps
+    // or moves memory.
     unsafe { core::ptr::write_volatile((base + reg) as *mut u32, v) }
 }
 
@@ -136,12 +159,59 @@ pub fn id() -> u32 {
     }
 }
 
+/// Write local APIC register `xapic_reg` (its x2APIC MSR in that mode).
+fn write_reg(xapic_reg: u64, v: u32) {
+    if x2apic_mode() {
+        // SAFETY: 0x800 + offset / 16 is the register's x2APIC MSR (SDM
+        // Table 10-6); callers write only the EOI, spurious-vector and LVT
+        // registers, which take 32-bit values.
+        unsafe { Msr::new(0x800 + (xapic_reg / 16) as u32).write(u64::from(v)) };
+    } else {
+        xapic_write(xapic_reg, v);
+    }
+}
+
+fn read_reg(xapic_reg: u64) -> u32 {
+    if x2apic_mode() {
+        // SAFETY: as in write_reg; reading an LVT or the spurious-vector
+        // register has no side effects.
+        unsafe { Msr::new(0x800 + (xapic_reg / 16) as u32).read() as u32 }
+    } else {
+        xapic_read(xapic_reg)
+    }
+}
+
+/// On each CPU, after [`init_bsp`] or [`init_ap`]: mask every local
+/// interrupt source (the firmware may leave a timer or the legacy PIC's
+/// LINT0 on) and software-enable the APIC, so a [`WAKE_VECTOR`] IPI
+/// interrupts a halted CPU and nothing else does.
+pub fn enable_wakeups() {
+    for reg in LVT_REGS {
+        write_reg(reg, read_reg(reg) | LVT_MASKED);
+    }
+    write_reg(XAPIC_SVR, SVR_ENABLE | u32::from(SPURIOUS_VECTOR));
+}
+
+/// Wake the CPU with local APIC id `apic_id` from `hlt` (or make its next
+/// `sti; hlt` return at once).
+pub fn send_wake(apic_id: u32) {
+    send_ipi(apic_id, ICR_FIXED | u32::from(WAKE_VECTOR));
+}
+
+/// End of interrupt, from the [`WAKE_VECTOR`] handler.
+pub fn eoi() {
+    write_reg(XAPIC_EOI, 0);
+}
+
 fn send_ipi(apic_id: u32, icr_low: u32) {
     if x2apic_mode() {
-        // SAFETY: writing the x2APIC ICR sends one IPI (SDM §10.12.9); the
-        // callers send INIT/STARTUP only to APs that are not running yet.
+        // SAFETY: writing the x2APIC ICR sends one IPI (SDM §10.12.9): INIT
+        // and STARTUP only to APs that are not running yet, the wake-up
+        // vector to a CPU that runs memboot's handler for it.
         unsafe { Msr::new(X2APIC_ICR_MSR).write(((apic_id as u64) << 32) | icr_low as u64) };
     } else {
+        // Each CPU sends through its own APIC's ICR, one IPI at a time: a
+        // CPU never sends from the wake-up handler.
         xapic_write(XAPIC_ICR_HIGH, apic_id << 24);
         xapic_write(XAPIC_ICR_LOW, icr_low);
         let deadline = crate::hw::tsc::rdtsc() + crate::hw::tsc::khz().max(1) * 10;

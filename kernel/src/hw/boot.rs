@@ -612,6 +612,10 @@ fn run_pipeline(
         HEAP.peak_bytes() >> 10,
         HEAP.size_bytes() >> 10
     );
+    kprintln!(
+        "smp: idle CPUs halted, woken {} times",
+        crate::hw::interrupts::wakeups()
+    );
     result?;
     // The page tables are ours again: bring-up ends through them (a boot
     // whose stages ran no jobs still waits for the APs and checks them).

@@ -1,5 +1,7 @@
 //! CPU exceptions: a GDT with a TSS whose IST stacks the handlers run on, an
-//! IDT of assembly stubs, and one Rust handler that reports and exits.
+//! IDT of assembly stubs, and one Rust handler that reports and exits; and
+//! the one interrupt memboot takes, the wake-up IPI an idle CPU halts for
+//! (`apic::WAKE_VECTOR`: acknowledged, nothing else; [`halt_until`]).
 //!
 //! Stable Rust has no `x86-interrupt` ABI, so each of the 32 exception vectors
 //! gets a 16-byte assembly stub (Intel SDM vol. 3A §6.14): it pushes a dummy
@@ -18,7 +20,7 @@
 //! each AP's come from the heap in [`init_ap`]); all share the one IDT.
 
 use core::arch::global_asm;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use x86_64::instructions::segmentation::{Segment, CS, DS, ES, SS};
 use x86_64::instructions::tables::{lidt, load_tss};
@@ -155,12 +157,93 @@ memboot_isr_common:
     cld
     call memboot_exception
     ud2
+
+    // The wake-up IPI: save what a C call may clobber, acknowledge, return
+    // to after the `hlt` it ended. The CPU aligned the stack to 16 before
+    // its 5-word frame; 9 pushes make it 16-aligned again for the call.
+    .p2align 4
+    .global memboot_wake_isr
+memboot_wake_isr:
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    cld
+    call memboot_wake
+    popq %r11
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    iretq
+
+    // A spurious interrupt needs no acknowledgement (SDM §10.9).
+    .p2align 4
+    .global memboot_spurious_isr
+memboot_spurious_isr:
+    iretq
 "#,
     options(att_syntax)
 );
 
 extern "C" {
     static memboot_isr_base: u8;
+    static memboot_wake_isr: u8;
+    static memboot_spurious_isr: u8;
+}
+
+/// Wake-up IPIs taken, on every CPU.
+static WAKEUPS: AtomicU64 = AtomicU64::new(0);
+
+/// The wake-up IPI's handler: acknowledge it. Runs with interrupts off,
+/// between the `hlt` it ended and the `cli` after it.
+#[no_mangle]
+extern "C" fn memboot_wake() {
+    WAKEUPS.fetch_add(1, Ordering::Relaxed);
+    crate::hw::apic::eoi();
+}
+
+/// Wake-up IPIs taken so far, on every CPU.
+pub fn wakeups() -> u64 {
+    WAKEUPS.load(Ordering::Relaxed)
+}
+
+/// Halt this CPU until `done()`: `done` is checked with interrupts off,
+/// then `sti; hlt` waits for a wake-up IPI (`apic::send_wake`). The IPI
+/// that makes `done` true may arrive between the check and the `hlt`: it
+/// stays pending while interrupts are off and `sti` holds it back one
+/// instruction, so the `hlt` ends at once instead of losing it. Interrupts
+/// are off again on return. A CPU that may be halted here is woken by
+/// whoever changes what `done` reads.
+pub fn halt_until(done: impl Fn() -> bool) {
+    while !done() {
+        x86_64::instructions::interrupts::enable_and_hlt();
+        x86_64::instructions::interrupts::disable();
+    }
+}
+
+/// Mask both legacy 8259 PICs: memboot's interrupts come from the local
+/// APIC only, and a firmware that left the PIT's IRQ 0 on at its BIOS
+/// vector 8 would otherwise look like a double fault once interrupts are
+/// on. Boot CPU, once, before any CPU halts.
+pub fn mask_legacy_pic() {
+    use x86_64::instructions::port::Port;
+    // SAFETY: 0x21 and 0xa1 are the master's and slave's interrupt mask
+    // registers (OCW1); all-ones masks every IRQ line and changes nothing
+    // else; nothing else in memboot uses the PICs.
+    unsafe {
+        Port::<u8>::new(0x21).write(0xff);
+        Port::<u8>::new(0xa1).write(0xff);
+    }
 }
 
 const STUB_BYTES: u64 = 16;
@@ -290,6 +373,12 @@ fn load_idt(code: SegmentSelector) {
             };
             *entry = IdtEntry::interrupt_gate(base + vector as u64 * STUB_BYTES, code.0, ist);
         }
+        // Taken on the halted CPU's own stack (no IST): it is not nested.
+        let wake = core::ptr::addr_of!(memboot_wake_isr) as u64;
+        let spurious = core::ptr::addr_of!(memboot_spurious_isr) as u64;
+        entries[crate::hw::apic::WAKE_VECTOR as usize] = IdtEntry::interrupt_gate(wake, code.0, 0);
+        entries[crate::hw::apic::SPURIOUS_VECTOR as usize] =
+            IdtEntry::interrupt_gate(spurious, code.0, 0);
         Idt(entries)
     });
     assert_eq!(

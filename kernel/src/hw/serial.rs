@@ -38,7 +38,7 @@
 //! register once per byte.
 
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 
 use memboot_kernel::logbuf::{Consumer, LineWriter, LogRing, Producer};
 use memboot_kernel::report::Timestamp;
@@ -73,6 +73,13 @@ static DIRECT: AtomicBool = AtomicBool::new(false);
 static STOPPED: AtomicBool = AtomicBool::new(false);
 /// A UART answered at [`init`].
 static PRESENT: AtomicBool = AtomicBool::new(false);
+/// The AP that writes the log out when it has no job (its local APIC id),
+/// [`NO_PRINTER`] before one is chosen.
+static PRINTER: AtomicU32 = AtomicU32::new(NO_PRINTER);
+const NO_PRINTER: u32 = u32::MAX;
+/// The printer halted with nothing left to write out: the next line logged
+/// wakes it ([`printer_may_halt`] pairs with [`wake_printer`]).
+static PRINTER_HALTED: AtomicBool = AtomicBool::new(false);
 
 /// Program COM1 for 115200 baud 8N1 with FIFOs on (the crate's defaults
 /// apart from the baud rate; interrupts stay off, the log polls).
@@ -132,7 +139,46 @@ fn write_all_out() {
     }
 }
 
-/// For an idle AP: write one chunk of the log out if there is any and
+/// Make the AP with local APIC id `apic_id` the one that writes the log out
+/// when it has no job.
+pub fn set_printer(apic_id: u32) {
+    PRINTER.store(apic_id, Ordering::Release);
+}
+
+/// Is the AP with local APIC id `apic_id` the printer?
+pub fn is_printer(apic_id: u32) -> bool {
+    PRINTER.load(Ordering::Acquire) == apic_id
+}
+
+/// For the printer about to halt: may it (nothing left to write out)? It
+/// says it halts before it looks at the ring, and a CPU that logs looks at
+/// that after its line is in the ring ([`wake_printer`]); with a full fence
+/// on each side one of the two sees the other, so a line is never left
+/// unwritten while the printer sleeps.
+pub fn printer_may_halt() -> bool {
+    PRINTER_HALTED.store(true, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+    if RING.is_empty() || STOPPED.load(Ordering::Relaxed) {
+        return true;
+    }
+    PRINTER_HALTED.store(false, Ordering::Relaxed);
+    false
+}
+
+/// The printer woke: no wake-up is needed for the next line.
+pub fn printer_awake() {
+    PRINTER_HALTED.store(false, Ordering::Relaxed);
+}
+
+/// After a line went into the ring: wake the printer if it halted.
+fn wake_printer() {
+    fence(Ordering::SeqCst);
+    if PRINTER_HALTED.load(Ordering::Relaxed) && PRINTER_HALTED.swap(false, Ordering::Relaxed) {
+        crate::hw::apic::send_wake(PRINTER.load(Ordering::Acquire));
+    }
+}
+
+/// For the printer: write one chunk of the log out if there is any and
 /// nobody else is writing. Returns whether it wrote something.
 pub fn print_some() -> bool {
     if STOPPED.load(Ordering::Relaxed) || RING.is_empty() || RING.consumer_busy() {
@@ -185,6 +231,8 @@ pub fn log(args: fmt::Arguments) {
     stamped_line(&mut RING.lock_producer(), args, false);
     if direct() {
         write_all_out();
+    } else {
+        wake_printer();
     }
 }
 
@@ -206,6 +254,8 @@ pub fn raw_line_with<R>(write: impl FnOnce(&mut dyn Write) -> R) -> Option<R> {
     };
     if direct() {
         write_all_out();
+    } else {
+        wake_printer();
     }
     Some(result)
 }

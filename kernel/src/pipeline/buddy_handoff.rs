@@ -50,15 +50,20 @@ pub fn run<'m, B: MemmapBacking>(
     let reserved: Vec<PfnRange> = mb.reserved_pfn_ranges().collect();
     let plan = DeferredPlan::new(&outcome.deferred, &reserved, &node_cpus, plan_opts)
         .map_err(|e: PlanError| PipelineError::DeferredPlan(e))?;
-    let buddy = BuddyAllocator::with_store(
-        memmap,
-        plan.managed_ranges().chain(outcome.eager.iter().copied()),
-        cx.opts.buddy_store(),
-    )
-    .map_err(|e| PipelineError::DeferredInit(DeferredInitError::from(e)))?;
+    // The store is allocator metadata written before memory is ready (the
+    // free bitmaps: ~RAM/16384), so it is timed with the struct-page work.
+    let (buddy, free_bitmaps_ns) = cx.timed(Phase::FreeBitmaps, || {
+        BuddyAllocator::with_store(
+            memmap,
+            plan.managed_ranges().chain(outcome.eager.iter().copied()),
+            cx.opts.buddy_store(),
+        )
+    });
+    let buddy = buddy.map_err(|e| PipelineError::DeferredInit(DeferredInitError::from(e)))?;
     cx.facts.record(|f| {
         f.buddy_store = buddy.store().name();
         f.buddy_index_bytes = buddy.index_bytes();
+        f.free_bitmaps_ns = free_bitmaps_ns;
     });
     let (freed, buddy_eager_ns) = cx.timed(Phase::BuddyHandoff, || {
         if cx.mode.has_allocator() {

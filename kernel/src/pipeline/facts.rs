@@ -55,6 +55,8 @@ pub struct MmFacts {
     /// was first mapped (`ondemand`, whose boot writes no hole page).
     pub hole_pages_on_first_use: u64,
     pub memmap_boot_ns: u64,
+    /// Building the free-block store (the bitmaps) before the hand-off.
+    pub free_bitmaps_ns: u64,
     pub buddy_eager_ns: u64,
     pub deferred_ns: u64,
     /// Nodes with memory; `node_deferred_ns[..nr_nodes]` is by node index.
@@ -140,6 +142,7 @@ impl MmFacts {
         hole_pages: 0,
         hole_pages_on_first_use: 0,
         memmap_boot_ns: 0,
+        free_bitmaps_ns: 0,
         buddy_eager_ns: 0,
         deferred_ns: 0,
         nr_nodes: 0,

@@ -9,6 +9,11 @@
 //!       a memboot log gives each phase's struct pages (boot_log), --pages
 //!       gives them for Linux
 //!
+//!   memboot-profile compare --profile JSON --baseline JSON [--margin PERCENT]
+//!       prints a line per phase the baseline counts per struct page, and
+//!       exits 3 when one counts more instructions, stores or bytes per
+//!       page than the baseline by more than PERCENT (default 1)
+//!
 //! MAP: a System.map (Linux's real one, tests/linux-peer.sh --symbols) or
 //! `nm -n -C` of memboot's unstripped ELF.
 
@@ -16,12 +21,16 @@ use std::collections::HashMap;
 use std::process::ExitCode;
 
 use memboot_profile::boot_log;
+use memboot_profile::compare::{check_line, compare};
 use memboot_profile::phases::Kernel;
 use memboot_profile::raw::Raw;
 use memboot_profile::report::Profile;
 use memboot_profile::symbols::Symbols;
 
-fn run(args: &[String]) -> Result<(), String> {
+/// `compare`'s exit code when a phase exceeds the baseline.
+const EXCEEDED: u8 = 3;
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
     let (cmd, rest) = args
         .split_first()
         .ok_or("no command: plugin-args or report (see the source's header)")?;
@@ -38,6 +47,17 @@ fn run(args: &[String]) -> Result<(), String> {
         }
     };
     let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+    if cmd == "compare" {
+        let profile = |flag: &str| -> Result<Profile, String> {
+            serde_json::from_str(&read(one(flag)?)?)
+                .map_err(|e| format!("{}: {e}", one(flag).unwrap()))
+        };
+        let margin = opts
+            .contains_key("--margin")
+            .then(|| one("--margin"))
+            .transpose()?;
+        return compare_command(&profile("--profile")?, &profile("--baseline")?, margin);
+    }
     let map = Symbols::parse_system_map(&read(one("--map")?)?)
         .map_err(|e| format!("{}: {e}", one("--map").unwrap()))?;
     match cmd.as_str() {
@@ -55,16 +75,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 pages = boot_log::memboot_pages(&read(log)?, &map)
                     .map_err(|e| format!("{log}: {e}"))?;
             }
-            for p in opts.get("--pages").into_iter().flatten() {
-                let (name, n) = p
-                    .split_once('=')
-                    .ok_or(format!("--pages {p}: expected PHASE=N"))?;
-                pages.insert(
-                    name.to_string(),
-                    n.parse()
-                        .map_err(|_| format!("--pages {p}: N is not a number"))?,
-                );
-            }
+            pages.extend(given_pages(opts.get("--pages").into_iter().flatten())?);
             let profile = Profile::new(one("--kernel")?, &raw, &map, &pages);
             if profile
                 .phases
@@ -85,15 +96,58 @@ fn run(args: &[String]) -> Result<(), String> {
                 println!("{line}");
             }
         }
-        _ => return Err(format!("unknown command {cmd}: plugin-args or report")),
+        _ => {
+            return Err(format!(
+                "unknown command {cmd}: plugin-args, report or compare"
+            ))
+        }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--pages PHASE=N`, each given.
+fn given_pages<'a>(given: impl Iterator<Item = &'a &'a str>) -> Result<Vec<(String, u64)>, String> {
+    given
+        .map(|p| {
+            let (name, n) = p
+                .split_once('=')
+                .ok_or(format!("--pages {p}: expected PHASE=N"))?;
+            let n = n
+                .parse()
+                .map_err(|_| format!("--pages {p}: N is not a number"))?;
+            Ok((name.to_string(), n))
+        })
+        .collect()
+}
+
+/// `compare`: a line per gated phase, and exit 3 when one exceeds the
+/// baseline by more than `margin` percent (default 1).
+fn compare_command(
+    now: &Profile,
+    baseline: &Profile,
+    margin: Option<&str>,
+) -> Result<ExitCode, String> {
+    let margin = match margin {
+        None => 1.0,
+        Some(m) => m
+            .parse::<f64>()
+            .map_err(|_| "--margin: a percentage, e.g. 1 or 0.5".to_string())?,
+    } / 100.0;
+    let checks = compare(now, baseline, margin)?;
+    for c in &checks {
+        println!("{}", check_line(c, margin));
+    }
+    Ok(if checks.iter().any(|c| c.exceeded) {
+        ExitCode::from(EXCEEDED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("memboot-profile: {e}");
             ExitCode::FAILURE

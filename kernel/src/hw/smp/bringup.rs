@@ -54,6 +54,9 @@ pub fn launch(tables: &mut OffsetPageTable<'_>) -> Result<(), SmpError> {
     };
     let mode = apic::init_bsp(smp.lapic_addr, tables, &mut frames).map_err(SmpError::Apic)?;
     kprintln!("APIC: {mode}");
+    // Before any AP runs: an AP wakes the BSP when a job is done.
+    interrupts::mask_legacy_pic();
+    apic::enable_wakeups();
     let reads = apic::id();
     if reads != smp.bsp_apic_id {
         return Err(SmpError::BspApicId {
@@ -130,12 +133,16 @@ extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
     pc.arrive(tsc::rdtsc());
     apic::init_ap();
     interrupts::init_ap();
+    apic::enable_wakeups();
     pc.set_ready(apic::id());
-    let background = SMP.get().and_then(|s| s.background.get());
+    let smp = SMP.get();
+    let background = smp.and_then(|s| s.background.get());
     if let Some(b) = background.filter(|b| core::ptr::eq(b.starter, pc)) {
+        // The starter writes the log out when it has no job.
+        serial::set_printer(pc.info.apic_id);
         run_on_starter(b);
     }
-    scope::serve(pc)
+    scope::serve(pc, smp.map_or(0, |s| s.bsp_apic_id))
 }
 
 /// On the starter AP, right after its own setup: check in, then start the

@@ -1,12 +1,15 @@
-//! Running jobs on the online CPUs. Each AP that came up polls its mailbox
-//! ([`serve`]: `PerCpu::mailbox`, with `pause`; no interrupts), and while
-//! it is idle writes the kernel log out to the UART (`serial::print_some`,
-//! one FIFO's worth between two looks at the mailbox). [`scope`] hands out
-//! jobs: [`Scope::spawn_on`] posts a job reference to a CPU's mailbox (for
-//! the BSP itself the job is kept and run inline when the scope closure
-//! returns), and the scope returns only after every job it spawned
-//! finished, which is what makes borrowing jobs sound (like
-//! `std::thread::scope`).
+//! Running jobs on the online CPUs. Each AP that came up runs what is
+//! posted to its mailbox ([`serve`]: `PerCpu::mailbox`) and otherwise halts
+//! (`interrupts::halt_until`), so an idle vCPU takes no host time from the
+//! working ones; one AP, the printer, first writes the kernel log out to the
+//! UART (`serial::print_some`, one FIFO's worth between two looks at the
+//! mailbox) and halts when the log is written. [`scope`] hands out jobs:
+//! [`Scope::spawn_on`] posts a job reference to a CPU's mailbox and wakes
+//! it with an IPI (for the BSP itself the job is kept and run inline when
+//! the scope closure returns), and the scope returns only after every job
+//! it spawned finished, which is what makes borrowing jobs sound (like
+//! `std::thread::scope`); the BSP halts meanwhile, and each AP wakes it
+//! when its job is done.
 
 use alloc::vec::Vec;
 use core::cell::RefCell;
@@ -17,7 +20,7 @@ use memboot_kernel::boot_error::SmpError;
 
 use super::percpu::{CpuInfo, Job, PerCpu, MAILBOX_IDLE, MAILBOX_POSTED};
 use super::state::{boot_timing, online_cpus, SMP};
-use crate::hw::{apic, serial, tsc};
+use crate::hw::{apic, interrupts, serial, tsc};
 
 /// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
 /// borrow; it outlives the `scope` call, and `Scope` is invariant in it.
@@ -45,9 +48,7 @@ impl<'env> Scope<'env> {
             self.on_bsp.borrow_mut().push((pc.info, job));
             return;
         }
-        while pc.mailbox.load(Ordering::Acquire) != MAILBOX_IDLE {
-            core::hint::spin_loop();
-        }
+        interrupts::halt_until(|| pc.mailbox.load(Ordering::Acquire) == MAILBOX_IDLE);
         // SAFETY: erases the lifetime of the job reference only. Sound because
         // `scope` does not return before this CPU's mailbox is IDLE again,
         // i.e. before the AP is done with the reference, and `'env` outlives
@@ -58,6 +59,7 @@ impl<'env> Scope<'env> {
         // release store below publishes it.
         unsafe { *pc.job.get() = Some(ptr) };
         pc.mailbox.store(MAILBOX_POSTED, Ordering::Release);
+        apic::send_wake(pc.info.apic_id);
         self.spawned.borrow_mut().push(pc);
     }
 }
@@ -80,18 +82,19 @@ pub fn scope<'env, R>(f: impl FnOnce(&Scope<'env>) -> R) -> R {
         job(*cpu);
     }
     for pc in s.spawned.borrow().iter() {
-        while pc.mailbox.load(Ordering::Acquire) != MAILBOX_IDLE {
-            core::hint::spin_loop();
-        }
+        interrupts::halt_until(|| pc.mailbox.load(Ordering::Acquire) == MAILBOX_IDLE);
     }
     r
 }
 
-/// An AP's life once it is up: run the jobs posted to its mailbox, and
-/// write the log out while it has none.
-pub(super) fn serve(pc: &'static PerCpu) -> ! {
+/// An AP's life once it is up: run the jobs posted to its mailbox (waking
+/// the BSP, which may be halted waiting for it, when each is done), write
+/// the log out if it is the printer, and halt when there is neither.
+pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
+    let printer = serial::is_printer(pc.info.apic_id);
+    let posted = || pc.mailbox.load(Ordering::Acquire) == MAILBOX_POSTED;
     loop {
-        if pc.mailbox.load(Ordering::Acquire) == MAILBOX_POSTED {
+        if posted() {
             // SAFETY: POSTED means the BSP stored a job and does not touch
             // the slot until we set IDLE below.
             let job = unsafe { *pc.job.get() };
@@ -101,9 +104,14 @@ pub(super) fn serve(pc: &'static PerCpu) -> ! {
                 unsafe { (*job)(pc.info) };
             }
             pc.mailbox.store(MAILBOX_IDLE, Ordering::Release);
-        } else if !serial::print_some() {
-            // Idle and nothing to print (or another CPU is printing).
-            core::hint::spin_loop();
+            apic::send_wake(bsp_apic_id);
+        } else if printer && serial::print_some() {
+            continue;
+        } else {
+            interrupts::halt_until(|| posted() || (printer && !serial::printer_may_halt()));
+            if printer {
+                serial::printer_awake();
+            }
         }
     }
 }

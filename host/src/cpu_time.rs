@@ -110,21 +110,18 @@ impl Sampler {
     }
 }
 
-/// Each thread's CPU time from the last sample at or before `from_ns` to
+/// Each thread's CPU time from the first sample at or after `from_ns` to
 /// the first at or after `to_ns` (the last one the thread is in: QEMU's
 /// threads end one by one as it exits), by thread name (threads of one
-/// name summed), and the window covered (ns since QEMU started). `None`
-/// without two samples in it.
+/// name summed), and the window covered (ns since QEMU started): inside
+/// `from_ns`, so that what ran before it (the vCPUs' own start-up, which
+/// TCG translates for) stays out. `None` without two samples in it.
 pub fn usage_between(
     samples: &[Sample],
     from_ns: u64,
     to_ns: u64,
 ) -> Option<(BTreeMap<String, u64>, u64, u64)> {
-    let first = samples
-        .iter()
-        .rev()
-        .find(|s| s.at_ns <= from_ns)
-        .or(samples.first())?;
+    let first = samples.iter().find(|s| s.at_ns >= from_ns)?;
     let end = samples
         .iter()
         .position(|s| s.at_ns >= to_ns)
@@ -293,7 +290,7 @@ mod tests {
                 ],
             },
         ];
-        let (u, from, to) = usage_between(&samples, 25_000_000, u64::MAX).unwrap();
+        let (u, from, to) = usage_between(&samples, 15_000_000, u64::MAX).unwrap();
         assert_eq!((from, to), (20_000_000, 30_000_000));
         assert_eq!(u["CPU 0/TCG"], 10_000_000);
         assert_eq!(u["CPU 1/TCG"], 1_000_000);
@@ -313,7 +310,7 @@ mod tests {
             at_ns: 40_000_000,
             threads: vec![t(1, "qemu-system-x86", 8)],
         });
-        let (u, _, to) = usage_between(&exiting, 25_000_000, u64::MAX).unwrap();
+        let (u, _, to) = usage_between(&exiting, 15_000_000, u64::MAX).unwrap();
         assert_eq!(
             (u["CPU 0/TCG"], u["qemu-system-x86"], to),
             (10_000_000, 2_000_000, 40_000_000)
@@ -323,6 +320,9 @@ mod tests {
         // sample at or after its end.
         let (u, _, to) = usage_between(&samples, 10_000_000, 15_000_000).unwrap();
         assert_eq!((u["CPU 0/TCG"], to), (7_000_000, 20_000_000));
+        // A window that starts between samples starts at the next one.
+        let (_, from, _) = usage_between(&samples, 11_000_000, u64::MAX).unwrap();
+        assert_eq!(from, 20_000_000);
     }
 
     #[test]

@@ -121,6 +121,7 @@ mod tests {
             attributed_share: 1.0,
             unattributed: vec![],
             phases,
+            deferred_nodes: None,
             functions: vec![],
         }
     }

@@ -9,12 +9,14 @@
 //!   JSON and as log lines.
 //! - [`compare`]: a profile against a committed baseline (run-qemu.sh
 //!   `--baseline`), the CI's instruction-count gate.
+//! - [`nodes`]: deferred init by NUMA node, and its critical path.
 //! - [`insn`] and [`tracker`]: how a phase is followed through calls,
 //!   returns, interrupts and (for Linux) thread migration.
 
 pub mod boot_log;
 pub mod compare;
 pub mod insn;
+pub mod nodes;
 pub mod phases;
 pub mod plugin;
 pub mod raw;

@@ -71,6 +71,9 @@ pub struct Profile {
     /// Where unattributed kernel-half instructions ran (2 MiB regions).
     pub unattributed: Vec<FunctionCount>,
     pub phases: Vec<PhaseProfile>,
+    /// Deferred init by NUMA node (`nodes`), where the boot's log was read.
+    #[serde(default)]
+    pub deferred_nodes: Option<crate::nodes::NodeSplit>,
     /// The flat profile: kernel-half instructions by function, most first.
     pub functions: Vec<FunctionCount>,
 }
@@ -224,8 +227,18 @@ impl Profile {
             },
             unattributed: sorted(unknown).into_iter().take(8).collect(),
             phases,
+            deferred_nodes: None,
             functions: sorted(flat),
         }
+    }
+
+    /// Deferred init split by node, each vCPU on the node the boot's log
+    /// (`log`: its SRAT lines) puts it.
+    pub fn split_by_node(&mut self, log: &str) {
+        let nodes = crate::nodes::vcpu_nodes(log);
+        self.deferred_nodes = self
+            .phase(crate::phases::DEFERRED)
+            .and_then(|p| crate::nodes::split(p, &nodes));
     }
 
     pub fn phase(&self, name: &str) -> Option<&PhaseProfile> {
@@ -303,6 +316,9 @@ impl Profile {
                 .collect();
             line += &format!("; top: {}", top.join(", "));
             out.push(line);
+        }
+        if let Some(split) = &self.deferred_nodes {
+            out.push(crate::nodes::split_line(crate::phases::DEFERRED, split));
         }
         out
     }

@@ -76,7 +76,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     .map_err(|e| format!("{log}: {e}"))?;
             }
             pages.extend(given_pages(opts.get("--pages").into_iter().flatten())?);
-            let profile = Profile::new(one("--kernel")?, &raw, &map, &pages);
+            let mut profile = Profile::new(one("--kernel")?, &raw, &map, &pages);
+            if let Ok(log) = one("--log") {
+                profile.split_by_node(&read(log)?);
+            }
             if profile
                 .phases
                 .iter()

@@ -408,6 +408,24 @@ impl FlagsLayout for StructPage {
     }
 }
 
+/// [`PageLayout::init_all_with_flags`] four pages per loop turn, for the
+/// layouts whose page holds its own address (`lru`): a page is a few
+/// stores, and the loop's own add, compare and branch would otherwise add
+/// a third to them on every page (deferred init's critical path is this
+/// loop, and under TCG every guest instruction costs).
+#[inline]
+pub(crate) fn init_four_per_turn<P: PageLayout>(pages: &mut [P], flags: u64, refcount: i32) {
+    let mut quads = pages.chunks_exact_mut(4);
+    for quad in &mut quads {
+        for page in quad {
+            page.init_with_flags(flags, refcount);
+        }
+    }
+    for page in quads.into_remainder() {
+        page.init_with_flags(flags, refcount);
+    }
+}
+
 impl PageLayout for StructPage {
     const BYTES: u64 = 64;
     const ZERO: Self = StructPage::ZERO;
@@ -428,6 +446,10 @@ impl PageLayout for StructPage {
             refcount,
             memcg_data: 0,
         };
+    }
+    #[inline]
+    fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
+        init_four_per_turn(pages, flags, refcount);
     }
     #[inline]
     fn touched(pfn: Pfn) -> Self {
@@ -465,6 +487,33 @@ impl PageLayout for StructPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The batched init writes what page-by-page init writes, at every
+    /// length around a batch (remainders 0 to 3) and in every layout:
+    /// page-by-page init run again over the batch's result changes nothing
+    /// (in place, as `lru` holds the page's own address), and no page is
+    /// left zero.
+    fn batch_matches_one_by_one<P: PageLayout>() {
+        for (flags, refcount) in [(0x3_0000_1000, 0), (0x5 | 1 << pg::RESERVED, 1)] {
+            for n in 0..=9 {
+                let mut pages = vec![P::ZERO; n];
+                P::init_all_with_flags(&mut pages, flags, refcount);
+                for (i, page) in pages.iter_mut().enumerate() {
+                    let batched = *page;
+                    assert_ne!(batched, P::ZERO, "page {i} of {n} left zero");
+                    page.init_with_flags(flags, refcount);
+                    assert_eq!(batched, *page, "page {i} of {n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn batched_init_matches_one_by_one_in_every_layout() {
+        batch_matches_one_by_one::<StructPage>();
+        batch_matches_one_by_one::<crate::page32::StructPage32>();
+        batch_matches_one_by_one::<crate::page8::StructPage8>();
+    }
 
     #[test]
     fn init_single_page_matches_linux() {

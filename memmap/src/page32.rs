@@ -104,6 +104,10 @@ impl PageLayout for StructPage32 {
         };
     }
     #[inline]
+    fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
+        crate::page::init_four_per_turn(pages, flags, refcount);
+    }
+    #[inline]
     fn touched(pfn: Pfn) -> Self {
         StructPage32 {
             flags: pfn,

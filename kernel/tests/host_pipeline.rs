@@ -717,6 +717,30 @@ fn the_cpus_start_after_memory_is_ready_only_where_nothing_needs_them_before() {
     }
 }
 
+/// The console is told once that memory is ready, right after the step
+/// that made it so logged its last line and before anything later logs:
+/// until then the kernel's printer keeps still.
+#[test]
+fn the_console_is_let_go_once_memory_is_ready() {
+    for (name, ready_line) in [
+        ("32t-16nodes-ondemand", "every page allocatable at"),
+        ("4g-deferred", "deferred pages initialised: "),
+        ("4g-touch", "deferred pages initialised: "),
+    ] {
+        let run = common::run_on_host_in_full(&load(name));
+        run.result.unwrap();
+        let [n] = run.lines_before_memory_ready[..] else {
+            panic!("{name}: told {:?}", run.lines_before_memory_ready);
+        };
+        let ready = run
+            .lines
+            .iter()
+            .position(|l| l.contains(ready_line))
+            .unwrap_or_else(|| panic!("{name}: no `{ready_line}` line"));
+        assert_eq!(n, ready + 1, "{name}: told after line {n}, ready at {ready}");
+    }
+}
+
 /// `fx` replayed with `struct_page=` `layout`.
 fn at_bytes(mut fx: Fixture, layout: StructPageSize) -> Fixture {
     fx.opts.struct_page = layout;

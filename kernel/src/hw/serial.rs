@@ -13,21 +13,24 @@
 //! logging CPU's path. The bytes reach the UART later, written by one CPU at
 //! a time (the ring's consumer lock), in order:
 //!
-//! * an **idle AP** writes them from its idle loop ([`print_some`], called
-//!   by `smp`'s mailbox loop between jobs), [`PRINT_CHUNK`] bytes at a time
-//!   so a job posted meanwhile waits at most one FIFO's worth;
+//! * an **idle AP**, the printer, writes them from its idle loop
+//!   ([`print_some`], called by `smp`'s mailbox loop between jobs),
+//!   [`PRINT_CHUNK`] bytes at a time so a job posted meanwhile waits at
+//!   most one FIFO's worth, once memory is ready ([`memory_ready`], called
+//!   by the pipeline): until then it halts like the other idle APs;
 //! * a **logging CPU whose ring is full** writes bytes out itself (or waits
 //!   for the AP that is writing): nothing is ever dropped;
 //! * in **direct mode** ([`set_direct`]: the kernel option `console=direct`,
 //!   from the moment the command line is read; or no AP will print, i.e. one
 //!   CPU, or the AP that was to come never did) every line is written out by
-//!   the CPU that logged it, as soon as it is logged. Otherwise, before the
-//!   CPUs are started (`smp::launch`, which the memory-init pipeline calls
-//!   where its mode first needs them: for `ondemand` once memory is ready)
-//!   lines are only buffered, stamped when logged. Under TCG a vCPU writing the UART
-//!   slows the others too: with the AP printing during memory init, the
-//!   boot CPU ran code it had not run before about 3x slower (memblock's
-//!   first build at 1G: 3.9 ms against 1.2 ms with the AP quiet);
+//!   the CPU that logged it, as soon as it is logged. Otherwise, until
+//!   memory is ready, lines are only buffered, stamped when logged: under
+//!   TCG a vCPU writing the UART takes host time from the others (with the
+//!   AP printing during memory init, the boot CPU ran code it had not run
+//!   before about 3x slower; in a 16-vCPU boot whose memory init is all on
+//!   the boot CPU the printer took a fifth to a third of QEMU's CPU time).
+//!   A boot that hangs in memory init therefore shows nothing until QEMU
+//!   is killed; `console=direct` shows every line as it is logged;
 //! * the **emergency path** (panic, exception: [`emergency_log`]) and the
 //!   **exit path** ([`flush`], called by `exit`) stop the APs' printing and
 //!   write everything buffered out, on the CPU that is ending the boot,
@@ -80,6 +83,11 @@ const NO_PRINTER: u32 = u32::MAX;
 /// The printer halted with nothing left to write out: the next line logged
 /// wakes it ([`printer_may_halt`] pairs with [`wake_printer`]).
 static PRINTER_HALTED: AtomicBool = AtomicBool::new(false);
+/// Memory init is running: the printer keeps still (a vCPU writing the
+/// UART takes host time from the ones doing memory init). Cleared once, by
+/// [`memory_ready`]; [`printer_may_halt`] reads it the way it reads the
+/// ring, so the same fences pair the two.
+static HELD: AtomicBool = AtomicBool::new(true);
 
 /// Program COM1 for 115200 baud 8N1 with FIFOs on (the crate's defaults
 /// apart from the baud rate; interrupts stay off, the log polls).
@@ -158,7 +166,7 @@ pub fn is_printer(apic_id: u32) -> bool {
 pub fn printer_may_halt() -> bool {
     PRINTER_HALTED.store(true, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    if RING.is_empty() || STOPPED.load(Ordering::Relaxed) {
+    if RING.is_empty() || STOPPED.load(Ordering::Relaxed) || HELD.load(Ordering::Relaxed) {
         return true;
     }
     PRINTER_HALTED.store(false, Ordering::Relaxed);
@@ -170,7 +178,14 @@ pub fn printer_awake() {
     PRINTER_HALTED.store(false, Ordering::Relaxed);
 }
 
-/// After a line went into the ring: wake the printer if it halted.
+/// Memory is ready: the printer may write the log out from now on.
+pub fn memory_ready() {
+    HELD.store(false, Ordering::Relaxed);
+    wake_printer();
+}
+
+/// After a line went into the ring, or the log was let go: wake the
+/// printer if it halted.
 fn wake_printer() {
     fence(Ordering::SeqCst);
     if PRINTER_HALTED.load(Ordering::Relaxed) && PRINTER_HALTED.swap(false, Ordering::Relaxed) {
@@ -181,7 +196,11 @@ fn wake_printer() {
 /// For the printer: write one chunk of the log out if there is any and
 /// nobody else is writing. Returns whether it wrote something.
 pub fn print_some() -> bool {
-    if STOPPED.load(Ordering::Relaxed) || RING.is_empty() || RING.consumer_busy() {
+    if STOPPED.load(Ordering::Relaxed)
+        || HELD.load(Ordering::Relaxed)
+        || RING.is_empty()
+        || RING.consumer_busy()
+    {
         return false;
     }
     match RING.try_lock_consumer() {

@@ -146,21 +146,32 @@ unsafe impl VmemmapMapper for HostMapper {
     }
 }
 
-/// A log that keeps its lines.
+/// A log that keeps its lines, and notes when it was told memory is ready.
 #[derive(Default)]
 pub struct VecLog {
     lines: Mutex<Vec<String>>,
+    lines_before_memory_ready: Mutex<Vec<usize>>,
 }
 
 impl VecLog {
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
     }
+
+    /// For each [`Log::memory_ready`] call, how many lines came before it.
+    pub fn lines_before_memory_ready(&self) -> Vec<usize> {
+        self.lines_before_memory_ready.lock().unwrap().clone()
+    }
 }
 
 impl Log for VecLog {
     fn line(&self, args: fmt::Arguments<'_>) {
         self.lines.lock().unwrap().push(args.to_string());
+    }
+
+    fn memory_ready(&self) {
+        let n = self.lines.lock().unwrap().len();
+        self.lines_before_memory_ready.lock().unwrap().push(n);
     }
 }
 

@@ -145,6 +145,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
         Deferral::Workers => deferred_workers::run(cx, &di, &mb, layout)?,
         Deferral::Pool => ondemand_pool::run(cx, &di, &memmap, &mb)?,
     };
+    cx.log.memory_ready();
     start(StartCpus::WhenMemoryReady);
     memory_blocks::run(cx, blocks, pages, &di, layout);
     alloc_test::run(cx, pages, &di, layout)?;

@@ -28,6 +28,11 @@ use memmap::sections::Vmemmap;
 /// `[seconds.micros]` stamp).
 pub trait Log: Sync {
     fn line(&self, args: fmt::Arguments<'_>);
+    /// Memory is ready (or, for a mode without an allocator, its struct
+    /// pages are written): the console may write the log out from here.
+    /// Until then lines are only kept (on the kernel, an idle AP writing
+    /// the UART would take host time from the CPUs doing memory init).
+    fn memory_ready(&self) {}
 }
 
 /// Starts the CPUs other than the boot CPU. The pipeline calls

@@ -91,6 +91,9 @@ pub struct HostRun {
     /// For each time the pipeline started the other CPUs, the number of
     /// lines it had logged before.
     pub lines_before_cpu_start: Vec<usize>,
+    /// For each time the pipeline told the log memory is ready, the
+    /// number of lines it had logged before.
+    pub lines_before_memory_ready: Vec<usize>,
 }
 
 /// Run the whole pipeline as the kernel did, keeping everything.
@@ -117,6 +120,7 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
         facts: mm,
         lines: log.lines(),
         lines_before_cpu_start: bringup.lines_before_each_start(),
+        lines_before_memory_ready: log.lines_before_memory_ready(),
         mapper,
     }
 }

@@ -11,4 +11,8 @@ impl Log for SerialLog {
     fn line(&self, args: fmt::Arguments<'_>) {
         kprintln!("{args}");
     }
+
+    fn memory_ready(&self) {
+        crate::hw::serial::memory_ready();
+    }
 }

@@ -1,9 +1,9 @@
 //! Running jobs on the online CPUs. Each AP that came up runs what is
 //! posted to its mailbox ([`serve`]: `PerCpu::mailbox`) and otherwise halts
 //! (`interrupts::halt_until`), so an idle vCPU takes no host time from the
-//! working ones; one AP, the printer, first writes the kernel log out to the
-//! UART (`serial::print_some`, one FIFO's worth between two looks at the
-//! mailbox) and halts when the log is written. [`scope`] hands out jobs:
+//! working ones; one AP, the printer, once memory is ready writes the
+//! kernel log out to the UART (`serial::print_some`, one FIFO's worth
+//! between two looks at the mailbox) and halts when the log is written. [`scope`] hands out jobs:
 //! [`Scope::spawn_on`] posts a job reference to a CPU's mailbox and wakes
 //! it with an IPI (for the BSP itself the job is kept and run inline when
 //! the scope closure returns), and the scope returns only after every job

@@ -22,6 +22,7 @@ use serde::Deserialize;
 pub use log::host_peak_rss_mib;
 
 pub mod bench;
+pub mod bench_md;
 pub mod linux_log;
 pub mod log;
 // The page-by-page model of memory init from a logged firmware map, shared

@@ -91,13 +91,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    print!("{}", bench::table(&results, &plan, &args.heading));
-    if let Some(comparison) = bench::comparison(&results, &plan) {
-        print!("{comparison}");
-    }
-    match memboot_tests::profile_table::tables(&args.dir, &plan) {
-        Ok(Some(tables)) => print!("{tables}"),
-        Ok(None) => {}
+    match memboot_tests::bench_md::render(&args.dir, &results, &plan, &args.heading) {
+        Ok(text) => print!("{text}"),
         Err(e) => {
             eprintln!("memboot-bench: {e}");
             return ExitCode::from(2);

@@ -1,0 +1,21 @@
+//! A bench run's whole `bench.md`, as `memboot-bench report` prints it and
+//! the committed-table test rebuilds it: the per-boot table
+//! ([`bench::table`]), the comparisons ([`bench::comparison`]) and, when
+//! the run has profiles, their tables ([`profile_table::tables`]).
+
+use std::path::Path;
+
+use crate::bench::{self, Plan, Results};
+use crate::profile_table;
+
+/// The text of `bench.md` for the run whose logs are in `dir`.
+pub fn render(dir: &Path, results: &Results, plan: &Plan, heading: &str) -> Result<String, String> {
+    let mut out = bench::table(results, plan, heading);
+    if let Some(comparison) = bench::comparison(results, plan) {
+        out += &comparison;
+    }
+    if let Some(tables) = profile_table::tables(dir, plan)? {
+        out += &tables;
+    }
+    Ok(out)
+}

@@ -737,7 +737,11 @@ fn the_console_is_let_go_once_memory_is_ready() {
             .iter()
             .position(|l| l.contains(ready_line))
             .unwrap_or_else(|| panic!("{name}: no `{ready_line}` line"));
-        assert_eq!(n, ready + 1, "{name}: told after line {n}, ready at {ready}");
+        assert_eq!(
+            n,
+            ready + 1,
+            "{name}: told after line {n}, ready at {ready}"
+        );
     }
 }
 

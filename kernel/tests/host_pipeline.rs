@@ -745,6 +745,30 @@ fn the_console_is_let_go_once_memory_is_ready() {
     }
 }
 
+/// Where the boot CPU initialised every struct page (`regions`, `perpfn`)
+/// no job wakes the other CPUs before memory is ready; with deferred
+/// workers one does.
+#[test]
+fn no_cpu_but_the_boot_cpu_is_woken_when_it_did_all_the_work() {
+    for (name, jobs_before_ready) in [("4g-regions", 0), ("4g-perpfn", 0), ("4g-deferred", 1)] {
+        let run = common::run_on_host_in_full(&load(name));
+        run.result.unwrap();
+        let [ready] = run.lines_before_memory_ready[..] else {
+            panic!("{name}: told {:?}", run.lines_before_memory_ready);
+        };
+        let before = run
+            .lines_before_each_job
+            .iter()
+            .filter(|&&n| n < ready)
+            .count();
+        assert_eq!(
+            before, jobs_before_ready,
+            "{name}: jobs at {:?}",
+            run.lines_before_each_job
+        );
+    }
+}
+
 /// `fx` replayed with `struct_page=` `layout`.
 fn at_bytes(mut fx: Fixture, layout: StructPageSize) -> Fixture {
     fx.opts.struct_page = layout;

@@ -65,6 +65,13 @@ pub fn run_workers<B: MemmapBacking>(
 ) -> Result<DeferredReport, PipelineError> {
     di.check_cpus(executor.nr_cpus())
         .map_err(PipelineError::DeferredInit)?;
+    if di.plan().workers().is_empty() {
+        // All struct pages were the boot CPU's (`regions`, `perpfn`): no
+        // other CPU has a job, and waking them would only take host time
+        // from the boot CPU under TCG.
+        boot_cpu_first();
+        return Ok(di.report());
+    }
     executor.on_each_cpu(&|cpu| {
         if cpu == BOOT_CPU {
             boot_cpu_first();

@@ -10,7 +10,10 @@ pub mod log;
 pub mod model;
 pub mod model_input;
 
+use std::sync::Mutex;
+
 use deferred_init::host::{StdClock, ThreadExecutor};
+use deferred_init::{CpuId, Executor};
 use memboot_contract::options::Options;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::pipeline::error::PipelineError;
@@ -94,6 +97,27 @@ pub struct HostRun {
     /// For each time the pipeline told the log memory is ready, the
     /// number of lines it had logged before.
     pub lines_before_memory_ready: Vec<usize>,
+    /// For each job the pipeline ran on every CPU, the number of lines it
+    /// had logged before.
+    pub lines_before_each_job: Vec<usize>,
+}
+
+/// [`ThreadExecutor`], noting how many lines `log` held at each job.
+struct NotedExecutor<'a> {
+    threads: ThreadExecutor,
+    log: &'a VecLog,
+    lines_before: Mutex<Vec<usize>>,
+}
+
+impl Executor for NotedExecutor<'_> {
+    fn nr_cpus(&self) -> usize {
+        self.threads.nr_cpus()
+    }
+    fn on_each_cpu(&self, job: &(dyn Fn(CpuId) + Sync)) {
+        let n = self.log.lines().len();
+        self.lines_before.lock().unwrap().push(n);
+        self.threads.on_each_cpu(job);
+    }
 }
 
 /// Run the whole pipeline as the kernel did, keeping everything.
@@ -101,8 +125,12 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
     let reserve = fx.reserve();
     let input = fx.input(&reserve);
     let mut mapper = HostMapper::new();
-    let executor = ThreadExecutor::new(fx.input.cpu_nodes.len());
     let (clock, log, facts) = (StdClock::new(), VecLog::default(), Facts::new());
+    let executor = NotedExecutor {
+        threads: ThreadExecutor::new(fx.input.cpu_nodes.len()),
+        log: &log,
+        lines_before: Mutex::new(Vec::new()),
+    };
     let bringup = NotedBringup::new(&log);
     let machine = Machine {
         mapper: &mut mapper,
@@ -121,6 +149,7 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
         lines: log.lines(),
         lines_before_cpu_start: bringup.lines_before_each_start(),
         lines_before_memory_ready: log.lines_before_memory_ready(),
+        lines_before_each_job: executor.lines_before.into_inner().unwrap(),
         mapper,
     }
 }

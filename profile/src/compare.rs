@@ -100,6 +100,7 @@ mod tests {
             closes: 1,
             unanchored: 0,
             left_open: 0,
+            spin_insns: 0,
             pages,
             insns_per_page: None,
             stores_per_page: None,

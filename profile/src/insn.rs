@@ -221,6 +221,14 @@ pub fn is_rep_string(bytes: &[u8]) -> bool {
         )
 }
 
+/// `pause` (`F3 90`): the hint in every lock's wait loop (Rust's
+/// `core::hint::spin_loop`, Linux's `cpu_relax`). A block that holds one
+/// is a spin-wait, whose executions follow how long another CPU held what
+/// it waits for: the host's scheduling, not the code.
+pub fn is_pause(bytes: &[u8]) -> bool {
+    bytes == [0xf3, 0x90]
+}
+
 /// Instructions a function may start with before its frame: `endbr64`
 /// (IBT kernels) and the nops ftrace patches in (`nopl`, `nopw`, `xchg`).
 pub fn is_entry_padding(bytes: &[u8]) -> bool {
@@ -244,7 +252,22 @@ pub fn is_push_reg(bytes: &[u8]) -> bool {
 mod tests {
     use super::StackOp::{self, *};
     use super::Stores::{self, *};
-    use super::{is_entry_padding, is_push_reg, is_rep_string, stores_of};
+    use super::{is_entry_padding, is_pause, is_push_reg, is_rep_string, stores_of};
+
+    /// `pause` is `F3 90` and nothing else: `nop` (90), `rep movsb`
+    /// (F3 A4) and `xchg eax, r8d` (41 90) are not spin-waits.
+    #[test]
+    fn pause_is_only_f3_90() {
+        assert!(is_pause(&[0xf3, 0x90]));
+        for other in [
+            &[0x90][..],
+            &[0xf3, 0xa4],
+            &[0x41, 0x90],
+            &[0xf3, 0x90, 0x90],
+        ] {
+            assert!(!is_pause(other), "{other:x?}");
+        }
+    }
 
     /// Each execution's stores, as the manual gives them for each form
     /// (bytes as objdump prints them).

@@ -28,6 +28,11 @@
 //!   instruction, and every store in a block where a phase opens after its
 //!   start keep their callbacks.
 //!
+//! A block that holds a `pause` is a spin-wait (a lock's wait loop): its
+//! instructions count in the vCPU's total and in a phase's spin-wait count,
+//! not in the phase's instructions, which then do not depend on how long
+//! the host let another CPU hold the lock.
+//!
 //! Phases follow the stack: callbacks on calls, returns, pops and entry
 //! pushes estimate each vCPU's stack pointer (`tracker`). A phase opens at
 //! its entry function's first `push` (after `endbr64` and ftrace nops), one
@@ -57,7 +62,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use crate::insn::{is_entry_padding, is_push_reg, is_rep_string, stores_of, StackOp, Stores};
+use crate::insn::{
+    is_entry_padding, is_pause, is_push_reg, is_rep_string, stores_of, StackOp, Stores,
+};
 use crate::raw::{self, Raw};
 use crate::tracker::{Threads, Tracker, MAX_PHASES};
 use api::{
@@ -115,6 +122,7 @@ impl Config {
 struct BlockInfo {
     vaddr: u64,
     insn_offsets: Vec<u32>,
+    spin: bool,
 }
 
 /// The blocks translated, each once: TCG translates a block again after
@@ -138,6 +146,8 @@ struct BlockMeta {
     /// The block's last instruction is a REP string instruction at this
     /// address (0: it is not).
     rep_last: u64,
+    /// A spin-wait block ([`is_pause`]).
+    spin: bool,
 }
 
 /// One vCPU's counters, touched only by that vCPU's callbacks.
@@ -212,7 +222,9 @@ impl Plugin {
             insns: 0,
             stores: now[0] - v.folded[0],
             bytes: now[1] - v.folded[1],
+            spin: false,
         };
+        let mut spin_insns = 0;
         v.folded = now;
         let nr = self.nr_blocks.load(Ordering::Acquire);
         if v.folded_execs.len() < nr {
@@ -225,7 +237,11 @@ impl Plugin {
                 return;
             }
             v.folded_execs[id] = execs;
-            sum.insns += d * each.insns;
+            if each.spin {
+                spin_insns += d * each.insns;
+            } else {
+                sum.insns += d * each.insns;
+            }
             sum.stores += d * each.stores;
             sum.bytes += d * each.bytes;
             for ph in phases.clone() {
@@ -238,6 +254,7 @@ impl Plugin {
         });
         for ph in phases {
             v.phase[ph].insns += sum.insns;
+            v.phase[ph].spin_insns += spin_insns;
             v.phase[ph].stores += sum.stores;
             v.phase[ph].bytes += sum.bytes;
         }
@@ -361,6 +378,7 @@ fn block_id(
     blocks.info.push(BlockInfo {
         vaddr,
         insn_offsets: key.1.clone(),
+        spin: counts.spin,
     });
     blocks.ids.insert(key, id);
     p.nr_blocks.store(id + 1, Ordering::Release);
@@ -407,6 +425,7 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     };
     let mut counts = BlockCounts {
         insns: n as u64,
+        spin: (0..n).any(|i| is_pause(bytes(i))),
         ..BlockCounts::default()
     };
     for (i, &insn) in insns.iter().enumerate() {
@@ -427,6 +446,7 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
         entry: entry_at_start,
         rep_first: if n > 0 { rep_at(0) } else { 0 },
         rep_last: if n > 0 { rep_at(n - 1) } else { 0 },
+        spin: counts.spin,
     };
     match (p.api.inline(), counter) {
         // Counted inline: most blocks.
@@ -566,7 +586,11 @@ extern "C" fn on_block(vcpu: c_uint, udata: *mut c_void) {
             pe.resize((b.id + 1) * 2, 0);
         }
         pe[b.id] += 1;
-        v.phase[ph].insns += b.n_insns;
+        if b.spin {
+            v.phase[ph].spin_insns += b.n_insns;
+        } else {
+            v.phase[ph].insns += b.n_insns;
+        }
     }
 }
 
@@ -695,6 +719,7 @@ fn collect(p: &Plugin) -> Raw {
             vaddr: b.vaddr,
             insn_offsets: b.insn_offsets.clone(),
             execs,
+            spin: b.spin,
             phase_execs: (0..nph)
                 .map(|ph| vcpus.iter().map(|v| count(&v.phase_execs[ph], id)).sum())
                 .collect(),

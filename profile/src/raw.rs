@@ -2,20 +2,23 @@
 //! before any symbol is known. A line-oriented text file:
 //!
 //! ```text
-//! memboot-profile raw 1
+//! memboot-profile raw 2
 //! vcpus 2
 //! threads cpu
 //! plugin API 3 of QEMU's 2 to 4, inline
 //! phase deferred 0xffffffff81012340,0xffffffff81012560
-//! phase-vcpu deferred 0 insns 123 stores 45 bytes 360 opens 1 closes 1 unanchored 0
+//! phase-vcpu deferred 0 insns 123 stores 45 bytes 360 opens 1 closes 1 unanchored 0 spin 12
 //! phase-open deferred 0
 //! vcpu 0 insns 99999
-//! block 0xffffffff81000000 0,3,7 execs 100 phases 50
+//! block 0xffffffff81000000 0,3,7 execs 100 spin 0 phases 50
 //! ```
 //!
 //! `block` lines: the block's first address, each instruction's offset
-//! from it, how often the block ran, and how often it ran inside each phase
-//! (in `phase` line order). A block TCG translated twice is one line.
+//! from it, how often the block ran, whether it is a spin-wait (holds a
+//! `pause`, `crate::insn::is_pause`), and how often it ran inside each
+//! phase (in `phase` line order). A block TCG translated twice is one line.
+//! A phase's `insns` leave out its spin-waits' instructions, which `spin`
+//! counts: how long a CPU waits for another is the host's scheduling.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,6 +35,9 @@ pub struct PhaseCounts {
     pub closes: u64,
     /// Entries executed before the vCPU's stack pointer was known.
     pub unanchored: u64,
+    /// Instructions of spin-wait blocks run inside the phase (not in
+    /// `insns`).
+    pub spin_insns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,6 +55,8 @@ pub struct Block {
     pub vaddr: u64,
     pub insn_offsets: Vec<u32>,
     pub execs: u64,
+    /// A spin-wait block (holds a `pause`).
+    pub spin: bool,
     /// Indexed like `Raw::phases`.
     pub phase_execs: Vec<u64>,
 }
@@ -66,7 +74,7 @@ pub struct Raw {
     pub blocks: Vec<Block>,
 }
 
-const MAGIC: &str = "memboot-profile raw 1";
+const MAGIC: &str = "memboot-profile raw 2";
 
 impl Raw {
     /// Blocks with the same address and instructions become one.
@@ -101,8 +109,8 @@ impl Raw {
             for (v, c) in p.per_vcpu.iter().enumerate() {
                 let _ = writeln!(
                     s,
-                    "phase-vcpu {} {v} insns {} stores {} bytes {} opens {} closes {} unanchored {}",
-                    p.name, c.insns, c.stores, c.bytes, c.opens, c.closes, c.unanchored
+                    "phase-vcpu {} {v} insns {} stores {} bytes {} opens {} closes {} unanchored {} spin {}",
+                    p.name, c.insns, c.stores, c.bytes, c.opens, c.closes, c.unanchored, c.spin_insns
                 );
             }
             let _ = writeln!(s, "phase-open {} {}", p.name, p.left_open);
@@ -115,10 +123,11 @@ impl Raw {
             let pe: Vec<String> = b.phase_execs.iter().map(u64::to_string).collect();
             let _ = write!(
                 s,
-                "block {:#x} {} execs {} phases",
+                "block {:#x} {} execs {} spin {} phases",
                 b.vaddr,
                 offs.join(","),
-                b.execs
+                b.execs,
+                u8::from(b.spin)
             );
             for x in pe {
                 let _ = write!(s, " {x}");
@@ -163,7 +172,7 @@ impl Raw {
                         .collect::<Result<_, _>>()?,
                     ..Phase::default()
                 }),
-                ["phase-vcpu", name, v, "insns", a, "stores", b, "bytes", c, "opens", d, "closes", e, "unanchored", f] =>
+                ["phase-vcpu", name, v, "insns", a, "stores", b, "bytes", c, "opens", d, "closes", e, "unanchored", f, "spin", g] =>
                 {
                     let p = phase_ix(&raw, name)?;
                     let v = num(v)? as usize;
@@ -178,6 +187,7 @@ impl Raw {
                         opens: num(d)?,
                         closes: num(e)?,
                         unanchored: num(f)?,
+                        spin_insns: num(g)?,
                     };
                 }
                 ["phase-open", name, n] => {
@@ -202,8 +212,13 @@ impl Raw {
 
 /// A `block` line's words, with one count per phase of `nr_phases`.
 fn block(w: &[&str], nr_phases: usize) -> Result<Block, &'static str> {
-    let ["block", vaddr, offs, "execs", execs, "phases", pe @ ..] = w else {
+    let ["block", vaddr, offs, "execs", execs, "spin", spin, "phases", pe @ ..] = w else {
         return Err("unknown line");
+    };
+    let spin = match *spin {
+        "0" => false,
+        "1" => true,
+        _ => return Err("spin 0 or 1 expected"),
     };
     if pe.len() != nr_phases {
         return Err("one count per phase expected");
@@ -216,6 +231,7 @@ fn block(w: &[&str], nr_phases: usize) -> Result<Block, &'static str> {
             .map(|o| o.parse().map_err(|_| "offsets"))
             .collect::<Result<_, _>>()?,
         execs: num(execs)?,
+        spin,
         phase_execs: pe.iter().map(|x| num(x)).collect::<Result<_, _>>()?,
     })
 }
@@ -244,6 +260,7 @@ mod tests {
                         opens: 1,
                         closes: 1,
                         unanchored: 0,
+                        spin_insns: 6,
                     },
                     PhaseCounts {
                         insns: 7,
@@ -252,6 +269,7 @@ mod tests {
                         opens: 1,
                         closes: 0,
                         unanchored: 1,
+                        spin_insns: 0,
                     },
                 ],
                 left_open: 1,
@@ -261,6 +279,7 @@ mod tests {
                 vaddr: 0xffffffff81000010,
                 insn_offsets: vec![0, 4, 7],
                 execs: 5,
+                spin: true,
                 phase_execs: vec![3],
             }],
         }
@@ -296,12 +315,14 @@ mod tests {
             vaddr: 0x10,
             insn_offsets: vec![0, 2],
             execs,
+            spin: false,
             phase_execs: vec![pe],
         };
         let other = Block {
             vaddr: 0x10,
             insn_offsets: vec![0],
             execs: 1,
+            spin: false,
             phase_execs: vec![0],
         };
         let merged = Raw::merge_blocks([b(2, 1), other.clone(), b(3, 0)]);

@@ -42,6 +42,11 @@ pub struct PhaseProfile {
     pub closes: u64,
     pub unanchored: u64,
     pub left_open: u64,
+    /// Instructions of spin-waits (blocks with a `pause`) inside the phase:
+    /// not in `insns` or `functions`, as they follow the host's scheduling
+    /// (0 in profiles from before they were told apart).
+    #[serde(default)]
+    pub spin_insns: u64,
     /// Struct pages the phase initialised (given by the caller: the
     /// kernel's own count, or the defer rule applied to the map).
     pub pages: Option<u64>,
@@ -126,7 +131,9 @@ impl Attribution {
                         attributed += b.execs;
                         *flat.entry(f.to_string()).or_default() += b.execs;
                         for (ph, &n) in b.phase_execs.iter().enumerate() {
-                            if n > 0 {
+                            // A phase's functions hold its instructions,
+                            // which leave spin-waits out.
+                            if n > 0 && !b.spin {
                                 *by_phase[ph].entry(f.to_string()).or_default() += n;
                             }
                         }
@@ -182,6 +189,7 @@ fn phase_profile(
         closes: sum(|c| c.closes),
         unanchored: sum(|c| c.unanchored),
         left_open: p.left_open,
+        spin_insns: sum(|c| c.spin_insns),
         pages,
         insns_per_page: per_page(insns, pages),
         stores_per_page: per_page(stores, pages),
@@ -285,6 +293,9 @@ impl Profile {
                 );
             }
             line += ")";
+            if p.spin_insns > 0 {
+                line += &format!("; {} instructions in spin-waits left out", p.spin_insns);
+            }
             if let (Some(pages), Some(i), Some(s), Some(b)) = (
                 p.pages,
                 p.insns_per_page,
@@ -362,6 +373,7 @@ mod tests {
             vaddr,
             insn_offsets: offs.to_vec(),
             execs,
+            spin: false,
             phase_execs: vec![pe],
         };
         Raw {
@@ -379,6 +391,7 @@ mod tests {
                         opens: 1,
                         closes: 1,
                         unanchored: 0,
+                        spin_insns: 0,
                     },
                     PhaseCounts {
                         insns: 2 * 5,
@@ -387,6 +400,7 @@ mod tests {
                         opens: 0,
                         closes: 0,
                         unanchored: 0,
+                        spin_insns: 2 * 4,
                     },
                 ],
                 left_open: 0,
@@ -401,6 +415,11 @@ mod tests {
                 block(0xffffffff81000200, &[0, 3], 5, 5),
                 // other, never in the phase: 100 × 4.
                 block(0xffffffff81000300, &[0, 1, 2, 3], 100, 0),
+                // other's wait loop (a `pause`), 4 times, in the phase.
+                Block {
+                    spin: true,
+                    ..block(0xffffffff81000310, &[0, 2], 4, 4)
+                },
                 // firmware (lower half): not kernel instructions.
                 block(0xf0000, &[0; 50], 10, 0),
                 // kernel half, past _etext: unattributed.
@@ -419,9 +438,9 @@ mod tests {
         assert_eq!(f(&p.functions, "entry"), Some(2));
         assert_eq!(f(&p.functions, "init_page"), Some(20));
         assert_eq!(f(&p.functions, "free_page"), Some(10 + 10));
-        assert_eq!(f(&p.functions, "other"), Some(400));
-        assert_eq!(p.kernel_insns, 2 + 30 + 10 + 400 + 7);
-        assert_eq!(p.attributed_insns, 2 + 30 + 10 + 400);
+        assert_eq!(f(&p.functions, "other"), Some(400 + 8));
+        assert_eq!(p.kernel_insns, 2 + 30 + 10 + 408 + 7);
+        assert_eq!(p.attributed_insns, 2 + 30 + 10 + 408);
         assert_eq!(
             p.unattributed,
             vec![FunctionCount {
@@ -435,7 +454,9 @@ mod tests {
         assert_eq!(d.insns_per_page, Some(42.0 / 16.0));
         assert_eq!(d.bytes_per_page, Some(40.0));
         assert_eq!(f(&d.functions, "free_page"), Some(20));
+        // Its spin-wait is counted apart, not as its function's.
         assert_eq!(f(&d.functions, "other"), None);
+        assert_eq!(d.spin_insns, 8);
         assert_eq!(d.entries, ["entry"]);
         // The plugin's per-vCPU phase total and its per-block counts agree.
         assert_eq!(d.functions.iter().map(|f| f.insns).sum::<u64>(), d.insns);
@@ -446,9 +467,9 @@ mod tests {
     fn log_lines_say_what_was_not_attributed() {
         let p = Profile::new("memboot", &raw(), &map(), &HashMap::new());
         let lines = p.log_lines();
-        // 442 of 449.
+        // 450 of 457.
         assert!(
-            lines[0].contains("98.44 % of them in known functions"),
+            lines[0].contains("98.47 % of them in known functions"),
             "{}",
             lines[0]
         );
@@ -461,6 +482,11 @@ mod tests {
             "memboot-profile: phase deferred: 42 instructions, 10 stores, 640 bytes stored"
         ));
         assert!(!lines[2].contains("per struct page"), "no pages given");
+        assert!(
+            lines[2].contains("; 8 instructions in spin-waits left out;"),
+            "{}",
+            lines[2]
+        );
         assert!(
             lines[2].contains("top: free_page 47.6 %, init_page 47.6 %, entry 4.8 %"),
             "{}",

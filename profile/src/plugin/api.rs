@@ -146,12 +146,15 @@ const COUNTERS: usize = 3;
 
 /// What one execution of a block counts besides its REP iterations: its
 /// instructions, and the stores of its instructions that make a fixed
-/// number of them ([`crate::insn::Stores::Fixed`]).
+/// number of them ([`crate::insn::Stores::Fixed`]); a spin-wait block's
+/// instructions go to the phases' spin-wait count instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockCounts {
     pub insns: u64,
     pub stores: u64,
     pub bytes: u64,
+    /// The block holds a `pause` ([`crate::insn::is_pause`]).
+    pub spin: bool,
 }
 
 /// [`CHUNK_BLOCKS`] blocks' execution counts (a scoreboard) and what each

@@ -7,7 +7,7 @@
 #   tests/bench.sh --host-memory prefault|cold [--sizes "64G 1T"] [--smp N]
 #                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
 #                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
-#                  [--profile] [--qemu PATH] [-- EXTRA_RUN_QEMU_ARGS...]
+#                  [--profile] [--counted N] [--qemu PATH] [-- EXTRA_RUN_QEMU_ARGS...]
 #
 # --host-memory: the host-memory state every boot starts in (run-qemu.sh
 # --host-memory; README "Host memory"). Whether the host memory a boot
@@ -47,6 +47,13 @@
 # struct page with each phase's top functions (README "Instruction
 # profile"). Its times are the plugin's, not the kernels': read the profile
 # tables of such a run, not its time table.
+# --counted N (default 2; 0: none): after the timed rounds, every entry not
+# already profiled boots N more times under the plugin, SIZE-ENTRY-counted-K
+# (.log, .profile.json), and the report adds the counted verdict: each
+# memmap phase's instructions, stores and bytes per struct page, each
+# boot's beside the other, × each Linux peer, and deferred init by node with
+# its critical path (README "The counted verdict"). Counts, unlike times,
+# are the same on any host; the counted boots' times are not reported.
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
 # Every boot's log LOG gets its trace-event file beside it, LOG without
 # .log plus .trace.json (run-qemu.sh --trace).
@@ -57,7 +64,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
-linux=0 json="" svg_dir="" keep="" host_memory="" profile=0
+linux=0 json="" svg_dir="" keep="" host_memory="" profile=0 counted=2
 extra=() extra_qemu=()
 # The header comment above, whatever its length.
 usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
@@ -74,6 +81,7 @@ while [ $# -gt 0 ]; do
         --keep) keep=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
         --profile) profile=1; shift ;;
+        --counted) counted=$2; shift 2 ;;
         --qemu) extra_qemu=(--qemu "$2"); shift 2 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
@@ -81,6 +89,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
+[[ "$counted" =~ ^[0-9]+$ ]] || { echo "bench.sh: --counted must be a number of boots (0: none)" >&2; exit 64; }
 case "$host_memory" in
     prefault|cold) ;;
     "") echo "bench.sh: --host-memory prefault|cold is required: the state every boot starts in (README \"Host memory\")" >&2; exit 64 ;;
@@ -98,7 +107,7 @@ peer="" peer_series=()
 peer_file() { awk -v k="$1" '$1 == k { print $2 }' <<<"$peer"; }
 if [ "$linux" = 1 ] || [[ " $entries" == *" linux"* ]]; then
     peer_args=()
-    if [ "$profile" = 1 ] || [[ "$entries@" == *@profile[@\ ]* ]]; then peer_args=(--symbols); fi
+    if [ "$profile" = 1 ] || [ "$counted" -gt 0 ] || [[ "$entries@" == *@profile[@\ ]* ]]; then peer_args=(--symbols); fi
     peer=$("$ROOT/tests/linux-peer.sh" "${peer_args[@]}")
     mapfile -t peer_series < <(awk '$1 ~ /^vmlinux-/ { print substr($1, 9) }' <<<"$peer")
     [ ${#peer_series[@]} -gt 0 ] || { say "tests/linux-peer.sh printed no vmlinux-SERIES line"; exit 1; }
@@ -180,12 +189,13 @@ boot_args() {
 # (boot_args runs in a subshell below, whose exit would not).
 for e in $entries; do boot_args "$e" >/dev/null; run_args "$e" >/dev/null; done
 
-# boot SIZE ENTRY LOG: one boot; fails the bench if the boot fails.
+# boot SIZE ENTRY LOG [counted]: one boot (counted: under the profile);
+# fails the bench if the boot fails.
 boot() {
     local args profiled=() how
     mapfile -t args < <(boot_args "$2")
     mapfile -t how < <(run_args "$2")
-    profiled "$2" && profiled=(--profile "${3%.log}.profile.json")
+    if profiled "$2" || [ "${4:-}" = counted ]; then profiled=(--profile "${3%.log}.profile.json"); fi
     if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --host-memory "$host_memory" \
             --trace "${3%.log}.trace.json" "${profiled[@]}" "${how[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
         tail -n 20 "$3" >&2
@@ -221,6 +231,15 @@ for size in $sizes; do
             order_log+=("$size/$e/$round")
         done
     done
+    # The counted boots, after the timed ones: the plugin's times are not
+    # the kernels', and an entry profiled already has its counts.
+    for e in "${booted[@]}"; do
+        profiled "$e" && continue
+        for ((k = 1; k <= counted; k++)); do
+            say "counted $k: -m $size $e"
+            boot "$size" "$e" "$out/$size-$e-counted-$k.log" counted
+        done
+    done
 done
 
 tsc=$(grep -ho 'tsc: Detected [0-9.]* MHz' "$out"/*-1.log 2>/dev/null | head -n 1 | awk '{ print $3 }')
@@ -237,6 +256,7 @@ if [ "$profile" = 1 ]; then
 elif [[ "$entries@" == *@profile[@\ ]* ]]; then
     profile_note=", entries @profile under the memboot-profile plugin (their times are the plugin's)"
 fi
+[ "$profile" = 0 ] && [ "$counted" -gt 0 ] && profile_note="$profile_note, each entry counted $counted times under the memboot-profile plugin after its rounds"
 # Every QEMU the boots ran, as their logs name it.
 qemus=$(grep -ho '^run-qemu.sh: qemu version: QEMU emulator version [0-9.]*' "$out"/*.log 2>/dev/null \
     | awk '{ print $NF }' | sort -uV | paste -sd / -)

@@ -5,8 +5,9 @@
 //!   file ([`raw`]).
 //! - [`phases`]: which functions open each phase, per kernel.
 //! - [`symbols`] and [`report`]: the raw counts named by function, the
-//!   phases' figures per struct page ([`boot_log`]: memboot's pages), as
-//!   JSON and as log lines.
+//!   phases' figures per struct page ([`boot_log`]: memboot's pages from
+//!   its summary; [`linux_pages`]: Linux's, counted in its run), as JSON
+//!   and as log lines.
 //! - [`compare`]: a profile against a committed baseline (run-qemu.sh
 //!   `--baseline`), the CI's instruction-count gate.
 //! - [`nodes`]: deferred init by NUMA node, and its critical path.
@@ -16,6 +17,7 @@
 pub mod boot_log;
 pub mod compare;
 pub mod insn;
+pub mod linux_pages;
 pub mod nodes;
 pub mod phases;
 pub mod plugin;

@@ -349,8 +349,13 @@ pub fn read_dir(dir: &Path, plan: &Plan) -> Result<Results, String> {
                 let path = dir.join(format!("{size}-{entry}-{round}.log"));
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                let row = row_from_log(&text, size, entry, round)
+                let mut row = row_from_log(&text, size, entry, round)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
+                if row.kernel == "linux" {
+                    // Linux's log does not say which pages its boot CPU
+                    // initialised; its counted boot's profile does.
+                    row.boot_cpu_pages = crate::counted::boot_cpu_pages(dir, size, entry);
+                }
                 results.rows.push(row);
             }
         }
@@ -599,19 +604,6 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
             let of = |f: &dyn Fn(&Row) -> Option<u64>| -> Vec<f64> {
                 rs.iter().filter_map(|r| f(r)).map(|v| v as f64).collect()
             };
-            // Linux's boot CPU initialises what its defer rule keeps eager,
-            // the rule memboot's deferred mode applies to the same map.
-            let boot_cpu_pages = |r: &Row| {
-                r.boot_cpu_pages.or_else(|| {
-                    (r.kernel == "linux")
-                        .then(|| {
-                            series(&results.rows, size, "deferred")
-                                .first()?
-                                .boot_cpu_pages
-                        })
-                        .flatten()
-                })
-            };
             let mut line = format!(
                 "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} |",
                 rs[0].kernel,
@@ -620,7 +612,8 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
                 median_range(of(&|r| r.qemu_start_to_ready_us.map(|us| us * 1000)), ms),
                 median_range(of(&|r| r.entry_latency_us.map(|us| us * 1000)), ms),
                 median_range(of(&|r| Some(r.boot_cpu_memmap_ns)), ms),
-                median_range(of(&boot_cpu_pages), pages),
+                // Each kernel's own: Linux's from its counted boot, else "–".
+                median_range(of(&|r| r.boot_cpu_pages), pages),
                 median_range(of(&|r| r.pages_initialised_at_allocatable), pages),
             );
             for peer in &peers {

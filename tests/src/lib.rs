@@ -23,6 +23,7 @@ pub use log::host_peak_rss_mib;
 
 pub mod bench;
 pub mod bench_md;
+pub mod counted;
 pub mod linux_log;
 pub mod log;
 // The page-by-page model of memory init from a logged firmware map, shared

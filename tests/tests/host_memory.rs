@@ -1,16 +1,17 @@
 //! The host-memory states end to end: a one-boot bench run in each state
 //! (`tests/bench.sh --host-memory STATE`), whose tables name the state and
 //! whose boot log records it, with the host's free page reporting, its idle
-//! since the last guest and QEMU's minor faults. Nothing here is timed.
+//! since the last guest and QEMU's minor faults; in one state also the
+//! counted boots and their tables (`--counted`). Nothing here is timed.
 
 use std::process::Command;
 use std::time::Duration;
 
 use memboot_tests::{ensure_built, exit_code, repo_root, run_bounded};
 
-/// A bench run of one 1G `deferred` boot in `state`; returns bench.md and
-/// the boot's log.
-fn bench_in(state: &str) -> (String, String) {
+/// A bench run of one 1G `deferred` boot in `state`, then `counted`
+/// counted boots; returns bench.md and the timed boot's log.
+fn bench_in(state: &str, counted: u32) -> (String, String) {
     ensure_built();
     let dir = std::env::temp_dir().join(format!(
         "memboot-host-memory-{state}-{}",
@@ -25,7 +26,7 @@ fn bench_in(state: &str) -> (String, String) {
         "--modes",
         "deferred",
     ])
-    .args(["--rounds", "1", "--keep"])
+    .args(["--rounds", "1", "--counted", &counted.to_string(), "--keep"])
     .arg(&dir)
     // cold's idle is the bench's business, not the test's: the boot
     // still waits for the host's page reporting to be quiet.
@@ -37,6 +38,10 @@ fn bench_in(state: &str) -> (String, String) {
             .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
     };
     let out = (read("bench.md"), read("1G-deferred-1.log"));
+    for k in 1..=counted {
+        let profile = read(&format!("1G-deferred-counted-{k}.profile.json"));
+        assert!(profile.contains("\"deferred_nodes\""), "{profile}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
     out
 }
@@ -69,8 +74,19 @@ fn assert_named(state: &str, bench: &str, log: &str) {
 
 #[test]
 fn prefault_backs_guest_ram_before_the_boot() {
-    let (bench, log) = bench_in("prefault");
+    let (bench, log) = bench_in("prefault", 2);
     assert_named("prefault", &bench, &log);
+    // Both counted boots, side by side, in the counted table.
+    let row = bench
+        .lines()
+        .find(|l| l.starts_with("| 1G | deferred | deferred init | "))
+        .unwrap_or_else(|| panic!("no counted row in\n{bench}"));
+    assert_eq!(
+        row.split('|').nth(5).unwrap().split(" / ").count(),
+        2,
+        "{row}"
+    );
+    assert!(bench.contains("| 1G | deferred | 2 | 1 | "), "{bench}");
     let qemu = log
         .lines()
         .find(|l| l.starts_with("run-qemu.sh: qemu: "))
@@ -83,7 +99,7 @@ fn prefault_backs_guest_ram_before_the_boot() {
 
 #[test]
 fn cold_waits_and_says_how_long() {
-    let (bench, log) = bench_in("cold");
+    let (bench, log) = bench_in("cold", 0);
     assert_named("cold", &bench, &log);
     assert!(
         log.contains("run-qemu.sh: host memory: cold: waited "),

@@ -6,8 +6,9 @@
 //!   memboot-profile report --kernel memboot|linux --map MAP --raw RAW --out JSON
 //!                          [--log SERIAL_LOG] [--pages PHASE=N]...
 //!       writes the profile as JSON and prints its `memboot-profile:` lines;
-//!       a memboot log gives each phase's struct pages (boot_log), --pages
-//!       gives them for Linux
+//!       a memboot log gives each phase's struct pages (boot_log), Linux's
+//!       are its calls of __init_single_page in each phase (linux_pages);
+//!       --pages overrides either
 //!
 //!   memboot-profile compare --profile JSON --baseline JSON [--margin PERCENT]
 //!       prints a line per phase the baseline counts per struct page, and
@@ -20,12 +21,12 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use memboot_profile::boot_log;
 use memboot_profile::compare::{check_line, compare};
 use memboot_profile::phases::Kernel;
 use memboot_profile::raw::Raw;
 use memboot_profile::report::Profile;
 use memboot_profile::symbols::Symbols;
+use memboot_profile::{boot_log, linux_pages};
 
 /// `compare`'s exit code when a phase exceeds the baseline.
 const EXCEEDED: u8 = 3;
@@ -71,9 +72,13 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             let raw = Raw::parse(&read(one("--raw")?)?)?;
             let kernel = Kernel::parse(one("--kernel")?)?;
             let mut pages = HashMap::new();
-            if let (Kernel::Memboot, Ok(log)) = (kernel, one("--log")) {
-                pages = boot_log::memboot_pages(&read(log)?, &map)
-                    .map_err(|e| format!("{log}: {e}"))?;
+            match (kernel, one("--log")) {
+                (Kernel::Memboot, Ok(log)) => {
+                    pages = boot_log::memboot_pages(&read(log)?, &map)
+                        .map_err(|e| format!("{log}: {e}"))?;
+                }
+                (Kernel::Memboot, Err(_)) => {}
+                (Kernel::Linux, _) => pages = linux_pages::pages(&raw, &map)?,
             }
             pages.extend(given_pages(opts.get("--pages").into_iter().flatten())?);
             let mut profile = Profile::new(one("--kernel")?, &raw, &map, &pages);

@@ -1,0 +1,459 @@
+//! The bench's counted verdict: after its timed rounds, `tests/bench.sh`
+//! boots every entry `--counted N` more times (default 2) under the
+//! instruction profile (`SIZE-ENTRY-counted-K.log` and its
+//! `.profile.json`), and these tables give what those boots counted:
+//! guest instructions, stores and bytes per struct page for each memmap
+//! phase and for the whole memmap, with their ratios to each Linux peer,
+//! and deferred init by NUMA node with its critical path. Counts do not
+//! depend on the host; the boots are shown side by side so that their
+//! agreement can be read (spin-waits are left out of a phase: the host's
+//! scheduling decides how long they run). Only the per-vCPU split's
+//! parallel efficiency depends on the host.
+//!
+//! Each profile divides by its own kernel's pages: memboot's from its
+//! summary, Linux's its calls of `__init_single_page` in each phase
+//! (`memboot_profile::linux_pages`).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::bench::{is_peer, peer_label, Plan};
+
+/// The memmap phases, in the order the boot runs them, with their titles.
+const PHASES: [(&str, &str); 4] = [
+    ("boot_cpu_memmap", "boot-CPU memmap"),
+    ("free_bitmaps", "free bitmaps"),
+    ("buddy_handoff", "hand-off"),
+    ("deferred", "deferred init"),
+];
+/// The whole memmap's row: every phase above, per struct page initialised
+/// (the boot CPU's and deferred init's).
+const MEMMAP: &str = "whole memmap";
+
+/// The name of counted boot `k` (from 1) of `entry` at `size`.
+pub fn log_name(size: &str, entry: &str, k: u32) -> String {
+    format!("{size}-{entry}-counted-{k}.log")
+}
+
+fn profile_path(dir: &Path, size: &str, entry: &str, k: u32) -> PathBuf {
+    dir.join(log_name(size, entry, k).replace(".log", ".profile.json"))
+}
+
+/// One phase of one counted boot.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Counts {
+    insns: u64,
+    stores: u64,
+    bytes: u64,
+    pages: Option<u64>,
+}
+
+impl Counts {
+    fn per_page(&self) -> Option<[f64; 3]> {
+        let p = self.pages.filter(|&p| p > 0)? as f64;
+        Some([self.insns, self.stores, self.bytes].map(|x| x as f64 / p))
+    }
+}
+
+/// Deferred init by node, as memboot-profile split it.
+#[derive(Clone, Debug, PartialEq)]
+struct Nodes {
+    nodes: usize,
+    workers: u64,
+    node_insns: (u64, u64),
+    critical_path: f64,
+    critical_path_per_page: Option<f64>,
+    parallel_efficiency: f64,
+}
+
+/// One counted boot: each phase of [`PHASES`] that ran, the whole memmap,
+/// and deferred init by node.
+#[derive(Clone, Debug, PartialEq)]
+struct Boot {
+    phases: Vec<Option<Counts>>,
+    memmap: Option<Counts>,
+    nodes: Option<Nodes>,
+}
+
+fn phase(profile: &Value, name: &str) -> Option<Counts> {
+    let p = profile["phases"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)?;
+    if p["opens"].as_u64() == Some(0) {
+        return None; // the phase never ran in this boot
+    }
+    Some(Counts {
+        insns: p["insns"].as_u64()?,
+        stores: p["stores"].as_u64()?,
+        bytes: p["bytes"].as_u64()?,
+        pages: p["pages"].as_u64(),
+    })
+}
+
+fn nodes(profile: &Value) -> Option<Nodes> {
+    let split = &profile["deferred_nodes"];
+    let each = split["nodes"].as_array()?;
+    let insns: Vec<u64> = each.iter().filter_map(|n| n["insns"].as_u64()).collect();
+    Some(Nodes {
+        nodes: each.len(),
+        workers: each.iter().filter_map(|n| n["workers"].as_u64()).sum(),
+        node_insns: (*insns.iter().min()?, *insns.iter().max()?),
+        critical_path: split["critical_path_insns"].as_f64()?,
+        critical_path_per_page: split["critical_path_per_page"].as_f64(),
+        parallel_efficiency: split["parallel_efficiency"].as_f64()?,
+    })
+}
+
+fn boot(profile: &Value) -> Boot {
+    let phases: Vec<Option<Counts>> = PHASES.iter().map(|(n, _)| phase(profile, n)).collect();
+    let ran: Vec<&Counts> = phases.iter().flatten().collect();
+    // The pages initialised: the boot CPU's and deferred init's.
+    let pages = [0, 3]
+        .iter()
+        .map(|&i| phases[i].and_then(|c| c.pages).unwrap_or(0))
+        .sum();
+    let memmap = (!ran.is_empty()).then(|| Counts {
+        insns: ran.iter().map(|c| c.insns).sum(),
+        stores: ran.iter().map(|c| c.stores).sum(),
+        bytes: ran.iter().map(|c| c.bytes).sum(),
+        pages: Some(pages),
+    });
+    Boot {
+        phases,
+        memmap,
+        nodes: nodes(profile),
+    }
+}
+
+/// The counted boots of one (size, entry), in order.
+struct Run {
+    size: String,
+    entry: String,
+    boots: Vec<Boot>,
+}
+
+fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
+    let mut runs = Vec::new();
+    for size in plan.sizes {
+        for entry in plan.entries {
+            let mut boots = Vec::new();
+            for k in 1.. {
+                let path = profile_path(dir, size, entry, k);
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    break;
+                };
+                let v: Value =
+                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                boots.push(boot(&v));
+            }
+            if !boots.is_empty() {
+                runs.push(Run {
+                    size: size.clone(),
+                    entry: entry.clone(),
+                    boots,
+                });
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// Row `i` of a boot: phase `i` of [`PHASES`], or the whole memmap.
+fn row(b: &Boot, i: usize) -> Option<Counts> {
+    if i < PHASES.len() {
+        b.phases[i]
+    } else {
+        b.memmap
+    }
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The mean over `run`'s boots of row `i`'s figure `f` per page.
+fn mean_per_page(run: &Run, i: usize, f: usize) -> Option<f64> {
+    let v: Vec<f64> = run
+        .boots
+        .iter()
+        .filter_map(|b| Some(row(b, i)?.per_page()?[f]))
+        .collect();
+    mean(&v)
+}
+
+/// (max − min) / max of the boots' instructions, in percent: how far two
+/// counts of the same code apart are.
+fn disagreement(counts: &[Counts]) -> String {
+    let insns: Vec<u64> = counts.iter().map(|c| c.insns).collect();
+    match (insns.iter().max(), insns.iter().min()) {
+        (Some(&max), Some(&min)) if max > 0 && insns.len() > 1 => {
+            format!("{:.3} %", 100.0 * (max - min) as f64 / max as f64)
+        }
+        _ => "–".into(),
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "–".into(),
+    }
+}
+
+/// The per-page table: a row per (size, entry, phase) that ran.
+fn per_page_table(runs: &[Run], peers: &[&String]) -> String {
+    let mut out = String::from(
+        "\ncounted (memboot-profile; README \"The counted verdict\"): guest instructions, stores and bytes \
+         stored per struct page, each counted boot (/); disagreement = (max − min) / max of the boots' \
+         instructions; × Linux = the entry's mean per page over the peer's, the same phase\n\n\
+         | size | entry | phase | pages | instructions / page | stores / page | bytes / page | disagreement |",
+    );
+    for p in peers {
+        let l = peer_label(p);
+        out += &format!(" instructions × {l} | stores × {l} | bytes × {l} |");
+    }
+    out += "\n|---|---|---|---|---|---|---|---|";
+    out += &"---|---|---|".repeat(peers.len());
+    out.push('\n');
+    for run in runs {
+        for i in 0..=PHASES.len() {
+            let counts: Vec<Counts> = run.boots.iter().filter_map(|b| row(b, i)).collect();
+            let Some(first) = counts.first() else {
+                continue;
+            };
+            let title = PHASES.get(i).map_or(MEMMAP, |p| p.1);
+            let each = |f: usize, digits: usize| -> String {
+                let v: Vec<String> = counts
+                    .iter()
+                    .map(|c| {
+                        c.per_page()
+                            .map_or("–".into(), |x| format!("{:.*}", digits, x[f]))
+                    })
+                    .collect();
+                v.join(" / ")
+            };
+            out += &format!(
+                "| {} | {} | {title} | {} | {} | {} | {} | {} |",
+                run.size,
+                run.entry,
+                first.pages.map_or("–".into(), |p| p.to_string()),
+                each(0, 2),
+                each(1, 2),
+                each(2, 1),
+                disagreement(&counts)
+            );
+            for p in peers {
+                let peer = runs.iter().find(|r| r.size == run.size && &r.entry == *p);
+                for f in 0..3 {
+                    let b = peer.and_then(|peer| mean_per_page(peer, i, f));
+                    out += &format!(" {} |", ratio(mean_per_page(run, i, f), b));
+                }
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Deferred init by node: a row per counted boot.
+fn nodes_table(runs: &[Run], peers: &[&String]) -> String {
+    let mut out = String::from(
+        "\ncounted deferred init by NUMA node: the critical path is the largest node's instructions per \
+         worker (what a machine with a core per worker waits for; the same on any host); parallel \
+         efficiency = the vCPUs' instructions over (vCPUs × the largest), the split the host's \
+         scheduling gave\n\n\
+         | size | entry | boot | nodes | workers | per node, instructions (min–max) | critical path, instructions | per struct page |",
+    );
+    for p in peers {
+        out += &format!(" × {} |", peer_label(p));
+    }
+    out += " parallel efficiency |\n|---|---|---|---|---|---|---|---|";
+    out += &"---|".repeat(peers.len() + 1);
+    out.push('\n');
+    for run in runs {
+        for (k, b) in run.boots.iter().enumerate() {
+            let Some(n) = &b.nodes else {
+                continue;
+            };
+            out += &format!(
+                "| {} | {} | {} | {} | {} | {}–{} | {:.0} | {} |",
+                run.size,
+                run.entry,
+                k + 1,
+                n.nodes,
+                n.workers,
+                n.node_insns.0,
+                n.node_insns.1,
+                n.critical_path,
+                n.critical_path_per_page
+                    .map_or("–".into(), |x| format!("{x:.3}")),
+            );
+            for p in peers {
+                let peer = runs.iter().find(|r| r.size == run.size && &r.entry == *p);
+                let per_page: Vec<f64> = peer
+                    .map(|r| {
+                        r.boots
+                            .iter()
+                            .filter_map(|b| b.nodes.as_ref()?.critical_path_per_page)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out += &format!(" {} |", ratio(n.critical_path_per_page, mean(&per_page)));
+            }
+            out += &format!(" {:.3} |\n", n.parallel_efficiency);
+        }
+    }
+    out
+}
+
+/// The counted tables, or `None` when the run has no counted boot.
+pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
+    let runs = read_runs(dir, plan)?;
+    if runs.is_empty() {
+        return Ok(None);
+    }
+    let peers: Vec<&String> = plan.entries.iter().filter(|e| is_peer(e)).collect();
+    Ok(Some(
+        per_page_table(&runs, &peers) + &nodes_table(&runs, &peers),
+    ))
+}
+
+/// The struct pages the boot CPU initialised in `entry`'s first counted
+/// boot at `size`, as its own profile counted them (Linux's are its own
+/// calls of `__init_single_page`), or `None` without one.
+pub fn boot_cpu_pages(dir: &Path, size: &str, entry: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(profile_path(dir, size, entry, 1)).ok()?;
+    phase(&serde_json::from_str(&text).ok()?, PHASES[0].0)?.pages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile whose phases count `insns` instructions per page each
+    /// (stores a half, bytes four times), on `pages` (boot CPU, deferred).
+    fn profile(insns_per_page: [u64; 4], pages: (u64, u64), free_bitmaps: bool) -> String {
+        let phase = |name: &str, per: u64, pages: u64, opens: u64| {
+            serde_json::json!({"name": name, "insns": per * pages, "stores": per * pages / 2,
+                               "bytes": per * pages * 4, "pages": pages, "opens": opens})
+        };
+        serde_json::json!({
+            "phases": [
+                phase("deferred", insns_per_page[3], pages.1, 2),
+                phase("boot_cpu_memmap", insns_per_page[0], pages.0, 1),
+                phase("free_bitmaps", insns_per_page[1], pages.0 + pages.1, u64::from(free_bitmaps)),
+                phase("buddy_handoff", insns_per_page[2], pages.0, 1),
+                {"name": "buddy_alloc", "insns": 999, "stores": 9, "bytes": 9, "pages": null, "opens": 10},
+            ],
+            "deferred_nodes": {
+                "nodes": [
+                    {"node": 0, "workers": 1, "insns": insns_per_page[3] * pages.1 / 4},
+                    {"node": 1, "workers": 1, "insns": insns_per_page[3] * pages.1 * 3 / 4}
+                ],
+                "critical_path_insns": (insns_per_page[3] * pages.1 * 3 / 4) as f64,
+                "critical_path_per_page": (insns_per_page[3] * 3) as f64 / 4.0,
+                "parallel_efficiency": 0.5
+            }
+        })
+        .to_string()
+    }
+
+    fn dir(test: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("counted-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn cells<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no row {prefix}: {text}"))
+            .split('|')
+            .map(str::trim)
+            .collect()
+    }
+
+    #[test]
+    fn each_boot_side_by_side_and_ratios_to_linux() {
+        let d = dir("ratios");
+        let w = |name: String, text: String| std::fs::write(d.join(name), text).unwrap();
+        w(
+            "16G-deferred-counted-1.profile.json".into(),
+            profile([10, 1, 5, 12], (100, 900), true),
+        );
+        w(
+            "16G-deferred-counted-2.profile.json".into(),
+            profile([10, 1, 5, 14], (100, 900), true),
+        );
+        // Linux: its own pages, no free bitmaps.
+        w(
+            "16G-linux-6.12-counted-1.profile.json".into(),
+            profile([40, 0, 20, 52], (99, 900), false),
+        );
+        w(
+            "16G-linux-6.12-counted-2.profile.json".into(),
+            profile([40, 0, 20, 52], (99, 900), false),
+        );
+        let (sizes, entries) = (
+            vec!["16G".to_string()],
+            vec!["deferred".to_string(), "linux-6.12".to_string()],
+        );
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 3,
+        };
+        let text = tables(&d, &plan).unwrap().unwrap();
+        let c = cells(&text, "| 16G | deferred | deferred init |");
+        assert_eq!(
+            &c[4..9],
+            [
+                "900",
+                "12.00 / 14.00",
+                "6.00 / 7.00",
+                "48.0 / 56.0",
+                "14.286 %"
+            ]
+        );
+        // 13 / 52 per page; stores and bytes the same ratio.
+        assert_eq!(&c[9..12], ["0.25", "0.25", "0.25"], "{text}");
+        let free = cells(&text, "| 16G | deferred | free bitmaps |");
+        assert_eq!(free[9], "–", "Linux has no free bitmaps: {text}");
+        assert!(
+            !text.contains("| 16G | linux-6.12 | free bitmaps |"),
+            "{text}"
+        );
+        // Whole memmap: (10·100 + 1·1000 + 5·100 + 12·900) / 1000 pages.
+        let m = cells(&text, "| 16G | deferred | whole memmap |");
+        assert_eq!((m[4], m[5]), ("1000", "13.30 / 15.10"), "{text}");
+        // Linux: (40·99 + 20·99 + 52·900) / 999 = 52740 / 999.
+        let l = cells(&text, "| 16G | linux-6.12 | whole memmap |");
+        assert_eq!((l[4], l[5]), ("999", "52.79 / 52.79"), "{text}");
+        assert_eq!(l[8], "0.000 %");
+        // 14.2 / 52.79.
+        assert_eq!(m[9], "0.27", "{text}");
+        // By node: each boot; the critical path 3/4 of the pages' work.
+        let n = cells(&text, "| 16G | deferred | 2 |");
+        assert_eq!(
+            &n[4..11],
+            ["2", "2", "3150–9450", "9450", "10.500", "0.27", "0.500"],
+            "{text}"
+        );
+        assert_eq!(boot_cpu_pages(&d, "16G", "linux-6.12"), Some(99));
+        assert_eq!(boot_cpu_pages(&d, "16G", "regions"), None);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_run_without_counted_boots_has_no_table() {
+        let (sizes, entries) = (vec!["1G".to_string()], vec!["deferred".to_string()]);
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 1,
+        };
+        assert_eq!(tables(Path::new("/nonexistent"), &plan).unwrap(), None);
+    }
+}

@@ -3,7 +3,10 @@
 //! struct page Linux initialises at boot goes through it (memmap_init's
 //! range loop and `init_unavailable_range`'s holes on the boot CPU,
 //! `deferred_init_pages` in the deferred threads), so the divisors of
-//! Linux's per-page figures are Linux's own, never memboot's.
+//! Linux's per-page figures are Linux's own, never memboot's. Where a
+//! build inlines it into every caller (Debian's 6.12 does; 6.1 calls it)
+//! no call is made and the pages stay unknown: a per-page figure then
+//! reads "–", not a figure divided by someone else's count.
 
 use std::collections::HashMap;
 
@@ -30,10 +33,14 @@ pub fn calls_per_phase(raw: &Raw, entries: &[u64]) -> Vec<u64> {
 
 /// Pages per phase name: deferred init's and the boot CPU's calls, and the
 /// boot CPU's again for its hand-off (the pages it initialised, as
-/// memboot's `buddy_handoff` divides by its eager pages).
+/// memboot's `buddy_handoff` divides by its eager pages). Empty when the
+/// run made no call at all (inlined everywhere in this build).
 pub fn pages(raw: &Raw, symbols: &Symbols) -> Result<HashMap<String, u64>, String> {
     let entries = symbols.entries(&[PAGE_FUNCTION])?;
     let calls = calls_per_phase(raw, &entries);
+    if calls.iter().all(|&c| c == 0) {
+        return Ok(HashMap::new());
+    }
     let of = |name: &str| {
         raw.phases
             .iter()
@@ -113,6 +120,12 @@ mod tests {
         assert_eq!(pages[DEFERRED], 312);
         assert_eq!(pages[BOOT_CPU], 21);
         assert_eq!(pages[BUDDY_HANDOFF], 21);
+        // Inlined into every caller: not one call, no page count.
+        let inlined = Raw {
+            blocks: raw.blocks[2..].to_vec(),
+            ..raw.clone()
+        };
+        assert!(super::pages(&inlined, &map).unwrap().is_empty());
         let no_function = map_of(&["memmap_init"]);
         assert!(super::pages(&raw, &no_function)
             .unwrap_err()

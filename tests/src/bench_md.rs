@@ -1,6 +1,7 @@
 //! A bench run's whole `bench.md`, as `memboot-bench report` prints it and
 //! the committed-table test rebuilds it: the per-boot table
-//! ([`bench::table`]), the comparisons ([`bench::comparison`]) and, when
+//! ([`bench::table`]), the comparisons ([`bench::comparison`]), Linux's
+//! deferred init by its two clocks ([`bench::linux_deferred`]), and, when
 //! the run has profiles, their tables ([`profile_table::tables`]) and
 //! those of its counted boots ([`counted::tables`]).
 
@@ -14,6 +15,9 @@ pub fn render(dir: &Path, results: &Results, plan: &Plan, heading: &str) -> Resu
     let mut out = bench::table(results, plan, heading);
     if let Some(comparison) = bench::comparison(results, plan) {
         out += &comparison;
+    }
+    if let Some(linux) = bench::linux_deferred(results, plan) {
+        out += &linux;
     }
     if let Some(tables) = profile_table::tables(dir, plan)? {
         out += &tables;

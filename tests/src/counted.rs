@@ -10,9 +10,13 @@
 //! scheduling decides how long they run). Only the per-vCPU split's
 //! parallel efficiency depends on the host.
 //!
-//! Each profile divides by its own kernel's pages: memboot's from its
-//! summary, Linux's its calls of `__init_single_page` in each phase
-//! (`memboot_profile::linux_pages`).
+//! Each kernel's own pages divide its counts: a phase's, memboot's from its
+//! summary and Linux's its calls of `__init_single_page` in the phase
+//! (`memboot_profile::linux_pages`; unknown, "–", where the build inlines
+//! that function everywhere, as Debian's 6.12 does); the whole memmap's,
+//! the struct pages the boot's own log says it initialised (memboot's
+//! summary, Linux's `Memory:` and unavailable-range lines), which for
+//! Linux include the reserved pages its hand-off initialises.
 
 use std::path::{Path, PathBuf};
 
@@ -27,8 +31,8 @@ const PHASES: [(&str, &str); 4] = [
     ("buddy_handoff", "hand-off"),
     ("deferred", "deferred init"),
 ];
-/// The whole memmap's row: every phase above, per struct page initialised
-/// (the boot CPU's and deferred init's).
+/// The whole memmap's row: every phase above, per struct page the boot
+/// initialised (its log's count).
 const MEMMAP: &str = "whole memmap";
 
 /// The name of counted boot `k` (from 1) of `entry` at `size`.
@@ -106,19 +110,16 @@ fn nodes(profile: &Value) -> Option<Nodes> {
     })
 }
 
-fn boot(profile: &Value) -> Boot {
+/// A counted boot from its profile, and the struct pages its log says it
+/// initialised (`pages_initialised`).
+fn boot(profile: &Value, pages_initialised: Option<u64>) -> Boot {
     let phases: Vec<Option<Counts>> = PHASES.iter().map(|(n, _)| phase(profile, n)).collect();
     let ran: Vec<&Counts> = phases.iter().flatten().collect();
-    // The pages initialised: the boot CPU's and deferred init's.
-    let pages = [0, 3]
-        .iter()
-        .map(|&i| phases[i].and_then(|c| c.pages).unwrap_or(0))
-        .sum();
     let memmap = (!ran.is_empty()).then(|| Counts {
         insns: ran.iter().map(|c| c.insns).sum(),
         stores: ran.iter().map(|c| c.stores).sum(),
         bytes: ran.iter().map(|c| c.bytes).sum(),
-        pages: Some(pages),
+        pages: pages_initialised,
     });
     Boot {
         phases,
@@ -146,7 +147,11 @@ fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
                 };
                 let v: Value =
                     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                boots.push(boot(&v));
+                let log = dir.join(log_name(size, entry, k));
+                let log =
+                    std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+                let row = crate::bench::row_from_log(&log, size, entry, k)?;
+                boots.push(boot(&v, row.pages_initialised));
             }
             if !boots.is_empty() {
                 runs.push(Run {
@@ -267,7 +272,7 @@ fn nodes_table(runs: &[Run], peers: &[&String]) -> String {
          | size | entry | boot | nodes | workers | per node, instructions (min–max) | critical path, instructions | per struct page |",
     );
     for p in peers {
-        out += &format!(" × {} |", peer_label(p));
+        out += &format!(" critical path × {} |", peer_label(p));
     }
     out += " parallel efficiency |\n|---|---|---|---|---|---|---|---|";
     out += &"---|".repeat(peers.len() + 1);
@@ -291,16 +296,18 @@ fn nodes_table(runs: &[Run], peers: &[&String]) -> String {
                     .map_or("–".into(), |x| format!("{x:.3}")),
             );
             for p in peers {
+                // The same machine and RAM: the paths' instructions compare
+                // as they are (a peer's page count may be unknown).
                 let peer = runs.iter().find(|r| r.size == run.size && &r.entry == *p);
-                let per_page: Vec<f64> = peer
+                let paths: Vec<f64> = peer
                     .map(|r| {
                         r.boots
                             .iter()
-                            .filter_map(|b| b.nodes.as_ref()?.critical_path_per_page)
+                            .filter_map(|b| Some(b.nodes.as_ref()?.critical_path))
                             .collect()
                     })
                     .unwrap_or_default();
-                out += &format!(" {} |", ratio(n.critical_path_per_page, mean(&per_page)));
+                out += &format!(" {} |", ratio(Some(n.critical_path), mean(&paths)));
             }
             out += &format!(" {:.3} |\n", n.parallel_efficiency);
         }
@@ -379,6 +386,17 @@ mod tests {
     fn each_boot_side_by_side_and_ratios_to_linux() {
         let d = dir("ratios");
         let w = |name: String, text: String| std::fs::write(d.join(name), text).unwrap();
+        // Their logs: memboot's summary says 1000 struct pages; Linux's is a
+        // real 16G boot of 6.12 (4194304 struct pages: present and
+        // unavailable, its Memory: and zone lines).
+        let linux_log = include_str!("../fixtures/linux-6.12-16g-2nodes.log");
+        for k in 1..=2 {
+            w(
+                format!("16G-deferred-counted-{k}.log"),
+                "memboot-summary: {\"status\":\"ok\",\"pages_initialised\":1000}\n".into(),
+            );
+            w(format!("16G-linux-6.12-counted-{k}.log"), linux_log.into());
+        }
         w(
             "16G-deferred-counted-1.profile.json".into(),
             profile([10, 1, 5, 12], (100, 900), true),
@@ -425,15 +443,23 @@ mod tests {
             !text.contains("| 16G | linux-6.12 | free bitmaps |"),
             "{text}"
         );
-        // Whole memmap: (10·100 + 1·1000 + 5·100 + 12·900) / 1000 pages.
+        // Whole memmap: (10·100 + 1·1000 + 5·100 + 12·900) / the log's 1000.
         let m = cells(&text, "| 16G | deferred | whole memmap |");
         assert_eq!((m[4], m[5]), ("1000", "13.30 / 15.10"), "{text}");
-        // Linux: (40·99 + 20·99 + 52·900) / 999 = 52740 / 999.
+        // Linux: (40·99 + 20·99 + 52·900) = 52740 over its log's 4194304.
         let l = cells(&text, "| 16G | linux-6.12 | whole memmap |");
-        assert_eq!((l[4], l[5]), ("999", "52.79 / 52.79"), "{text}");
+        assert_eq!(l[4], "4194304", "{text}");
+        assert_eq!(
+            l[7],
+            format!("{0:.1} / {0:.1}", 4.0 * 52740.0 / 4194304.0),
+            "{text}"
+        );
         assert_eq!(l[8], "0.000 %");
-        // 14.2 / 52.79.
-        assert_eq!(m[9], "0.27", "{text}");
+        assert_eq!(
+            m[9],
+            format!("{:.2}", 14.2 / (52740.0 / 4194304.0)),
+            "{text}"
+        );
         // By node: each boot; the critical path 3/4 of the pages' work.
         let n = cells(&text, "| 16G | deferred | 2 |");
         assert_eq!(

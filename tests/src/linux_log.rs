@@ -66,6 +66,14 @@ pub struct LinuxBoot {
     /// Stamp of the last deferred-init line, or the end of the early
     /// block when no node deferred anything.
     pub last_deferred_ns: u64,
+    /// Deferred init at printk resolution, an upper bound for each node:
+    /// from `smpboot: Total of N processors activated`, the boot thread's
+    /// last line before `page_alloc_init_late()` starts the `pgdatinit`
+    /// threads (it is called from `kernel_init_freeable()`, not as an
+    /// initcall), to each node's line, slowest first. `None` unless the
+    /// node lines are the only lines between (then nothing else ran there
+    /// that printed).
+    pub deferred_printk_ns: Option<u64>,
     /// Memory ready: stamp of `devtmpfs: initialized`, the first line after
     /// `page_alloc_init_late()` returns (module doc).
     pub allocatable_ns: u64,
@@ -189,6 +197,23 @@ fn early_block(lines: &[(u64, String)]) -> Result<(u64, u64), LinuxLogError> {
     Ok((lines[start].0, end.0))
 }
 
+/// [`LinuxBoot::deferred_printk_ns`]: the last node line's stamp less
+/// that of SMP's last line, when only node lines come between.
+fn deferred_since_smp(lines: &[(u64, String)]) -> Option<u64> {
+    let smp = lines.iter().position(|(_, m)| {
+        m.starts_with("smpboot: Total of ") && m.contains(" processors activated")
+    })?;
+    let nodes = lines[smp + 1..]
+        .iter()
+        .take_while(|(_, m)| deferred_line(m).is_some())
+        .count();
+    let last = lines[smp + 1..smp + 1 + nodes].last()?;
+    let between_others = lines[smp + 1 + nodes..]
+        .iter()
+        .any(|(_, m)| deferred_line(m).is_some());
+    (!between_others).then(|| last.0 - lines[smp].0)
+}
+
 /// `Memory: AK/PK available (…)` → P KiB of present memory, in pages.
 fn present_pages(lines: &[(u64, String)]) -> Option<u64> {
     let present_kib: u64 = lines.iter().find_map(|(_, m)| {
@@ -232,6 +257,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         .map(|&(ns, _)| ns)
         .max()
         .unwrap_or(early_end_ns);
+    let deferred_printk_ns = deferred_since_smp(&lines);
     let allocatable_ns = lines
         .iter()
         .find(|(ns, m)| *ns >= last_deferred_ns && m == READY_LINE)
@@ -246,6 +272,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         zone_ranges_ns,
         early_memmap_ns: early_end_ns - zone_ranges_ns,
         last_deferred_ns,
+        deferred_printk_ns,
         allocatable_ns,
         present_pages: present_pages(&lines),
         pages_initialised: present_pages(&lines).map(|p| p + unavailable_pages(&lines)),

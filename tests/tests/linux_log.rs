@@ -22,6 +22,9 @@ fn real_linux_6_1_log() {
     assert_eq!(boot.node_deferred_ms, vec![(0, 1232), (1, 1460)]);
     assert_eq!(boot.deferred_ms(), 1460);
     assert_eq!(boot.last_deferred_ns, 3_279_735_000);
+    // line 266: [    1.803691] smpboot: Total of 2 processors activated,
+    // then only the two node lines: 3.279735 - 1.803691 at printk resolution.
+    assert_eq!(boot.deferred_printk_ns, Some(3_279_735_000 - 1_803_691_000));
     // line 269, right after: [    3.307402] devtmpfs: initialized
     assert_eq!(boot.allocatable_ns, 3_307_402_000);
     // The machine's RAM: 0-0xbffdffff and 4 GiB-0x103fffffff (lines 7 and
@@ -51,6 +54,15 @@ fn real_linux_6_12_log() {
     // lines 293-294: node 0 … in 268ms (4.074460), node 1 … in 648ms (4.460768)
     assert_eq!(boot.node_deferred_ms, vec![(0, 268), (1, 648)]);
     assert_eq!(boot.last_deferred_ns, 4_460_768_000);
+    // line 292: [    3.786913] smpboot: Total of 2 processors activated.
+    assert_eq!(boot.deferred_printk_ns, Some(4_460_768_000 - 3_786_913_000));
+    // A line between SMP's last and the node lines: no printk figure.
+    let other = LOG_6_12.replacen(
+        "[    4.074460] node 0",
+        "[    3.900000] random: crng init done\n[    4.074460] node 0",
+        1,
+    );
+    assert_eq!(parse(&other).unwrap().deferred_printk_ns, None);
     // line 296: [    4.513697] devtmpfs: initialized; 6.12 prints the
     // Memory: line (295) between it and the deferred-init lines.
     assert_eq!(boot.allocatable_ns, 4_513_697_000);

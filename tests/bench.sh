@@ -7,7 +7,8 @@
 #   tests/bench.sh --host-memory prefault|cold [--sizes "64G 1T"] [--smp N]
 #                  [--nodes N] [--modes "deferred regions perpfn touch ondemand ..."]
 #                  [--linux] [--rounds N] [--json FILE] [--svg DIR] [--keep DIR]
-#                  [--profile] [--counted N] [--qemu PATH] [-- EXTRA_RUN_QEMU_ARGS...]
+#                  [--profile] [--counted N] [--baseline FILE [--baseline-margin PCT]]
+#                  [--qemu PATH] [-- EXTRA_RUN_QEMU_ARGS...]
 #
 # --host-memory: the host-memory state every boot starts in (run-qemu.sh
 # --host-memory; README "Host memory"). Whether the host memory a boot
@@ -54,6 +55,11 @@
 # boot's beside the other, × each Linux peer, and deferred init by node with
 # its critical path (README "The counted verdict"). Counts, unlike times,
 # are the same on any host; the counted boots' times are not reported.
+# --baseline FILE [--baseline-margin PCT]: each counted boot of a memboot
+# entry is checked against the profile FILE (run-qemu.sh --baseline, README
+# "A regression check on counts"); the bench still finishes its report, then
+# exits 5 naming each boot and phase that counted more per struct page than
+# FILE by more than PCT (default 1).
 # --json FILE: every boot's figures (memboot-bench's schema, for history).
 # Every boot's log LOG gets its trace-event file beside it, LOG without
 # .log plus .trace.json (run-qemu.sh --trace).
@@ -65,6 +71,7 @@ if [ "${1:-}" = --seeds ]; then shift; exec "$ROOT/tests/seeds.sh" "$@"; fi
 bench_args=("$@")
 sizes="64G 1T" smp=2 nodes=1 modes="deferred regions perpfn touch ondemand" rounds=2
 linux=0 json="" svg_dir="" keep="" host_memory="" profile=0 counted=2
+baseline=() exceeded=()
 extra=() extra_qemu=()
 # The header comment above, whatever its length.
 usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
@@ -82,6 +89,8 @@ while [ $# -gt 0 ]; do
         --host-memory) host_memory=$2; shift 2 ;;
         --profile) profile=1; shift ;;
         --counted) counted=$2; shift 2 ;;
+        --baseline) baseline+=(--baseline "$2"); shift 2 ;;
+        --baseline-margin) baseline+=(--baseline-margin "$2"); shift 2 ;;
         --qemu) extra_qemu=(--qemu "$2"); shift 2 ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) usage; exit 0 ;;
@@ -90,6 +99,9 @@ while [ $# -gt 0 ]; do
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench.sh: --rounds must be a positive integer" >&2; exit 64; }
 [[ "$counted" =~ ^[0-9]+$ ]] || { echo "bench.sh: --counted must be a number of boots (0: none)" >&2; exit 64; }
+if [ ${#baseline[@]} -gt 0 ] && { [ "$counted" = 0 ] || [[ " ${baseline[*]} " != *" --baseline "* ]]; }; then
+    echo "bench.sh: --baseline FILE checks the counted boots: give it with --counted N > 0" >&2; exit 64
+fi
 case "$host_memory" in
     prefault|cold) ;;
     "") echo "bench.sh: --host-memory prefault|cold is required: the state every boot starts in (README \"Host memory\")" >&2; exit 64 ;;
@@ -189,15 +201,23 @@ boot_args() {
 # (boot_args runs in a subshell below, whose exit would not).
 for e in $entries; do boot_args "$e" >/dev/null; run_args "$e" >/dev/null; done
 
-# boot SIZE ENTRY LOG [counted]: one boot (counted: under the profile);
-# fails the bench if the boot fails.
+# boot SIZE ENTRY LOG [counted]: one boot (counted: under the profile,
+# and a memboot entry against --baseline); fails the bench if the boot
+# fails, notes it in `exceeded` if it only counted more than the baseline.
 boot() {
-    local args profiled=() how
+    local args profiled=() how rc=0
     mapfile -t args < <(boot_args "$2")
     mapfile -t how < <(run_args "$2")
     if profiled "$2" || [ "${4:-}" = counted ]; then profiled=(--profile "${3%.log}.profile.json"); fi
-    if ! "$ROOT/run-qemu.sh" --no-build -m "$1" --host-memory "$host_memory" \
-            --trace "${3%.log}.trace.json" "${profiled[@]}" "${how[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1; then
+    if [ "${4:-}" = counted ] && [[ "$2" != linux* ]]; then profiled+=("${baseline[@]}"); fi
+    "$ROOT/run-qemu.sh" --no-build -m "$1" --host-memory "$host_memory" \
+        --trace "${3%.log}.trace.json" "${profiled[@]}" "${how[@]}" "${extra[@]}" "${args[@]}" >"$3" 2>&1 || rc=$?
+    if [ "$rc" = 5 ] && [ ${#baseline[@]} -gt 0 ] && [ "${4:-}" = counted ]; then
+        while read -r line; do exceeded+=("-m $1 $2 (${3##*/}): ${line#memboot-profile: baseline: }"); done \
+            < <(grep '^memboot-profile: baseline: .*EXCEEDS' "$3")
+        return 0
+    fi
+    if [ "$rc" != 0 ]; then
         tail -n 20 "$3" >&2
         say "boot -m $1 $2 failed (log: $3)"
         exit 1
@@ -296,4 +316,8 @@ if [ -n "$svg_dir" ]; then
         >"$svg_dir/logs/report"
     "$tools/memboot-plot" scaling "$json" "$svg_dir/scaling.svg"
     say "wrote $svg_dir/bench.md, $json and $svg_dir/scaling.svg"
+fi
+if [ ${#exceeded[@]} -gt 0 ]; then
+    for e in "${exceeded[@]}"; do say "baseline exceeded: $e"; done
+    exit 5
 fi

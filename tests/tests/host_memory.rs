@@ -12,9 +12,27 @@ use memboot_tests::{ensure_built, exit_code, repo_root, run_bounded};
 /// A bench run of one 1G `deferred` boot in `state`, then `counted`
 /// counted boots; returns bench.md and the timed boot's log.
 fn bench_in(state: &str, counted: u32) -> (String, String) {
+    let (run, dir) = bench_run(state, counted, &[]);
+    assert_eq!(run.exit_code, exit_code::OK, "{run:?}");
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
+    };
+    let out = (read("bench.md"), read("1G-deferred-1.log"));
+    for k in 1..=counted {
+        let profile = read(&format!("1G-deferred-counted-{k}.profile.json"));
+        assert!(profile.contains("\"deferred_nodes\""), "{profile}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// tests/bench.sh with one 1G `deferred` round in `state`, `counted`
+/// counted boots and `more` arguments; the run and its kept directory.
+fn bench_run(state: &str, counted: u32, more: &[&str]) -> (memboot_tests::Run, std::path::PathBuf) {
     ensure_built();
     let dir = std::env::temp_dir().join(format!(
-        "memboot-host-memory-{state}-{}",
+        "memboot-host-memory-{state}-{counted}-{}",
         std::process::id()
     ));
     let mut cmd = Command::new(repo_root().join("tests/bench.sh"));
@@ -28,22 +46,11 @@ fn bench_in(state: &str, counted: u32) -> (String, String) {
     ])
     .args(["--rounds", "1", "--counted", &counted.to_string(), "--keep"])
     .arg(&dir)
+    .args(more)
     // cold's idle is the bench's business, not the test's: the boot
     // still waits for the host's page reporting to be quiet.
     .env("MEMBOOT_COLD_IDLE_S", "0");
-    let run = run_bounded(cmd, Duration::from_secs(600));
-    assert_eq!(run.exit_code, exit_code::OK, "{run:?}");
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
-    };
-    let out = (read("bench.md"), read("1G-deferred-1.log"));
-    for k in 1..=counted {
-        let profile = read(&format!("1G-deferred-counted-{k}.profile.json"));
-        assert!(profile.contains("\"deferred_nodes\""), "{profile}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    out
+    (run_bounded(cmd, Duration::from_secs(600)), dir)
 }
 
 /// What every state's run must show.
@@ -105,4 +112,47 @@ fn cold_waits_and_says_how_long() {
         log.contains("run-qemu.sh: host memory: cold: waited "),
         "{log}"
     );
+}
+
+/// The bench's counted boots against a baseline: the committed one passes;
+/// one that counted half the committed deferred-init instructions per page
+/// makes the bench finish its report and exit 5, naming the boot and the
+/// phase.
+#[test]
+fn counted_boots_are_checked_against_a_baseline() {
+    let committed = repo_root().join("tests/baselines/1G-deferred.profile.json");
+    let mut strict: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
+    for p in strict["phases"].as_array_mut().unwrap() {
+        if p["name"] == "deferred" {
+            p["insns"] = (p["insns"].as_u64().unwrap() / 2).into();
+        }
+    }
+    let strict_path =
+        std::env::temp_dir().join(format!("memboot-strict-{}.json", std::process::id()));
+    std::fs::write(&strict_path, strict.to_string()).unwrap();
+    let (run, dir) = bench_run(
+        "prefault",
+        1,
+        &["--baseline", strict_path.to_str().unwrap()],
+    );
+    assert_eq!(run.exit_code, 5, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "bench: baseline exceeded: -m 1G deferred (1G-deferred-counted-1.log): phase deferred"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(dir.join("bench.md").exists(), "the report is still written");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (run, dir) = bench_run("prefault", 1, &["--baseline", committed.to_str().unwrap()]);
+    assert_eq!(run.exit_code, exit_code::OK, "{run:?}");
+    let log = std::fs::read_to_string(dir.join("1G-deferred-counted-1.log")).unwrap();
+    assert!(
+        log.contains("memboot-profile: baseline: phase deferred"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&strict_path);
 }

@@ -185,9 +185,15 @@ pub fn memory_ready() {
 }
 
 /// After a line went into the ring, or the log was let go: wake the
-/// printer if it halted.
+/// printer if it halted, unless the log is still held (it would only halt
+/// again: each line logged during memory init would cost it a wake-up).
+/// [`memory_ready`] clears `HELD` before it calls this, so the printer is
+/// woken once the log is let go.
 fn wake_printer() {
     fence(Ordering::SeqCst);
+    if HELD.load(Ordering::Relaxed) {
+        return;
+    }
     if PRINTER_HALTED.load(Ordering::Relaxed) && PRINTER_HALTED.swap(false, Ordering::Relaxed) {
         crate::hw::apic::send_wake(PRINTER.load(Ordering::Acquire));
     }

@@ -15,7 +15,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::PhaseProfile;
+/// A phase's counts on one vCPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VcpuCounts {
+    pub insns: u64,
+    pub stores: u64,
+    pub bytes: u64,
+}
 
 /// One node's share of a phase.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,12 +85,17 @@ pub fn vcpu_nodes(log: &str) -> BTreeMap<u32, u32> {
     nodes
 }
 
-/// `phase` split by node (`nodes`: vCPU → node; a vCPU not in it is on
-/// node 0). `None` when no vCPU ran it.
-pub fn split(phase: &PhaseProfile, nodes: &BTreeMap<u32, u32>) -> Option<NodeSplit> {
+/// A phase's per-vCPU counts split by node (`nodes`: vCPU → node; a vCPU
+/// not in it is on node 0), its critical path per struct page where its
+/// `pages` are known. `None` when no vCPU ran it.
+pub fn split(
+    per_vcpu: &[VcpuCounts],
+    pages: Option<u64>,
+    nodes: &BTreeMap<u32, u32>,
+) -> Option<NodeSplit> {
     let mut by_node: BTreeMap<u32, NodeCounts> = BTreeMap::new();
     let mut ran = Vec::new();
-    for (v, c) in phase.per_vcpu.iter().enumerate() {
+    for (v, c) in per_vcpu.iter().enumerate() {
         if c.insns == 0 {
             continue;
         }
@@ -110,8 +121,7 @@ pub fn split(phase: &PhaseProfile, nodes: &BTreeMap<u32, u32>) -> Option<NodeSpl
     Some(NodeSplit {
         nodes: by_node.into_values().collect(),
         critical_path_insns,
-        critical_path_per_page: phase
-            .pages
+        critical_path_per_page: pages
             .filter(|&p| p > 0)
             .map(|p| critical_path_insns / p as f64),
         parallel_efficiency: ran.iter().sum::<u64>() as f64 / (ran.len() as f64 * largest as f64),
@@ -138,34 +148,17 @@ pub fn split_line(phase: &str, s: &NodeSplit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::VcpuCounts;
 
-    fn phase(per_vcpu: &[u64], pages: Option<u64>) -> PhaseProfile {
-        PhaseProfile {
-            name: "deferred".into(),
-            entries: vec![],
-            insns: per_vcpu.iter().sum(),
-            stores: 0,
-            bytes: 0,
-            per_vcpu: per_vcpu
-                .iter()
-                .map(|&insns| VcpuCounts {
-                    insns,
-                    stores: insns / 2,
-                    bytes: insns * 4,
-                })
-                .collect(),
-            opens: 1,
-            closes: 1,
-            unanchored: 0,
-            left_open: 0,
-            spin_insns: 0,
-            pages,
-            insns_per_page: None,
-            stores_per_page: None,
-            bytes_per_page: None,
-            functions: vec![],
-        }
+    /// Per-vCPU counts of `insns` each (stores a half, bytes four times).
+    fn phase(per_vcpu: &[u64]) -> Vec<VcpuCounts> {
+        per_vcpu
+            .iter()
+            .map(|&insns| VcpuCounts {
+                insns,
+                stores: insns / 2,
+                bytes: insns * 4,
+            })
+            .collect()
     }
 
     #[test]
@@ -192,7 +185,7 @@ mod tests {
     #[test]
     fn the_critical_path_is_the_largest_node_per_worker() {
         let nodes = BTreeMap::from([(0, 0), (1, 1), (2, 1), (3, 1)]);
-        let s = split(&phase(&[200, 100, 200, 0], Some(1000)), &nodes).unwrap();
+        let s = split(&phase(&[200, 100, 200, 0]), Some(1000), &nodes).unwrap();
         assert_eq!(
             s.nodes,
             vec![
@@ -223,8 +216,8 @@ mod tests {
             "{line}"
         );
         // Without SRAT every vCPU is node 0's.
-        let one = split(&phase(&[200, 100], None), &BTreeMap::new()).unwrap();
+        let one = split(&phase(&[200, 100]), None, &BTreeMap::new()).unwrap();
         assert_eq!((one.nodes.len(), one.critical_path_insns), (1, 150.0));
-        assert!(split(&phase(&[0, 0], None), &nodes).is_none());
+        assert!(split(&phase(&[0, 0]), None, &nodes).is_none());
     }
 }

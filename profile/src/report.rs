@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::nodes::VcpuCounts;
 use crate::raw::{Phase, PhaseCounts, Raw};
 use crate::symbols::{Symbols, KERNEL_HALF};
 
@@ -18,13 +19,6 @@ pub const MIN_ATTRIBUTED: f64 = 0.99;
 pub struct FunctionCount {
     pub function: String,
     pub insns: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VcpuCounts {
-    pub insns: u64,
-    pub stores: u64,
-    pub bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -246,7 +240,7 @@ impl Profile {
         let nodes = crate::nodes::vcpu_nodes(log);
         self.deferred_nodes = self
             .phase(crate::phases::DEFERRED)
-            .and_then(|p| crate::nodes::split(p, &nodes));
+            .and_then(|p| crate::nodes::split(&p.per_vcpu, p.pages, &nodes));
     }
 
     pub fn phase(&self, name: &str) -> Option<&PhaseProfile> {

@@ -292,6 +292,27 @@ pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<R
     }
 }
 
+/// The log of counted boot `k` (from 1) of `entry` at `size`: one of the
+/// boots tests/bench.sh runs under the instruction profile after the
+/// timed rounds (`crate::counted`), its profile beside it.
+pub fn counted_log_name(size: &str, entry: &str, k: u32) -> String {
+    format!("{size}-{entry}-counted-{k}.log")
+}
+
+/// The struct pages the boot CPU initialised in `entry`'s first counted
+/// boot at `size`, as its own profile counted them (Linux's are its calls
+/// of `__init_single_page`), or `None` without one.
+pub fn counted_boot_cpu_pages(dir: &Path, size: &str, entry: &str) -> Option<u64> {
+    let name = counted_log_name(size, entry, 1).replace(".log", ".profile.json");
+    let profile: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()?;
+    profile["phases"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == "boot_cpu_memmap")?["pages"]
+        .as_u64()
+}
+
 /// Every boot of a bench run, and the entries skipped per size with why.
 pub struct Results {
     pub rows: Vec<Row>,
@@ -362,7 +383,7 @@ pub fn read_dir(dir: &Path, plan: &Plan) -> Result<Results, String> {
                 if row.kernel == "linux" {
                     // Linux's log does not say which pages its boot CPU
                     // initialised; its counted boot's profile does.
-                    row.boot_cpu_pages = crate::counted::boot_cpu_pages(dir, size, entry);
+                    row.boot_cpu_pages = counted_boot_cpu_pages(dir, size, entry);
                 }
                 results.rows.push(row);
             }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::bench::{is_peer, peer_label, Plan};
+use crate::bench::{counted_log_name, is_peer, peer_label, Plan};
 
 /// The memmap phases, in the order the boot runs them, with their titles.
 const PHASES: [(&str, &str); 4] = [
@@ -35,13 +35,8 @@ const PHASES: [(&str, &str); 4] = [
 /// initialised (its log's count).
 const MEMMAP: &str = "whole memmap";
 
-/// The name of counted boot `k` (from 1) of `entry` at `size`.
-pub fn log_name(size: &str, entry: &str, k: u32) -> String {
-    format!("{size}-{entry}-counted-{k}.log")
-}
-
 fn profile_path(dir: &Path, size: &str, entry: &str, k: u32) -> PathBuf {
-    dir.join(log_name(size, entry, k).replace(".log", ".profile.json"))
+    dir.join(counted_log_name(size, entry, k).replace(".log", ".profile.json"))
 }
 
 /// One phase of one counted boot.
@@ -147,7 +142,7 @@ fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
                 };
                 let v: Value =
                     serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                let log = dir.join(log_name(size, entry, k));
+                let log = dir.join(counted_log_name(size, entry, k));
                 let log =
                     std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
                 let row = crate::bench::row_from_log(&log, size, entry, k)?;
@@ -327,14 +322,6 @@ pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
     ))
 }
 
-/// The struct pages the boot CPU initialised in `entry`'s first counted
-/// boot at `size`, as its own profile counted them (Linux's are its own
-/// calls of `__init_single_page`), or `None` without one.
-pub fn boot_cpu_pages(dir: &Path, size: &str, entry: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(profile_path(dir, size, entry, 1)).ok()?;
-    phase(&serde_json::from_str(&text).ok()?, PHASES[0].0)?.pages
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,9 +369,10 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn each_boot_side_by_side_and_ratios_to_linux() {
-        let d = dir("ratios");
+    /// Two counted boots each of 16G `deferred` and `linux-6.12` in a
+    /// fresh directory `test`; their tables.
+    fn deferred_and_linux(test: &str) -> (PathBuf, String) {
+        let d = dir(test);
         let w = |name: String, text: String| std::fs::write(d.join(name), text).unwrap();
         // Their logs: memboot's summary says 1000 struct pages; Linux's is a
         // real 16G boot of 6.12 (4194304 struct pages: present and
@@ -424,6 +412,12 @@ mod tests {
             rounds: 3,
         };
         let text = tables(&d, &plan).unwrap().unwrap();
+        (d, text)
+    }
+
+    #[test]
+    fn each_boot_side_by_side_and_ratios_to_linux() {
+        let (d, text) = deferred_and_linux("ratios");
         let c = cells(&text, "| 16G | deferred | deferred init |");
         assert_eq!(
             &c[4..9],
@@ -460,6 +454,12 @@ mod tests {
             format!("{:.2}", 14.2 / (52740.0 / 4194304.0)),
             "{text}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn deferred_init_by_node_for_each_boot() {
+        let (d, text) = deferred_and_linux("nodes");
         // By node: each boot; the critical path 3/4 of the pages' work.
         let n = cells(&text, "| 16G | deferred | 2 |");
         assert_eq!(
@@ -467,8 +467,14 @@ mod tests {
             ["2", "2", "3150–9450", "9450", "10.500", "0.27", "0.500"],
             "{text}"
         );
-        assert_eq!(boot_cpu_pages(&d, "16G", "linux-6.12"), Some(99));
-        assert_eq!(boot_cpu_pages(&d, "16G", "regions"), None);
+        assert_eq!(
+            crate::bench::counted_boot_cpu_pages(&d, "16G", "linux-6.12"),
+            Some(99)
+        );
+        assert_eq!(
+            crate::bench::counted_boot_cpu_pages(&d, "16G", "regions"),
+            None
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 

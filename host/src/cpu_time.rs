@@ -13,6 +13,9 @@
 //! is a host instant; the tap's memory-ready instant ends the window in
 //! which idle CPUs should cost nothing (memboot's boot CPU works alone
 //! there until memory is ready; in `deferred` the workers start in it).
+//! memboot also says when its bring-up ended (`smp: bring-up ended N us
+//! after entry`: the last AP's first job or halt, the AP that started the
+//! others included), which starts a second window: after bring-up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -218,6 +221,18 @@ pub fn cpus_up_us(log: &str) -> Option<u64> {
     })
 }
 
+/// When memboot's bring-up ended, µs after entry on its own clock (its
+/// `smp: bring-up ended N us after entry` line).
+pub fn bringup_ended_us(log: &str) -> Option<u64> {
+    log.lines().filter_map(stamped).find_map(|(_, m)| {
+        m.strip_prefix("smp: bring-up ended ")?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
 /// A figure in ms of one of the serial tap's `run-qemu.sh: host timing:`
 /// lines (tests/src/tap.rs), as µs: `entry latency` or `memory ready`.
 fn host_timing_us(log: &str, what: &str) -> Option<u64> {
@@ -237,18 +252,20 @@ pub fn report(samples: &[Sample], log: &Path) -> Vec<String> {
     if let Some((usage, from, to)) = usage_between(samples, 0, u64::MAX) {
         lines.push(usage_line("whole boot", &usage, from, to));
     }
-    let up_ns = cpus_up_us(&text)
-        .zip(host_timing_us(&text, "entry latency "))
-        .map(|(up, entry)| (up + entry) * 1000);
+    let entry = host_timing_us(&text, "entry latency ");
     let ready_ns = host_timing_us(&text, "memory ready ").map(|us| us * 1000);
-    if let (Some(up), Some(ready)) = (up_ns, ready_ns.filter(|&r| Some(r) > up_ns)) {
-        if let Some((usage, from, to)) = usage_between(samples, up, ready) {
-            lines.push(usage_line(
-                "from the last CPU up to memory ready",
-                &usage,
-                from,
-                to,
-            ));
+    for (start, what) in [
+        (cpus_up_us(&text), "from the last CPU up to memory ready"),
+        (
+            bringup_ended_us(&text),
+            "from the end of bring-up to memory ready",
+        ),
+    ] {
+        let start_ns = start.zip(entry).map(|(us, entry)| (us + entry) * 1000);
+        if let (Some(start), Some(ready)) = (start_ns, ready_ns.filter(|&r| Some(r) > start_ns)) {
+            if let Some((usage, from, to)) = usage_between(samples, start, ready) {
+                lines.push(usage_line(what, &usage, from, to));
+            }
         }
     }
     lines
@@ -332,6 +349,11 @@ mod tests {
         assert_eq!(cpus_up_us(linux), Some(49_322));
         let memboot = "run-qemu.sh: command: x\n[    0.000000] memboot 0.1.0 booting\n[    0.074152] smpboot: CPU 1 (APIC 0x1) up 1861 us after INIT; it starts the other APs\n[    0.114619] smpboot: CPU 2 (APIC 0x2) up 24657 us after INIT\n[    0.118000] smp: Brought up 1 node, 3 CPUs\nrun-qemu.sh: host timing: entry latency 58.672 ms (QEMU's start to the kernel's first serial byte)\nrun-qemu.sh: host timing: memory ready 175.324 ms after QEMU started (entry + the kernel's allocatable_ns)\n";
         assert_eq!(cpus_up_us(memboot), Some(114_619));
+        assert_eq!(bringup_ended_us(memboot), None);
+        let ended = format!(
+            "{memboot}[    1.200000] smp: bring-up ended 121344 us after entry (the last AP's first job or halt)\n"
+        );
+        assert_eq!(bringup_ended_us(&ended), Some(121_344));
         assert_eq!(host_timing_us(memboot, "entry latency "), Some(58_672));
         assert_eq!(host_timing_us(memboot, "memory ready "), Some(175_324));
         assert_eq!(vcpu_index("CPU 15/TCG"), Some(15));

@@ -184,6 +184,26 @@ fn idle_cpus_halt_and_each_vcpu_thread_is_timed() {
         .and_then(|m| m.split_whitespace().nth(5)?.parse().ok())
         .unwrap_or_else(|| panic!("no wake-up count\n{}", b.describe()));
     assert!(woken >= 3, "{woken} wake-ups for 3 APs\n{}", b.describe());
+    // Bring-up ends when the last AP first runs a job or halts: after
+    // every AP was seen up, before the boot's end.
+    let ended_us: u64 = b
+        .messages_with("smp: bring-up ended ")
+        .next()
+        .and_then(|m| m.split_whitespace().nth(3)?.parse().ok())
+        .unwrap_or_else(|| panic!("no bring-up end\n{}", b.describe()));
+    let last_up_ns = b
+        .lines
+        .iter()
+        .filter(|(_, m)| m.starts_with("smpboot: CPU ") && m.contains(") up "))
+        .map(|&(ns, _)| ns)
+        .max()
+        .unwrap_or_else(|| panic!("no AP up\n{}", b.describe()));
+    let idle_line_ns = b.first_stamp_ns("smp: idle CPUs halted");
+    assert!(
+        last_up_ns / 1000 <= ended_us && ended_us * 1000 <= idle_line_ns,
+        "bring-up ended at {ended_us} us; last AP up at {last_up_ns} ns\n{}",
+        b.describe()
+    );
     for what in ["whole boot", "from the last CPU up to memory ready"] {
         let line = b
             .run

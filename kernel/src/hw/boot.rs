@@ -616,6 +616,13 @@ fn run_pipeline(
         "smp: idle CPUs halted, woken {} times",
         crate::hw::interrupts::wakeups()
     );
+    if let Some(ns) = crate::hw::smp::bringup_ended_ns() {
+        // run-qemu.sh's CPU-time window after bring-up starts here.
+        kprintln!(
+            "smp: bring-up ended {} us after entry (the last AP's first job or halt)",
+            ns / 1000
+        );
+    }
     result?;
     // The page tables are ours again: bring-up ends through them (a boot
     // whose stages ran no jobs still waits for the APs and checks them).

@@ -51,4 +51,4 @@ mod trampoline;
 pub use bringup::{end_bringup, launch, prepare_aps, wait_online};
 pub use percpu::CpuInfo;
 pub use scope::scope;
-pub use state::{aps_online, cpu_count, online_cpus};
+pub use state::{aps_online, bringup_ended_ns, cpu_count, online_cpus};

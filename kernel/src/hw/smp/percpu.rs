@@ -49,6 +49,10 @@ pub(super) struct PerCpu {
     /// The AP's TSC on arrival in `ap_entry` (0 until then). Stored with
     /// release by the AP; the CPU that started it loads it with acquire.
     arrived_tsc: AtomicU64,
+    /// The AP's TSC when it first ran a job or halted (0 until then): the
+    /// end of its part in bring-up. Only read for the report at the end
+    /// of the boot, so relaxed.
+    settled_tsc: AtomicU64,
     /// APIC id the AP read from its own APIC; published by `ready`.
     seen_apic_id: AtomicU32,
     /// GDT/TSS/IDT loaded: the AP no longer uses the trampoline page.
@@ -80,6 +84,7 @@ impl PerCpu {
         alloc::boxed::Box::leak(alloc::boxed::Box::new(PerCpu {
             info,
             arrived_tsc: AtomicU64::new(0),
+            settled_tsc: AtomicU64::new(0),
             seen_apic_id: AtomicU32::new(u32::MAX),
             ready: AtomicBool::new(false),
             bringup: AtomicU32::new(if info.is_bsp { CPU_UP } else { CPU_PENDING }),
@@ -91,6 +96,22 @@ impl PerCpu {
                 ap_tsc: 0,
             }),
         }))
+    }
+
+    /// On the AP, the first time it runs a job or halts: stamp it.
+    pub(super) fn settle(&self) {
+        if self.settled_tsc.load(Ordering::Relaxed) == 0 {
+            self.settled_tsc
+                .store(crate::hw::tsc::rdtsc().max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// When the AP first ran a job or halted, if it has.
+    pub(super) fn settled_tsc(&self) -> Option<u64> {
+        match self.settled_tsc.load(Ordering::Relaxed) {
+            0 => None,
+            tsc => Some(tsc),
+        }
     }
 
     /// On the AP, first thing in Rust: stamp the arrival.

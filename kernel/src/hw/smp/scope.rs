@@ -95,6 +95,7 @@ pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
     let posted = || pc.mailbox.load(Ordering::Acquire) == MAILBOX_POSTED;
     loop {
         if posted() {
+            pc.settle();
             // SAFETY: POSTED means the BSP stored a job and does not touch
             // the slot until we set IDLE below.
             let job = unsafe { *pc.job.get() };
@@ -108,6 +109,7 @@ pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
         } else if printer && serial::print_some() {
             continue;
         } else {
+            pc.settle();
             interrupts::halt_until(|| posted() || (printer && !serial::printer_may_halt()));
             if printer {
                 serial::printer_awake();

@@ -163,6 +163,16 @@ impl Smp {
     }
 }
 
+/// When bring-up ended, in ns since kernel entry: the latest of the APs
+/// that came up to run its first job or halt (`None` before any did).
+pub fn bringup_ended_ns() -> Option<u64> {
+    let smp = SMP.get()?;
+    let last = smp.up().filter_map(PerCpu::settled_tsc).max()?;
+    Some(crate::hw::tsc::cycles_to_ns(
+        last.saturating_sub(crate::hw::tsc::entry_tsc()),
+    ))
+}
+
 /// The CPUs jobs run on, BSP first (`cpus[i].index == i`); empty before
 /// `prepare_aps`. These are the CPUs planned (the BSP and every AP to be
 /// started, known before they check in); one that then does not come up is

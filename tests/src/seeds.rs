@@ -122,6 +122,16 @@ impl Run {
         })
     }
 
+    /// The whole `bench.md` its logs make ([`crate::bench_md::render`]).
+    pub fn bench_md(&self) -> Result<String, String> {
+        let plan = Plan {
+            sizes: &self.sizes,
+            entries: &self.entries,
+            rounds: self.rounds,
+        };
+        crate::bench_md::render(&self.logs, &self.results, &plan, &self.heading)
+    }
+
     /// The rows of `entry` (any size), in round order; an error if it was
     /// not booted.
     fn rows(&self, entry: &str) -> Result<Vec<&Row>, String> {

@@ -4,10 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use memboot_tests::bench::{self, Plan};
-use memboot_tests::bench_md;
 use memboot_tests::readme_figures::{check, RESULTS_DIR};
 use memboot_tests::repo_root;
+use memboot_tests::seeds::Run;
 
 /// The documents whose figures are checked: the README and every markdown
 /// file under `docs/` (results written up there), recursively.
@@ -60,26 +59,9 @@ fn every_committed_bench_table_is_rebuilt_from_its_logs() {
         if !run.join("bench.md").exists() {
             continue;
         }
-        let report = std::fs::read_to_string(run.join("logs/report"))
-            .unwrap_or_else(|e| panic!("{}: bench.md without logs/report: {e}", run.display()));
-        let field = |key: &str| -> String {
-            report
-                .lines()
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-                .unwrap_or_else(|| panic!("{}: no '{key}'", run.display()))
-                .to_string()
-        };
-        let words = |s: String| -> Vec<String> { s.split_whitespace().map(String::from).collect() };
-        let (sizes, entries) = (words(field("sizes")), words(field("entries")));
-        let plan = Plan {
-            sizes: &sizes,
-            entries: &entries,
-            rounds: field("rounds").parse().unwrap(),
-        };
-        let rows = bench::read_dir(&run.join("logs"), &plan)
-            .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
-        let rebuilt = bench_md::render(&run.join("logs"), &rows, &plan, &field("heading"))
-            .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+        let rebuilt = Run::read(&run)
+            .and_then(|r| r.bench_md())
+            .unwrap_or_else(|e| panic!("{}: bench.md, but its logs: {e}", run.display()));
         let committed = std::fs::read_to_string(run.join("bench.md")).unwrap();
         assert!(
             committed == rebuilt,

@@ -2,8 +2,6 @@
 //! tests/bench-results/seeds`) against the logs it was made from, and each
 //! of its bench runs' tables against theirs.
 
-use memboot_tests::bench::Plan;
-use memboot_tests::bench_md;
 use memboot_tests::repo_root;
 use memboot_tests::seeds::{self, Run, SEEDS};
 
@@ -67,13 +65,8 @@ fn every_seed_bench_run_is_rebuilt_from_its_logs() {
 /// The committed `sub/bench.md` is the whole report its logs make (every
 /// table, cell by cell); a run without its logs fails.
 fn assert_rebuilt(sub: &std::path::Path) {
-    let run = Run::read(sub).unwrap_or_else(|e| panic!("{e}"));
-    let plan = Plan {
-        sizes: &run.sizes,
-        entries: &run.entries,
-        rounds: run.rounds,
-    };
-    let rebuilt = bench_md::render(&sub.join("logs"), &run.results, &plan, &run.heading)
+    let rebuilt = Run::read(sub)
+        .and_then(|r| r.bench_md())
         .unwrap_or_else(|e| panic!("{}: {e}", sub.display()));
     let committed = std::fs::read_to_string(sub.join("bench.md")).unwrap();
     assert!(

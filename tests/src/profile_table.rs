@@ -4,14 +4,18 @@
 //! instructions, stores and bytes stored per struct page, for deferred init
 //! and for the boot CPU's memmap, with the five functions that carry each.
 //!
-//! Divisors: memboot's from its own summary (`deferred_pages`,
-//! `eager_pages`, in its profile). Linux's from the same size's memboot
-//! `deferred` boot: the same defer rule (a node's last zone after its first
-//! section) on the same firmware map. Linux initialises the struct pages of
-//! its own reservations in that range (its memmap, RAM/64) outside both
-//! phases, so the divisor counts about 1.6 % more pages than Linux's
-//! deferred phase wrote: its per-page figures read that much low, and the
-//! ratios to Linux are that much in Linux's favour.
+//! Divisors: each kernel's own pages where its profile has them:
+//! memboot's from its own summary (`deferred_pages`, `eager_pages`),
+//! Linux's its calls of `__init_single_page` in the phase
+//! (`memboot_profile::linux_pages`). A Linux profile without them (made
+//! before they were counted, or of a build that inlines that function) is
+//! divided by the same size's memboot `deferred` boot's pages: the same
+//! defer rule (a node's last zone after its first section) on the same
+//! firmware map. Linux initialises the struct pages of its own
+//! reservations in that range (its memmap, RAM/64) outside both phases, so
+//! that divisor counts about 1.6 % more pages than Linux's deferred phase
+//! wrote: its per-page figures read that much low, and the ratios to Linux
+//! are that much in Linux's favour.
 
 use std::path::Path;
 
@@ -159,16 +163,18 @@ fn how_run(entry: &str) -> &str {
     &entry[crate::bench::kernel_of(entry).len()..]
 }
 
-/// The pages of phase `ph` at `size` for `entry`: its own, or (Linux) the
-/// divisor entry's, run the same way (`@` words) if there is one, else
-/// any way: the pages are the firmware map's, not the run's.
+/// The pages of phase `ph` at `size` for `entry`: its own, or (a Linux
+/// profile without them) the divisor entry's, run the same way (`@` words)
+/// if there is one, else any way: the pages are the firmware map's, not
+/// the run's.
 fn pages(runs: &[Run], size: &str, entry: &str, ph: usize) -> Option<u64> {
     let own = |r: &Run| r.boots[0].phases[ph].as_ref()?.pages;
-    if !crate::bench::is_linux(entry) {
-        return runs
-            .iter()
-            .find(|r| r.size == size && r.entry == entry)
-            .and_then(own);
+    let own_pages = runs
+        .iter()
+        .find(|r| r.size == size && r.entry == entry)
+        .and_then(own);
+    if !crate::bench::is_linux(entry) || own_pages.is_some_and(|p| p > 0) {
+        return own_pages;
     }
     let same_way = format!("{DIVISOR_ENTRY}{}", how_run(entry));
     let divisor = |r: &&Run| r.size == size && crate::bench::kernel_of(&r.entry) == DIVISOR_ENTRY;
@@ -386,6 +392,27 @@ mod tests {
             ),
             "{text}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A Linux profile with its own pages (its calls of
+    /// `__init_single_page`) is divided by them, not by memboot's.
+    #[test]
+    fn linux_with_its_own_pages_is_divided_by_them() {
+        let dir = profile_dir("linux-own");
+        write_deferred_and_linux(&dir);
+        for round in 1..=2 {
+            std::fs::write(
+                dir.join(format!("16G-linux-6.1-{round}.profile.json")),
+                profile((65_000, 12_000, 90_000, Some(500)), 1),
+            )
+            .unwrap();
+        }
+        let text = tables_16g(&dir, &["deferred", "linux-6.1"]);
+        let l = cells(&text, "linux-6.1");
+        assert_eq!(&l[3..5], ["500", "130.0"], "{text}");
+        let m = cells(&text, "deferred");
+        assert_eq!(m[13], "0.10", "13.05 / 130.0: {text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -83,7 +83,9 @@ impl PerCpuPages {
 
     /// An order-0 page of (nid, zone) for `cpu`: off the top of its cache,
     /// refilled with up to a batch when empty. `OutOfMemory` when the
-    /// zone's store has no page either.
+    /// zone's store has no page either. Never inlined, nor is `free`: the
+    /// instruction profile counts their calls (`pcp_alloc`, `pcp_free`).
+    #[inline(never)]
     pub(crate) fn alloc<B: MemmapBacking>(
         &self,
         buddy: &BuddyAllocator<'_, B>,
@@ -115,6 +117,7 @@ impl PerCpuPages {
 
     /// Free the order-0 page `pfn` into `cpu`'s cache, after the store's
     /// checks (a double free is refused here, not found later).
+    #[inline(never)]
     pub(crate) fn free<B: MemmapBacking>(
         &self,
         buddy: &BuddyAllocator<'_, B>,

@@ -6,10 +6,41 @@ use crate::symbols::Symbols;
 use crate::tracker::Threads;
 
 /// A phase: its name in the profile and the functions that open it.
+/// `functions` must all be in the symbol map; of `any_of`, the first in
+/// the map opens it too, and one must be there (kernel versions rename,
+/// split and inline functions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PhaseDef {
     pub name: &'static str,
     pub functions: &'static [&'static str],
+    pub any_of: &'static [&'static str],
+}
+
+impl PhaseDef {
+    const fn all(name: &'static str, functions: &'static [&'static str]) -> PhaseDef {
+        PhaseDef {
+            name,
+            functions,
+            any_of: &[],
+        }
+    }
+
+    /// The entry addresses of the phase in `map`.
+    pub fn entries(&self, map: &Symbols) -> Result<Vec<u64>, String> {
+        let mut entries = map.entries(self.functions)?;
+        if !self.any_of.is_empty() {
+            let first = self
+                .any_of
+                .iter()
+                .find_map(|n| map.entries(&[n]).ok())
+                .ok_or(format!(
+                    "none of {} in the symbol map (inlined or renamed in this build)",
+                    self.any_of.join(", ")
+                ))?;
+            entries.extend(first);
+        }
+        Ok(entries)
+    }
 }
 
 /// Deferred struct-page init, every worker on every CPU.
@@ -26,6 +57,15 @@ pub const BUDDY_HANDOFF: &str = "buddy_handoff";
 /// the verification self-test's): what the free-block store costs.
 pub const BUDDY_ALLOC: &str = "buddy_alloc";
 pub const BUDDY_FREE: &str = "buddy_free";
+/// A page allocation or free of any order through the page allocator's
+/// entry, per call: memboot's `PageAllocator`, Linux's `__alloc_pages` and
+/// its free entries.
+pub const PAGE_ALLOC: &str = "page_alloc";
+pub const PAGE_FREE: &str = "page_free";
+/// memboot's order-0 path: a pop from, or push onto, a per-CPU cache (the
+/// refill or spill included), per call.
+pub const PCP_ALLOC: &str = "pcp_alloc";
+pub const PCP_FREE: &str = "pcp_free";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -44,61 +84,10 @@ impl Kernel {
 
     pub fn phases(self) -> &'static [PhaseDef] {
         match self {
-            // Names as `nm -C` prints them (no hash). run_cpu_workers runs
-            // each CPU's workers (kernel/src/pipeline/deferred_workers.rs);
-            // eager_memmap::init is the boot CPU's share of struct pages. Both are
-            // #[inline(never)] for this table, as are the buddy allocator's
-            // alloc and free.
-            Kernel::Memboot => &[
-                PhaseDef {
-                    name: DEFERRED,
-                    functions: &["deferred_init::run::DeferredInit<B>::run_cpu_workers"],
-                },
-                PhaseDef {
-                    name: BOOT_CPU,
-                    functions: &["memboot_kernel::pipeline::eager_memmap::init"],
-                },
-                PhaseDef {
-                    name: FREE_BITMAPS,
-                    functions: &["deferred_init::buddy::BuddyAllocator<B>::with_store"],
-                },
-                PhaseDef {
-                    name: BUDDY_HANDOFF,
-                    functions: &["deferred_init::handoff::free_eager_pages"],
-                },
-                PhaseDef {
-                    name: BUDDY_ALLOC,
-                    functions: &["deferred_init::buddy::BuddyAllocator<B>::alloc"],
-                },
-                PhaseDef {
-                    name: BUDDY_FREE,
-                    functions: &["deferred_init::buddy::BuddyAllocator<B>::free"],
-                },
-            ],
-            // mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and
-            // the chunk function padata runs on helper threads of the same
-            // node (its address is taken, so it is never inlined away);
-            // free_area_init() holds memmap_init() (the bench's boot-CPU
-            // figure, tests/src/linux_log.rs, times the same block).
-            Kernel::Linux => &[
-                PhaseDef {
-                    name: DEFERRED,
-                    functions: &["deferred_init_memmap", "deferred_init_memmap_chunk"],
-                },
-                PhaseDef {
-                    name: BOOT_CPU,
-                    functions: &["free_area_init"],
-                },
-                // mm_core_init(): the boot CPU's free pages to the buddy
-                // allocator, after free_area_init().
-                PhaseDef {
-                    name: BUDDY_HANDOFF,
-                    functions: &["memblock_free_all"],
-                },
-            ],
+            Kernel::Memboot => MEMBOOT_PHASES,
+            Kernel::Linux => LINUX_PHASES,
         }
     }
-
     /// memboot: one thread per CPU, never preempted. Linux: kernel threads
     /// on 16 KiB stacks aligned to their size (`THREAD_SIZE`, `THREAD_ALIGN`
     /// without KASAN, as Debian builds it), free to migrate.
@@ -113,8 +102,8 @@ impl Kernel {
     pub fn plugin_args(self, map: &Symbols, out: &str) -> Result<String, String> {
         let mut args = vec![format!("out={out}"), format!("threads={}", self.threads())];
         for p in self.phases() {
-            let entries = map
-                .entries(p.functions)
+            let entries = p
+                .entries(map)
                 .map_err(|e| format!("phase {}: {e}", p.name))?;
             let hex: Vec<String> = entries.iter().map(|a| format!("{a:#x}")).collect();
             args.push(format!("phase={}:{}", p.name, hex.join(":")));
@@ -127,6 +116,83 @@ impl Kernel {
         Ok(args.join(","))
     }
 }
+
+// Names as `nm -C` prints them (no hash). run_cpu_workers runs each CPU's
+// workers (kernel/src/pipeline/deferred_workers.rs); eager_memmap::init is
+// the boot CPU's share of struct pages. Each is #[inline(never)] for this
+// table, as are the allocators' entries.
+const MEMBOOT_PHASES: &[PhaseDef] = &[
+    PhaseDef::all(
+        DEFERRED,
+        &["deferred_init::run::DeferredInit<B>::run_cpu_workers"],
+    ),
+    PhaseDef::all(BOOT_CPU, &["memboot_kernel::pipeline::eager_memmap::init"]),
+    PhaseDef::all(
+        FREE_BITMAPS,
+        &["deferred_init::buddy::BuddyAllocator<B>::with_store"],
+    ),
+    PhaseDef::all(BUDDY_HANDOFF, &["deferred_init::handoff::free_eager_pages"]),
+    PhaseDef::all(
+        BUDDY_ALLOC,
+        &["deferred_init::buddy::BuddyAllocator<B>::alloc"],
+    ),
+    PhaseDef::all(
+        BUDDY_FREE,
+        &["deferred_init::buddy::BuddyAllocator<B>::free"],
+    ),
+    PhaseDef::all(
+        PAGE_ALLOC,
+        &["deferred_init::page_alloc::PageAllocator<B>::alloc"],
+    ),
+    PhaseDef::all(
+        PAGE_FREE,
+        &["deferred_init::page_alloc::PageAllocator<B>::free_pages"],
+    ),
+    PhaseDef::all(PCP_ALLOC, &["deferred_init::pcp::PerCpuPages::alloc"]),
+    PhaseDef::all(PCP_FREE, &["deferred_init::pcp::PerCpuPages::free"]),
+];
+// mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and
+// the chunk function padata runs on helper threads of the same
+// node (its address is taken, so it is never inlined away);
+// free_area_init() holds memmap_init() (the bench's boot-CPU
+// figure, tests/src/linux_log.rs, times the same block).
+const LINUX_PHASES: &[PhaseDef] = &[
+    PhaseDef::all(
+        DEFERRED,
+        &["deferred_init_memmap", "deferred_init_memmap_chunk"],
+    ),
+    // 7.3 inlines free_area_init() into mm_core_init_early(), which
+    // also reserves boot-time huge pages (none unless asked for).
+    PhaseDef {
+        name: BOOT_CPU,
+        functions: &[],
+        any_of: &["free_area_init", "mm_core_init_early"],
+    },
+    // mm_core_init(): the boot CPU's free pages to the buddy
+    // allocator, after free_area_init().
+    PhaseDef::all(BUDDY_HANDOFF, &["memblock_free_all"]),
+    // mm/page_alloc.c: the allocator's core entry (7.3's frozen one,
+    // which __alloc_pages_noprof calls; 6.12's; 6.1's) and its free entry
+    // for the orders the per-CPU lists take (6.1 and 6.12 free_unref_page;
+    // 7.3's __free_frozen_pages, every order). Not __free_pages_ok: memmap
+    // init hands its pages to the buddy allocator through it
+    // (__free_pages_core), which memboot counts in its memmap phases; nor
+    // the batch free_unref_folios, one call for many folios.
+    PhaseDef {
+        name: PAGE_ALLOC,
+        functions: &[],
+        any_of: &[
+            "__alloc_frozen_pages_noprof",
+            "__alloc_pages_noprof",
+            "__alloc_pages",
+        ],
+    },
+    PhaseDef {
+        name: PAGE_FREE,
+        functions: &[],
+        any_of: &["__free_frozen_pages", "free_unref_page"],
+    },
+];
 
 #[cfg(test)]
 mod tests {
@@ -143,6 +209,10 @@ mod tests {
             "free_area_init",
             "z",
             "memblock_free_all",
+            "__alloc_pages",
+            "__free_pages_ok",
+            "free_unref_page",
+            "free_unref_page_list",
         ]
         .iter()
         .chain(&["a", "b", "c", "d", "e", "f"])
@@ -159,7 +229,23 @@ mod tests {
             "out=/tmp/p.raw,threads=stack:16384,\
              phase=deferred:0xffffffff81000000:0xffffffff81000200,\
              phase=boot_cpu_memmap:0xffffffff81000400,\
-             phase=buddy_handoff:0xffffffff81000600"
+             phase=buddy_handoff:0xffffffff81000600,\
+             phase=page_alloc:0xffffffff81000700,\
+             phase=page_free:0xffffffff81000900"
+        );
+        // 6.1's map lacks the later kernels' names; one without any of a
+        // phase's alternatives is refused, naming them.
+        let old: String = map
+            .lines()
+            .filter(|l| !l.ends_with(" __alloc_pages"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = Kernel::Linux
+            .plugin_args(&Symbols::parse_system_map(&old).unwrap(), "/tmp/p.raw")
+            .unwrap_err();
+        assert!(
+            e.contains("phase page_alloc: none of __alloc_frozen_pages_noprof"),
+            "{e}"
         );
         let e = Kernel::Memboot.plugin_args(&s, "/tmp/p.raw").unwrap_err();
         assert!(
@@ -181,14 +267,13 @@ mod tests {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             let map = entry.path().join("System.map");
-            // The peers the bench compares with: 6.1 and 6.12.
-            if !(name.starts_with("linux-6.1.") || name.starts_with("linux-6.12.")) || !map.exists()
-            {
+            // The peers the bench compares with.
+            if !name.starts_with("linux-") || !map.exists() {
                 continue;
             }
             let s = Symbols::parse_system_map(&std::fs::read_to_string(&map).unwrap()).unwrap();
             for p in Kernel::Linux.phases() {
-                s.entries(p.functions)
+                p.entries(&s)
                     .unwrap_or_else(|e| panic!("{name}: phase {}: {e}", p.name));
             }
             checked.push(name);

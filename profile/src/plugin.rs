@@ -533,7 +533,8 @@ fn instrument_memory(
 
 fn open(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
     match p.tracker.open(phase, vcpu, v.rsp) {
-        Ok(()) => v.phase[phase].opens += 1,
+        Ok(true) => v.phase[phase].opens += 1,
+        Ok(false) => {}
         Err(_) => v.phase[phase].unanchored += 1,
     }
 }

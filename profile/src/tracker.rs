@@ -15,6 +15,12 @@
 //!   to `1 << shift` bytes (Linux: 16 KiB `THREAD_SIZE`, `THREAD_ALIGN`),
 //!   so whichever vCPU runs on that stack.
 //!
+//! An entry reached inside a frame of its own phase on the same thread
+//! (Linux's deferred-init kthread running a chunk itself; 7.3's
+//! `__free_frozen_pages` handing a large order to `__free_pages_ok`) opens
+//! no frame: the outer frame covers it, and a phase's frames count the
+//! calls made into it from outside.
+//!
 //! Frames live in a small table shared by all vCPUs: opened and closed a
 //! few times a boot, read on every block executed.
 
@@ -22,7 +28,7 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// Phases per run: a `u32` mask holds them.
-pub const MAX_PHASES: usize = 8;
+pub const MAX_PHASES: usize = 16;
 /// Frames open at once across all vCPUs (one per phase per thread).
 pub const MAX_FRAMES: usize = 256;
 
@@ -111,13 +117,17 @@ impl Tracker {
     }
 
     /// `vcpu` executed the first instruction of an entry of `phase` with
-    /// its stack pointer (the slot of the return address) at `rsp`.
-    pub fn open(&self, phase: usize, vcpu: u32, rsp: u64) -> Result<(), OpenError> {
+    /// its stack pointer (the slot of the return address) at `rsp`. False:
+    /// the thread was inside `phase` already, and no frame was opened.
+    pub fn open(&self, phase: usize, vcpu: u32, rsp: u64) -> Result<bool, OpenError> {
         assert!(phase < MAX_PHASES);
         if rsp == 0 {
             return Err(OpenError::NoStackPointer);
         }
         let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.mask(vcpu, rsp) & 1 << phase != 0 {
+            return Ok(false);
+        }
         let i = self
             .frames
             .iter()
@@ -129,7 +139,7 @@ impl Tracker {
         // Pairs with the Acquire loads in `mask` and `ret`.
         f.slot.store(rsp, Ordering::Release);
         self.high_water.fetch_max(i + 1, Ordering::Release);
-        Ok(())
+        Ok(true)
     }
 
     /// A return loaded its address from `slot`: closes the frames whose
@@ -197,7 +207,7 @@ mod tests {
     fn a_frame_covers_its_callees_until_its_return() {
         let t = Tracker::new(Threads::Cpu);
         assert_eq!(t.mask(0, 0x8000), 0);
-        t.open(1, 0, 0x8000).unwrap();
+        assert_eq!(t.open(1, 0, 0x8000), Ok(true));
         assert_eq!(t.mask(0, 0x8000), 0b10, "the entry's own instructions");
         assert_eq!(t.mask(0, 0x7f00), 0b10, "a callee, deeper on the stack");
         assert_eq!(t.mask(0, 0x8008), 0, "the caller, above the slot");
@@ -227,12 +237,16 @@ mod tests {
             0,
             "an IRQ stack elsewhere"
         );
-        // Nested entries of one phase on one thread: one bit, two frames.
-        t.open(0, 1, top - 0x400).unwrap();
-        assert_eq!(t.mask(1, top - 0x800), 1);
-        t.ret(top - 0x400, |_| {});
-        assert_eq!(t.mask(1, top - 0x300), 1, "the outer frame still open");
+        // An entry of the phase inside it on the same thread: no frame.
+        assert_eq!(t.open(0, 1, top - 0x400), Ok(false));
         assert_eq!(t.open_frames()[0], 1);
+        let mut closed = vec![];
+        t.ret(top - 0x400, |c| closed.push(c));
+        assert!(closed.is_empty(), "the nested return closes nothing");
+        assert_eq!(t.mask(1, top - 0x300), 1, "the outer frame still open");
+        // The same entry on another thread's stack opens its own frame.
+        assert_eq!(t.open(0, 0, top - 0x4000 - 0x100), Ok(true));
+        assert_eq!(t.open_frames()[0], 2);
     }
 
     #[test]

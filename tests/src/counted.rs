@@ -34,6 +34,17 @@ const PHASES: [(&str, &str); 4] = [
 /// The whole memmap's row: every phase above, per struct page the boot
 /// initialised (its log's count).
 const MEMMAP: &str = "whole memmap";
+/// The phases counted per call, with their titles: the page allocator's
+/// entries (Linux's too), memboot's order-0 path through the per-CPU caches,
+/// and its buddy store behind them.
+const CALL_PHASES: [(&str, &str); 6] = [
+    ("page_alloc", "page allocation, any order"),
+    ("page_free", "page free, any order"),
+    ("pcp_alloc", "order 0: per-CPU cache pop"),
+    ("pcp_free", "order 0: per-CPU cache push"),
+    ("buddy_alloc", "buddy store allocation"),
+    ("buddy_free", "buddy store free"),
+];
 
 fn profile_path(dir: &Path, size: &str, entry: &str, k: u32) -> PathBuf {
     dir.join(counted_log_name(size, entry, k).replace(".log", ".profile.json"))
@@ -66,13 +77,34 @@ struct Nodes {
     parallel_efficiency: f64,
 }
 
+/// One phase of calls in one counted boot: the calls that returned and
+/// what they counted (spin-waits left out, as everywhere).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Calls {
+    calls: u64,
+    insns: u64,
+    stores: u64,
+    /// Instructions in `clear_page*`: Linux zeroes `__GFP_ZERO` pages
+    /// inside its allocator, memboot's callers zero what they need.
+    zeroing_insns: u64,
+}
+
+impl Calls {
+    /// Per call: instructions, stores, instructions zeroing pages.
+    fn per_call(&self) -> Option<[f64; 3]> {
+        let n = (self.calls > 0).then_some(self.calls as f64)?;
+        Some([self.insns, self.stores, self.zeroing_insns].map(|x| x as f64 / n))
+    }
+}
+
 /// One counted boot: each phase of [`PHASES`] that ran, the whole memmap,
-/// and deferred init by node.
+/// deferred init by node, and each phase of [`CALL_PHASES`] that ran.
 #[derive(Clone, Debug, PartialEq)]
 struct Boot {
     phases: Vec<Option<Counts>>,
     memmap: Option<Counts>,
     nodes: Option<Nodes>,
+    calls: Vec<Option<Calls>>,
 }
 
 fn phase(profile: &Value, name: &str) -> Option<Counts> {
@@ -88,6 +120,30 @@ fn phase(profile: &Value, name: &str) -> Option<Counts> {
         stores: p["stores"].as_u64()?,
         bytes: p["bytes"].as_u64()?,
         pages: p["pages"].as_u64(),
+    })
+}
+
+fn calls(profile: &Value, name: &str) -> Option<Calls> {
+    let p = profile["phases"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)?;
+    let zeroing_insns = p["functions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| {
+            f["function"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("clear_page"))
+        })
+        .filter_map(|f| f["insns"].as_u64())
+        .sum();
+    Some(Calls {
+        calls: p["closes"].as_u64().filter(|&n| n > 0)?,
+        insns: p["insns"].as_u64()?,
+        stores: p["stores"].as_u64()?,
+        zeroing_insns,
     })
 }
 
@@ -120,6 +176,7 @@ fn boot(profile: &Value, pages_initialised: Option<u64>) -> Boot {
         phases,
         memmap,
         nodes: nodes(profile),
+        calls: CALL_PHASES.iter().map(|(n, _)| calls(profile, n)).collect(),
     }
 }
 
@@ -310,6 +367,76 @@ fn nodes_table(runs: &[Run], peers: &[&String]) -> String {
     out
 }
 
+/// The phases of calls: a row per (size, entry, phase) that ran, each
+/// boot's mean per call, and × each Linux peer for the phases Linux has.
+fn per_call_table(runs: &[Run], peers: &[&String]) -> Option<String> {
+    let ran = |run: &Run, i: usize| -> Vec<Calls> {
+        run.boots.iter().filter_map(|b| b.calls[i]).collect()
+    };
+    // Instructions per call but those zeroing pages.
+    let mean_insns = |run: &Run, i: usize| {
+        let v: Vec<f64> = ran(run, i)
+            .iter()
+            .filter_map(|c| c.per_call().map(|x| x[0] - x[2]))
+            .collect();
+        mean(&v)
+    };
+    let mut rows = String::new();
+    for run in runs {
+        for (i, (_, title)) in CALL_PHASES.iter().enumerate() {
+            let counts = ran(run, i);
+            if counts.is_empty() {
+                continue;
+            }
+            let each = |f: usize, digits: usize| -> String {
+                let v: Vec<String> = counts
+                    .iter()
+                    .map(|c| {
+                        c.per_call()
+                            .map_or("–".into(), |x| format!("{:.*}", digits, x[f]))
+                    })
+                    .collect();
+                v.join(" / ")
+            };
+            let n: Vec<String> = counts.iter().map(|c| c.calls.to_string()).collect();
+            rows += &format!(
+                "| {} | {} | {title} | {} | {} | {} | {} |",
+                run.size,
+                run.entry,
+                n.join(" / "),
+                each(0, 0),
+                each(2, 0),
+                each(1, 1)
+            );
+            for p in peers {
+                let peer = runs.iter().find(|r| r.size == run.size && &r.entry == *p);
+                let b = peer.and_then(|peer| mean_insns(peer, i));
+                rows += &format!(" {} |", ratio(mean_insns(run, i), b));
+            }
+            rows.push('\n');
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = String::from(
+        "\ncounted per call (memboot-profile): guest instructions and stores per call of the page \
+         allocator's entries, each counted boot (/); a call is one entry from outside (Linux: \
+         __alloc_pages or its 6.12/7.3 name, every order; free_unref_page or 7.3's \
+         __free_frozen_pages, the orders its per-CPU lists take); zeroing = instructions in \
+         clear_page*, Linux's zeroing of __GFP_ZERO pages; × Linux = the entry's mean instructions \
+         per call over the peer's, zeroing left out of both\n\n\
+         | size | entry | phase | calls | instructions / call | of which zeroing | stores / call |",
+    );
+    for p in peers {
+        out += &format!(" instructions × {} |", peer_label(p));
+    }
+    out += "\n|---|---|---|---|---|---|---|";
+    out += &"---|".repeat(peers.len());
+    out.push('\n');
+    Some(out + &rows)
+}
+
 /// The counted tables, or `None` when the run has no counted boot.
 pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
     let runs = read_runs(dir, plan)?;
@@ -318,7 +445,9 @@ pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
     }
     let peers: Vec<&String> = plan.entries.iter().filter(|e| is_peer(e)).collect();
     Ok(Some(
-        per_page_table(&runs, &peers) + &nodes_table(&runs, &peers),
+        per_page_table(&runs, &peers)
+            + &nodes_table(&runs, &peers)
+            + &per_call_table(&runs, &peers).unwrap_or_default(),
     ))
 }
 
@@ -340,6 +469,11 @@ mod tests {
                 phase("free_bitmaps", insns_per_page[1], pages.0 + pages.1, u64::from(free_bitmaps)),
                 phase("buddy_handoff", insns_per_page[2], pages.0, 1),
                 {"name": "buddy_alloc", "insns": 999, "stores": 9, "bytes": 9, "pages": null, "opens": 10},
+                {"name": "page_alloc", "insns": insns_per_page[0] * 300, "stores": 30, "bytes": 240,
+                 "pages": null, "opens": 10, "closes": 10,
+                 "functions": [{"function": "clear_page_orig", "insns": u64::from(!free_bitmaps) * 2000}]},
+                {"name": "pcp_alloc", "insns": 500, "stores": 50, "bytes": 400, "pages": null,
+                 "opens": 5, "closes": u64::from(free_bitmaps) * 5},
             ],
             "deferred_nodes": {
                 "nodes": [
@@ -475,6 +609,35 @@ mod tests {
             crate::bench::counted_boot_cpu_pages(&d, "16G", "regions"),
             None
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn per_call_phases_beside_linux() {
+        let (d, text) = deferred_and_linux("calls");
+        // memboot 10 · 300 / 10 calls; Linux 40 · 300 / 10, 200 of them
+        // zeroing pages, left out of the ratio: 300 / 1000.
+        let a = cells(&text, "| 16G | deferred | page allocation, any order |");
+        assert_eq!(
+            &a[4..9],
+            ["10 / 10", "300 / 300", "0 / 0", "3.0 / 3.0", "0.30"],
+            "{text}"
+        );
+        let l = cells(&text, "| 16G | linux-6.12 | page allocation, any order |");
+        assert_eq!(
+            &l[4..9],
+            ["10 / 10", "1200 / 1200", "200 / 200", "3.0 / 3.0", "1.00"],
+            "{text}"
+        );
+        // memboot's order-0 path: Linux has no such phase.
+        let p = cells(&text, "| 16G | deferred | order 0: per-CPU cache pop |");
+        assert_eq!(
+            &p[4..9],
+            ["5 / 5", "100 / 100", "0 / 0", "10.0 / 10.0", "–"],
+            "{text}"
+        );
+        assert!(!text.contains("| 16G | linux-6.12 | order 0"), "{text}");
+        assert!(!text.contains("buddy store"), "no call returned: {text}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

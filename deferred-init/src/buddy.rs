@@ -390,10 +390,13 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// a block the caller owns (allocated to it, or being freed by it).
     #[inline]
     unsafe fn with_page<R>(&self, pfn: Pfn, f: impl FnOnce(&mut B::Page) -> R) -> R {
-        // SAFETY: exclusivity is the caller's obligation (see above).
-        let pages = unsafe { self.memmap.pages_mut_unchecked(PfnRange::new(pfn, pfn + 1)) };
-        f(&mut pages
-            .expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)")[0])
+        let mut page = self
+            .memmap
+            .page_ptr(pfn)
+            .expect("managed PFN without struct-page backing (checked in BuddyAllocator::new)");
+        // SAFETY: valid per the backing contract; exclusivity is the
+        // caller's obligation (see above).
+        f(unsafe { page.as_mut() })
     }
 
     /// Make the block `pfn`/`order` free: head typed, then in its order's

@@ -164,7 +164,10 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
         self.alloc(nid, zone, order, Some((clock, on_step)))
     }
 
-    /// Free pages allocated with [`alloc_pages`](Self::alloc_pages).
+    /// Free pages allocated with [`alloc_pages`](Self::alloc_pages). Never
+    /// inlined, nor is `alloc`: the instruction profile counts their calls
+    /// (`memboot-profile`'s `page_free`, `page_alloc`).
+    #[inline(never)]
     pub fn free_pages(&self, pfn: Pfn, order: u32) -> Result<(), FreeError> {
         match self.cpu_cache() {
             Some((caches, cpu)) if order == 0 => caches.free(self.buddy, cpu, pfn),
@@ -181,6 +184,7 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
         }
     }
 
+    #[inline(never)]
     fn alloc(
         &self,
         nid: NodeId,
@@ -188,6 +192,16 @@ impl<'a, 'm, B: MemmapBacking> PageAllocator<'a, 'm, B> {
         order: u32,
         mut step_timer: Option<StepTimer<'_>>,
     ) -> Result<Allocation, AllocError> {
+        // Order 0 from this CPU's cache first: what the pass below would
+        // try first too, without its fallback and growth bookkeeping.
+        if let Some((caches, cpu)) = self.cpu_cache().filter(|_| order == 0) {
+            if let Ok(pfn) = caches.alloc(self.buddy, cpu, nid, zone) {
+                return Ok(Allocation {
+                    pfn,
+                    growth_steps: 0,
+                });
+            }
+        }
         let mut pass = Pass::default();
         let mut found = self.pass(nid, zone, order, &mut step_timer, &mut pass);
         // Pages in the CPUs' caches are free too: before failing, give them

@@ -16,7 +16,7 @@ use crate::holes::init_holes_in;
 use crate::page::{PageLayout, StructPage};
 use crate::sections::Vmemmap;
 use crate::zones::UnavailableRange;
-use crate::{pfn_to_section_nr, section_nr_to_pfn, PfnRange, PAGES_PER_SECTION};
+use crate::{pfn_to_section_nr, section_nr_to_pfn, Pfn, PfnRange, PAGES_PER_SECTION};
 
 /// Storage for the struct pages of present sections.
 ///
@@ -81,7 +81,8 @@ impl<B: MemmapBacking> Memmap<B> {
     }
 
     /// Pointer to the first page of `range`, checking that the range lies in
-    /// one backed section.
+    /// one backed section. Inlined: the allocators' `pfn_to_page`.
+    #[inline]
     fn range_ptr(&self, range: PfnRange) -> Option<NonNull<B::Page>> {
         if range.is_empty() {
             return None;
@@ -96,9 +97,21 @@ impl<B: MemmapBacking> Memmap<B> {
         Some(unsafe { base.add(offset) })
     }
 
+    /// Pointer to the struct page of `pfn` (Linux `pfn_to_page`): its
+    /// section's first struct page plus the offset, `None` if the section
+    /// is not backed. The allocators' per-page lookup, inlined.
+    #[inline]
+    pub fn page_ptr(&self, pfn: Pfn) -> Option<NonNull<B::Page>> {
+        let section_nr = pfn_to_section_nr(pfn);
+        let base = self.backing.section_ptr(section_nr)?;
+        // SAFETY: the offset is below PAGES_PER_SECTION, inside the
+        // section's backing (trait contract).
+        Some(unsafe { base.add((pfn - section_nr_to_pfn(section_nr)) as usize) })
+    }
+
     /// The struct page of `pfn`, if its section is backed.
     pub fn page(&self, pfn: u64) -> Option<&B::Page> {
-        let ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
+        let ptr = self.page_ptr(pfn)?;
         // SAFETY: valid per the backing contract; `&self` excludes `&mut` access
         // through the safe API, and the unsafe API's callers promise exclusivity.
         Some(unsafe { ptr.as_ref() })
@@ -106,7 +119,7 @@ impl<B: MemmapBacking> Memmap<B> {
 
     /// Mutable struct page of `pfn`.
     pub fn page_mut(&mut self, pfn: u64) -> Option<&mut B::Page> {
-        let mut ptr = self.range_ptr(PfnRange::new(pfn, pfn + 1))?;
+        let mut ptr = self.page_ptr(pfn)?;
         // SAFETY: valid per the backing contract; `&mut self` makes it unique.
         Some(unsafe { ptr.as_mut() })
     }
@@ -259,6 +272,9 @@ impl<P: PageLayout> VmemmapBacking<P> {
     }
 
     /// Is `section_nr` mapped, mapping it first if it is lazy and allowed?
+    /// Inlined: every struct-page access of the allocators comes through
+    /// here, and a mapped section is one bit test.
+    #[inline]
     fn ensure_mapped(&self, section_nr: u64) -> bool {
         let Some(lazy) = &self.lazy else {
             return self.mapped.contains(section_nr);
@@ -271,6 +287,14 @@ impl<P: PageLayout> VmemmapBacking<P> {
         if word.load(Ordering::Acquire) & bit != 0 {
             return true;
         }
+        self.populate(lazy, section_nr)
+    }
+
+    /// Map `section_nr` of a lazy backing for the first time.
+    #[cold]
+    fn populate(&self, lazy: &LazySections<P>, section_nr: u64) -> bool {
+        let word = &lazy.populated[(section_nr / 64) as usize];
+        let bit = 1u64 << (section_nr % 64);
         // SAFETY: new_lazy's caller keeps the populator alive as long as
         // the backing.
         let populator = unsafe { lazy.populator.as_ref() };
@@ -300,6 +324,7 @@ impl<P: PageLayout> VmemmapBacking<P> {
 // and the address of a section never changes.
 unsafe impl<P: PageLayout> MemmapBacking for VmemmapBacking<P> {
     type Page = P;
+    #[inline]
     fn section_ptr(&self, section_nr: u64) -> Option<NonNull<P>> {
         if !self.ensure_mapped(section_nr) {
             return None;
@@ -349,6 +374,7 @@ impl SectionSet {
             self.len += 1;
         }
     }
+    #[inline]
     pub fn contains(&self, section_nr: u64) -> bool {
         self.words
             .get((section_nr / 64) as usize)

@@ -84,7 +84,8 @@ struct Calls {
     calls: u64,
     insns: u64,
     stores: u64,
-    /// Instructions in `clear_page*`: Linux zeroes `__GFP_ZERO` pages
+    /// Instructions in functions named `clear_page*` or `*clear_pages*`
+    /// (7.3's `__clear_pages_unrolled`): Linux zeroes `__GFP_ZERO` pages
     /// inside its allocator, memboot's callers zero what they need.
     zeroing_insns: u64,
 }
@@ -135,7 +136,7 @@ fn calls(profile: &Value, name: &str) -> Option<Calls> {
         .filter(|f| {
             f["function"]
                 .as_str()
-                .is_some_and(|n| n.starts_with("clear_page"))
+                .is_some_and(|n| n.contains("clear_page"))
         })
         .filter_map(|f| f["insns"].as_u64())
         .sum();
@@ -424,7 +425,7 @@ fn per_call_table(runs: &[Run], peers: &[&String]) -> Option<String> {
          allocator's entries, each counted boot (/); a call is one entry from outside (Linux: \
          __alloc_pages or its 6.12/7.3 name, every order; free_unref_page or 7.3's \
          __free_frozen_pages, the orders its per-CPU lists take); zeroing = instructions in \
-         clear_page*, Linux's zeroing of __GFP_ZERO pages; × Linux = the entry's mean instructions \
+         clear_page* and __clear_pages*, Linux's zeroing of __GFP_ZERO pages; × Linux = the entry's mean instructions \
          per call over the peer's, zeroing left out of both\n\n\
          | size | entry | phase | calls | instructions / call | of which zeroing | stores / call |",
     );
@@ -471,7 +472,8 @@ mod tests {
                 {"name": "buddy_alloc", "insns": 999, "stores": 9, "bytes": 9, "pages": null, "opens": 10},
                 {"name": "page_alloc", "insns": insns_per_page[0] * 300, "stores": 30, "bytes": 240,
                  "pages": null, "opens": 10, "closes": 10,
-                 "functions": [{"function": "clear_page_orig", "insns": u64::from(!free_bitmaps) * 2000}]},
+                 "functions": [{"function": "clear_page_orig", "insns": u64::from(!free_bitmaps) * 1500},
+                               {"function": "__clear_pages_unrolled", "insns": u64::from(!free_bitmaps) * 500}]},
                 {"name": "pcp_alloc", "insns": 500, "stores": 50, "bytes": 400, "pages": null,
                  "opens": 5, "closes": u64::from(free_bitmaps) * 5},
             ],

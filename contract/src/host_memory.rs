@@ -60,7 +60,7 @@ pub const LARGE_GUEST_MIB: u64 = 64 * 1024;
 pub const fn free_bitmap_bytes(nr_pages: u64, nr_nodes: u64) -> u64 {
     const GROUP_BYTES: u64 = 272;
     const GROUP_NR_PAGES: u64 = 1 << memmap::MAX_ORDER;
-    const NR_ORDERS: u64 = memmap::MAX_ORDER as u64 + 1;
+    const NR_ORDERS: u64 = memmap::NR_ORDERS as u64;
     let nr_zones = nr_nodes * memmap::ZoneType::ALL.len() as u64;
     let groups = nr_pages.div_ceil(GROUP_NR_PAGES) + 2 * nr_zones;
     let summary_words = NR_ORDERS * (groups.div_ceil(64) + nr_zones);

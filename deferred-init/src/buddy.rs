@@ -51,14 +51,12 @@ use core::fmt;
 use memmap::page::{ListHead, PageLayout, MAX_NUMNODES};
 pub use memmap::page_size::BuddyStore;
 use memmap::store::{Memmap, MemmapBacking};
-use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
+use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, NR_ORDERS};
 
 use spin::Mutex;
 
 use crate::free_bitmap::FreeBitmaps;
 
-/// Number of free lists per zone (orders `0..=MAX_ORDER`).
-pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 /// End-of-list marker in the PFN-valued `lru` link words.
 pub const PFN_NONE: Pfn = u64::MAX;
 

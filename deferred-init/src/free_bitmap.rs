@@ -23,9 +23,7 @@
 
 use alloc::vec::Vec;
 
-use memmap::{Pfn, PfnRange, MAX_ORDER};
-
-use crate::buddy::NR_ORDERS;
+use memmap::{Pfn, PfnRange, MAX_ORDER, NR_ORDERS};
 
 /// Pages of a group: one `MAX_ORDER` block.
 const GROUP_NR_PAGES: u64 = 1 << MAX_ORDER;

@@ -124,8 +124,7 @@ mod suite_32_bitmaps {
 }
 
 pub use buddy::{
-    AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange,
-    NR_ORDERS, PFN_NONE,
+    AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange, PFN_NONE,
 };
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};

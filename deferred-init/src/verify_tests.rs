@@ -1098,7 +1098,7 @@ fn report_wording_of_untouched_zones() {
         expected_free: 55,
         free: 55,
         buddy_free: 55,
-        listed_blocks: [0; NR_ORDERS],
+        listed_blocks: [0; memmap::NR_ORDERS],
         untouched,
         untouched_reserved,
     };

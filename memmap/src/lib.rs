@@ -38,6 +38,8 @@ pub const SECTION_SIZE_BITS: u32 = 27;
 pub const PAGES_PER_SECTION: u64 = 1 << (SECTION_SIZE_BITS - PAGE_SHIFT);
 /// Largest buddy order; blocks of order 10 are 4 MiB (Linux 6.1 `MAX_ORDER - 1`).
 pub const MAX_ORDER: u32 = 10;
+/// Buddy orders, `0..=MAX_ORDER`: the free lists (or bitmap words) per zone.
+pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 /// Pageblock order (2 MiB pageblocks of 512 pages), Linux `pageblock_order` on x86_64.
 pub const PAGEBLOCK_ORDER: u32 = 9;
 /// Pages per pageblock (512).

@@ -13,7 +13,8 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
-use crate::buddy::{slot, slot_key, BuddyAllocator, BuddyStore, ListEnd, NR_ORDERS, PFN_NONE};
+use crate::buddy::{slot, slot_key, BuddyAllocator, BuddyStore, ListEnd, PFN_NONE};
+use memmap::NR_ORDERS;
 
 use super::{PageCheck, PageWords, PoolCheck, ZoneCheck, MAX_RECORDED_MISMATCHES};
 

@@ -11,7 +11,8 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
-use crate::buddy::{slot, slot_key, NR_ORDERS, NR_ZONES};
+use crate::buddy::{slot, slot_key, NR_ZONES};
+use memmap::NR_ORDERS;
 
 /// How many mismatches a [`PageCheck`] or [`BuddyFailure`] keeps (all are counted).
 ///

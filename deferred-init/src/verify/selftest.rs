@@ -8,8 +8,9 @@ use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
-use crate::buddy::{AllocError, BuddyAllocator, FreeError, NR_ORDERS};
+use crate::buddy::{AllocError, BuddyAllocator, FreeError};
 use crate::run::DeferredInit;
+use memmap::NR_ORDERS;
 
 use super::PageWords;
 

@@ -593,13 +593,26 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         out: &mut [Pfn],
     ) -> Result<usize, AllocError> {
         let mut zf = self.zone_lock(nid, zone)?;
-        for (n, slot) in out.iter_mut().enumerate() {
-            match self.take(&mut zf, 0, false) {
-                Some(pfn) => *slot = pfn,
-                None => return Ok(n),
+        let mut n = 0;
+        while n < out.len() {
+            // The largest block no bigger than what is still wanted, or a
+            // smaller one: its pages go to the cache as they are (a free
+            // block's tails are untyped with `_refcount` 0, as cached pages
+            // are), one store operation for up to 32 of a batch's 63 pages.
+            let want = out.len() - n;
+            let top = (usize::BITS - 1 - want.leading_zeros()).min(MAX_ORDER);
+            let Some((pfn, order)) = (0..=top)
+                .rev()
+                .find_map(|o| Some((self.take(&mut zf, o, false)?, o)))
+            else {
+                break;
+            };
+            for (i, slot) in out[n..n + (1 << order)].iter_mut().enumerate() {
+                *slot = pfn + i as u64;
             }
+            n += 1 << order;
         }
-        Ok(out.len())
+        Ok(n)
     }
 
     fn zone_lock(
@@ -729,14 +742,31 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
 
     /// Order-0 pages of slot `s` back from a per-CPU cache into the store
     /// under one take of the zone lock (Linux `free_pcppages_bulk`). Every
-    /// page has `_refcount` 0 and belongs to the cache.
-    pub(crate) fn free_bulk(&self, s: usize, pfns: &[Pfn]) {
+    /// page has `_refcount` 0 and belongs to the cache. `pfns` is sorted in
+    /// place, and each aligned run of 2^k consecutive pages goes back as
+    /// one block of order k: one merge where a page at a time made 2^k
+    /// (a refill took such blocks; the pages often come back together).
+    pub(crate) fn free_bulk(&self, s: usize, pfns: &mut [Pfn]) {
+        pfns.sort_unstable();
         let mut zf = self.zones[s].lock();
-        for &pfn in pfns {
-            match self.range_of(pfn) {
-                Some((range, ps)) if ps == s => self.merge_and_push(&mut zf, range, pfn, 0),
-                _ => debug_assert!(false, "cached pfn {pfn:#x} is not of slot {s}"),
+        let mut i = 0;
+        while i < pfns.len() {
+            let pfn = pfns[i];
+            let Some((range, _)) = self.range_of(pfn).filter(|&(_, ps)| ps == s) else {
+                debug_assert!(false, "cached pfn {pfn:#x} is not of slot {s}");
+                i += 1;
+                continue;
+            };
+            let mut order = 0;
+            while order < MAX_ORDER && run_of_block(&pfns[i..], pfn, order + 1) {
+                order += 1;
             }
+            let last = pfn + (1 << order) - 1;
+            if !range.contains(last) {
+                order = 0;
+            }
+            self.merge_and_push(&mut zf, range, pfn, order);
+            i += 1 << order;
         }
     }
 
@@ -954,4 +984,11 @@ pub(crate) fn for_each_max_block(range: PfnRange, mut f: impl FnMut(Pfn, u32)) {
         f(pfn, order);
         pfn += 1 << order;
     }
+}
+
+/// Do `sorted`'s first 2^order entries, distinct and ascending, make the
+/// aligned block of that order at `pfn`?
+fn run_of_block(sorted: &[Pfn], pfn: Pfn, order: u32) -> bool {
+    let n = 1usize << order;
+    pfn.is_multiple_of(n as u64) && sorted.len() >= n && sorted[n - 1] == pfn + n as u64 - 1
 }

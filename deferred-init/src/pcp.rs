@@ -132,7 +132,7 @@ impl PerCpuPages {
         }
         if c.count == PCP_HIGH {
             // The oldest batch goes: the pages freed last stay hot.
-            buddy.free_bulk(s, &c.pfns[..PCP_BATCH]);
+            buddy.free_bulk(s, &mut c.pfns[..PCP_BATCH]);
             c.pfns.copy_within(PCP_BATCH.., 0);
             c.count -= PCP_BATCH;
         }
@@ -167,7 +167,9 @@ impl PerCpuPages {
 /// Every page of cache `c` back to the store; the cache is left empty.
 fn give_back<B: MemmapBacking>(buddy: &BuddyAllocator<'_, B>, c: &mut CpuCache) {
     if c.count > 0 {
-        buddy.free_bulk(c.slot, &c.pfns[..c.count]);
+        let slot = c.slot;
+        let n = c.count;
+        buddy.free_bulk(slot, &mut c.pfns[..n]);
         c.count = 0;
     }
 }

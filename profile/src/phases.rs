@@ -14,6 +14,9 @@ pub struct PhaseDef {
     pub name: &'static str,
     pub functions: &'static [&'static str],
     pub any_of: &'static [&'static str],
+    /// Functions whose first instruction ends the phase on every thread
+    /// (none: it ends at each entry's return).
+    pub until: &'static [&'static str],
 }
 
 impl PhaseDef {
@@ -22,6 +25,7 @@ impl PhaseDef {
             name,
             functions,
             any_of: &[],
+            until: &[],
         }
     }
 
@@ -66,6 +70,10 @@ pub const PAGE_FREE: &str = "page_free";
 /// refill or spill included), per call.
 pub const PCP_ALLOC: &str = "pcp_alloc";
 pub const PCP_FREE: &str = "pcp_free";
+/// memboot's boot CPU from `boot::start` (the entry code's page tables
+/// built, the final stack in use) until memory is ready: what runs before
+/// a boot can allocate, counted the same on any host.
+pub const TO_READY: &str = "to_ready";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -107,6 +115,13 @@ impl Kernel {
                 .map_err(|e| format!("phase {}: {e}", p.name))?;
             let hex: Vec<String> = entries.iter().map(|a| format!("{a:#x}")).collect();
             args.push(format!("phase={}:{}", p.name, hex.join(":")));
+        }
+        for p in self.phases().iter().filter(|p| !p.until.is_empty()) {
+            let marks = map
+                .entries(p.until)
+                .map_err(|e| format!("phase {} (until): {e}", p.name))?;
+            let hex: Vec<String> = marks.iter().map(|a| format!("{a:#x}")).collect();
+            args.push(format!("until={}:{}", p.name, hex.join(":")));
         }
         if out.contains(',') {
             return Err(format!(
@@ -150,6 +165,12 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
     ),
     PhaseDef::all(PCP_ALLOC, &["deferred_init::pcp::PerCpuPages::alloc"]),
     PhaseDef::all(PCP_FREE, &["deferred_init::pcp::PerCpuPages::free"]),
+    PhaseDef {
+        name: TO_READY,
+        functions: &["memboot_kernel::hw::boot::start"],
+        any_of: &[],
+        until: &["memboot_kernel::hw::serial::memory_ready"],
+    },
 ];
 // mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and
 // the chunk function padata runs on helper threads of the same
@@ -167,6 +188,7 @@ const LINUX_PHASES: &[PhaseDef] = &[
         name: BOOT_CPU,
         functions: &[],
         any_of: &["free_area_init", "mm_core_init_early"],
+        until: &[],
     },
     // mm_core_init(): the boot CPU's free pages to the buddy
     // allocator, after free_area_init().
@@ -186,11 +208,13 @@ const LINUX_PHASES: &[PhaseDef] = &[
             "__alloc_pages_noprof",
             "__alloc_pages",
         ],
+        until: &[],
     },
     PhaseDef {
         name: PAGE_FREE,
         functions: &[],
         any_of: &["__free_frozen_pages", "free_unref_page"],
+        until: &[],
     },
 ];
 

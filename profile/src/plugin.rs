@@ -79,11 +79,16 @@ pub struct Config {
     pub threads: Threads,
     /// (name, entry addresses), in the order given.
     pub phases: Vec<(String, Vec<u64>)>,
+    /// (phase index, addresses): the first instruction at one of them
+    /// closes every open frame of the phase (a phase that ends at a point
+    /// of the boot, not at a return).
+    pub until: Vec<(usize, Vec<u64>)>,
 }
 
 impl Config {
     pub fn parse<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Config, String> {
         let (mut out, mut threads, mut phases) = (None, None, Vec::new());
+        let mut until_args = Vec::new();
         for arg in args {
             match arg.split_once('=') {
                 Some(("out", v)) => out = Some(v.to_string()),
@@ -104,16 +109,38 @@ impl Config {
                     }
                     phases.push((name.to_string(), entries));
                 }
-                _ => return Err(format!("unknown argument '{arg}' (out=, threads=, phase=)")),
+                Some(("until", v)) => until_args.push(v),
+                _ => {
+                    return Err(format!(
+                        "unknown argument '{arg}' (out=, threads=, phase=, until=)"
+                    ))
+                }
             }
         }
         if phases.len() > MAX_PHASES {
             return Err(format!("{} phases: at most {MAX_PHASES}", phases.len()));
         }
+        let mut until = Vec::new();
+        for v in until_args {
+            let mut parts = v.split(':');
+            let name = parts.next().unwrap_or_default();
+            let ph = phases
+                .iter()
+                .position(|(n, _)| n == name)
+                .ok_or(format!("until={v}: no phase={name} before it"))?;
+            let marks = parts
+                .map(|a| raw::hex(a).ok_or(format!("until={v}: '{a}' is not a 0x… address")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if marks.is_empty() {
+                return Err(format!("until={v}: no address"));
+            }
+            until.push((ph, marks));
+        }
         Ok(Config {
             out: out.ok_or("out=FILE is required")?,
             threads: threads.ok_or("threads=cpu|stack:BYTES is required")?,
             phases,
+            until,
         })
     }
 }
@@ -140,6 +167,8 @@ struct BlockMeta {
     n_insns: u64,
     /// The phase whose entry is the block's first instruction.
     entry: Option<usize>,
+    /// The phase the block's first instruction ends (`Config::until`).
+    closes: Option<usize>,
     /// The block's first instruction is a REP string instruction at this
     /// address (0: it is not).
     rep_first: u64,
@@ -385,6 +414,25 @@ fn block_id(
     (id, counter)
 }
 
+/// The `until=` marks in a block: the phase its first instruction ends,
+/// and whether one inside it does (registered here; its stores are then
+/// counted as they happen, as for an entry inside a block).
+fn until_marks(p: &Plugin, insns: &[*mut Insn], vaddrs: &[u64]) -> (Option<usize>, bool) {
+    let (mut at_start, mut inside) = (None, false);
+    for (i, &vaddr) in vaddrs.iter().enumerate() {
+        let Some(&(ph, _)) = p.config.until.iter().find(|(_, m)| m.contains(&vaddr)) else {
+            continue;
+        };
+        if i == 0 {
+            at_start = Some(ph);
+        } else {
+            (p.api.register_insn_exec)(insns[i], on_until, CB_NO_REGS, ph as *mut c_void);
+            inside = true;
+        }
+    }
+    (at_start, inside)
+}
+
 extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     let p = plugin();
     let n = (p.api.tb_n_insns)(tb);
@@ -397,6 +445,8 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     // Instruction index -> the phase whose frame its push opens.
     let mut entry_push = None;
     let mut entry_inside = false;
+    let (closes_at_start, closes_inside) = until_marks(p, &insns, &vaddrs);
+    entry_inside |= closes_inside;
     for (i, &vaddr) in vaddrs.iter().enumerate() {
         if let Some(ph) = p.config.phases.iter().position(|(_, e)| e.contains(&vaddr)) {
             let push = (i..n)
@@ -444,13 +494,16 @@ extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
         id,
         n_insns: n as u64,
         entry: entry_at_start,
+        closes: closes_at_start,
         rep_first: if n > 0 { rep_at(0) } else { 0 },
         rep_last: if n > 0 { rep_at(n - 1) } else { 0 },
         spin: counts.spin,
     };
     match (p.api.inline(), counter) {
         // Counted inline: most blocks.
-        (Some(inline), Some(counter)) if meta.entry.is_none() && meta.rep_first == 0 => {
+        (Some(inline), Some(counter))
+            if meta.entry.is_none() && meta.closes.is_none() && meta.rep_first == 0 =>
+        {
             let rep_at = inline.counters.u64_at(COUNT_REP_AT);
             (inline.tb_inline)(tb, INLINE_ADD_U64, counter, 1);
             (inline.tb_inline)(tb, INLINE_STORE_U64, rep_at, 0);
@@ -531,6 +584,22 @@ fn instrument_memory(
     }
 }
 
+/// Every open frame of `phase` closes, counted on the vCPU that got there.
+fn close_all(p: &Plugin, v: &mut Vcpu, phase: usize) {
+    p.tracker
+        .close_phase(phase, |c| v.phase[c.phase].closes += 1);
+}
+
+extern "C" fn on_until(vcpu: c_uint, udata: *mut c_void) {
+    let p = plugin();
+    // SAFETY: a callback for `vcpu`.
+    let v = unsafe { p.vcpu(vcpu) };
+    // What ran before the mark is the phase's.
+    p.fold(v, vcpu);
+    close_all(p, v, udata as usize);
+    remask(p, v, vcpu);
+}
+
 fn open(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
     match p.tracker.open(phase, vcpu, v.rsp) {
         Ok(true) => v.phase[phase].opens += 1,
@@ -570,6 +639,9 @@ extern "C" fn on_block(vcpu: c_uint, udata: *mut c_void) {
     v.rep_at = b.rep_last;
     if continued {
         return;
+    }
+    if let Some(ph) = b.closes {
+        close_all(p, v, ph);
     }
     if let Some(ph) = b.entry {
         open(p, v, vcpu, ph);
@@ -611,6 +683,12 @@ extern "C" fn on_block_inline(vcpu: c_uint, udata: *mut c_void) {
     (inline.u64_set)(rep_at, vcpu, 0);
     if continued {
         return;
+    }
+    if let Some(ph) = b.closes {
+        // What ran before the mark is the phase's.
+        p.fold(v, vcpu);
+        close_all(p, v, ph);
+        remask(p, v, vcpu);
     }
     if let Some(ph) = b.entry {
         open(p, v, vcpu, ph);
@@ -747,8 +825,10 @@ mod tests {
             "threads=stack:16384",
             "phase=deferred:0x10:0x20",
             "phase=boot:0x30",
+            "until=boot:0x40:0x50",
         ])
         .unwrap();
+        assert_eq!(c.until, vec![(1, vec![0x40, 0x50])]);
         assert_eq!(c.out, "/tmp/x");
         assert_eq!(c.threads, Threads::Stack { shift: 14 });
         assert_eq!(
@@ -767,6 +847,14 @@ mod tests {
             ),
             (&["out=x", "threads=cpu", "phase=d:10"], "not a 0x… address"),
             (&["out=x", "threads=cpu", "verbose"], "unknown argument"),
+            (
+                &["out=x", "threads=cpu", "until=boot:0x40"],
+                "no phase=boot before it",
+            ),
+            (
+                &["out=x", "threads=cpu", "phase=boot:0x30", "until=boot"],
+                "no address",
+            ),
         ] {
             let e = Config::parse(args.iter().copied()).unwrap_err();
             assert!(e.contains(why), "{args:?}: {e}");

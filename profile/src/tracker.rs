@@ -164,6 +164,21 @@ impl Tracker {
         }
     }
 
+    /// Close every open frame of `phase`, whichever thread opened it: the
+    /// phase ends at a point of the boot (`until=`), not at a return.
+    pub fn close_phase(&self, phase: usize, mut closed: impl FnMut(Closed)) {
+        let n = self.high_water.load(Ordering::Acquire);
+        let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        for f in &self.frames[..n] {
+            if f.slot.load(Ordering::Relaxed) != 0
+                && (f.owner.load(Ordering::Relaxed) & 0xff) as usize == phase
+            {
+                closed(Closed { phase });
+                f.slot.store(0, Ordering::Release);
+            }
+        }
+    }
+
     /// The phases `vcpu`, with its stack pointer at `rsp`, runs in now: a
     /// bit per phase.
     #[inline]
@@ -247,6 +262,22 @@ mod tests {
         // The same entry on another thread's stack opens its own frame.
         assert_eq!(t.open(0, 0, top - 0x4000 - 0x100), Ok(true));
         assert_eq!(t.open_frames()[0], 2);
+    }
+
+    #[test]
+    fn a_phase_closed_at_a_mark_closes_on_every_thread() {
+        let t = Tracker::new(Threads::Cpu);
+        t.open(2, 0, 0x8000).unwrap();
+        t.open(2, 1, 0x9000).unwrap();
+        t.open(1, 0, 0x7000).unwrap();
+        let mut closed = vec![];
+        t.close_phase(2, |c| closed.push(c));
+        assert_eq!(closed, [Closed { phase: 2 }, Closed { phase: 2 }]);
+        assert_eq!(t.mask(0, 0x6000), 0b10, "phase 1 stays open");
+        assert_eq!(t.mask(1, 0x8000), 0);
+        let mut later = vec![];
+        t.ret(0x8000, |c| later.push(c));
+        assert!(later.is_empty(), "its return closes nothing more");
     }
 
     #[test]

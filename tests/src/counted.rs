@@ -36,14 +36,16 @@ const PHASES: [(&str, &str); 4] = [
 const MEMMAP: &str = "whole memmap";
 /// The phases counted per call, with their titles: the page allocator's
 /// entries (Linux's too), memboot's order-0 path through the per-CPU caches,
-/// and its buddy store behind them.
-const CALL_PHASES: [(&str, &str); 6] = [
+/// its buddy store behind them, and memboot's boot CPU from `boot::start`
+/// to memory ready (one call a boot).
+const CALL_PHASES: [(&str, &str); 7] = [
     ("page_alloc", "page allocation, any order"),
     ("page_free", "page free, any order"),
     ("pcp_alloc", "order 0: per-CPU cache pop"),
     ("pcp_free", "order 0: per-CPU cache push"),
     ("buddy_alloc", "buddy store allocation"),
     ("buddy_free", "buddy store free"),
+    ("to_ready", "boot CPU, start to memory ready"),
 ];
 
 fn profile_path(dir: &Path, size: &str, entry: &str, k: u32) -> PathBuf {
@@ -425,7 +427,8 @@ fn per_call_table(runs: &[Run], peers: &[&String]) -> Option<String> {
          allocator's entries, each counted boot (/); a call is one entry from outside (Linux: \
          __alloc_pages or its 6.12/7.3 name, every order; free_unref_page or 7.3's \
          __free_frozen_pages, the orders its per-CPU lists take); zeroing = instructions in \
-         clear_page* and __clear_pages*, Linux's zeroing of __GFP_ZERO pages; × Linux = the entry's mean instructions \
+         clear_page* and __clear_pages*, Linux's zeroing of __GFP_ZERO pages; memboot's boot CPU from \
+         boot::start to memory ready counts as one call a boot; × Linux = the entry's mean instructions \
          per call over the peer's, zeroing left out of both\n\n\
          | size | entry | phase | calls | instructions / call | of which zeroing | stores / call |",
     );

@@ -412,7 +412,9 @@ fn read_acpi(
 }
 
 /// The boot, once the entry path has its stamp, the serial port, the
-/// exception handlers and the handoff.
+/// exception handlers and the handoff. Never inlined: the instruction
+/// profile's `to_ready` phase opens at its entry.
+#[inline(never)]
 pub fn start(handoff: &'static Handoff) -> ! {
     match boot(handoff) {
         Ok(()) => {

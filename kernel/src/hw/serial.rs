@@ -178,7 +178,10 @@ pub fn printer_awake() {
     PRINTER_HALTED.store(false, Ordering::Relaxed);
 }
 
-/// Memory is ready: the printer may write the log out from now on.
+/// Memory is ready: the printer may write the log out from now on. Never
+/// inlined: its first instruction ends the instruction profile's
+/// `to_ready` phase.
+#[inline(never)]
 pub fn memory_ready() {
     HELD.store(false, Ordering::Relaxed);
     wake_printer();

@@ -71,8 +71,9 @@ pub const PAGE_FREE: &str = "page_free";
 pub const PCP_ALLOC: &str = "pcp_alloc";
 pub const PCP_FREE: &str = "pcp_free";
 /// memboot's boot CPU from `boot::start` (the entry code's page tables
-/// built, the final stack in use) until memory is ready: what runs before
-/// a boot can allocate, counted the same on any host.
+/// built, the final stack in use) until `Facts::memory_ready` records the
+/// summary's `allocatable_ns`: what runs before a boot can allocate,
+/// counted the same on any host.
 pub const TO_READY: &str = "to_ready";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +170,7 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
         name: TO_READY,
         functions: &["memboot_kernel::hw::boot::start"],
         any_of: &[],
-        until: &["memboot_kernel::hw::serial::memory_ready"],
+        until: &["memboot_kernel::pipeline::facts::Facts::memory_ready"],
     },
 ];
 // mm/mm_init.c (6.1: mm/page_alloc.c): the per-node kthread, and

@@ -178,10 +178,7 @@ pub fn printer_awake() {
     PRINTER_HALTED.store(false, Ordering::Relaxed);
 }
 
-/// Memory is ready: the printer may write the log out from now on. Never
-/// inlined: its first instruction ends the instruction profile's
-/// `to_ready` phase.
-#[inline(never)]
+/// Memory is ready: the printer may write the log out from now on.
 pub fn memory_ready() {
     HELD.store(false, Ordering::Relaxed);
     wake_printer();

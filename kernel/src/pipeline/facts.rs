@@ -221,7 +221,9 @@ impl Facts {
 
     /// Memory is ready at `now_ns` (the definition: [`MmFacts::allocatable_ns`]),
     /// with the struct pages `report` says were written by then, and the
-    /// `holes_on_first_use` a lazy vmemmap had written.
+    /// `holes_on_first_use` a lazy vmemmap had written. Never inlined: its
+    /// first instruction ends the instruction profile's `to_ready` phase.
+    #[inline(never)]
     pub fn memory_ready(&self, now_ns: u64, report: &DeferredReport, holes_on_first_use: u64) {
         self.record(|f| {
             f.allocatable_ns = now_ns;

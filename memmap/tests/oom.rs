@@ -42,17 +42,21 @@ fn take_one() -> bool {
 unsafe impl GlobalAlloc for FailingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if take_one() {
-            System.alloc(layout)
+            // SAFETY: the caller's contract for `alloc`, passed on.
+            unsafe { System.alloc(layout) }
         } else {
             null_mut()
         }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+        // SAFETY: `ptr` came from `System` (every pointer this hands out
+        // does) with `layout`, the caller's contract.
+        unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if take_one() {
-            System.realloc(ptr, layout, new_size)
+            // SAFETY: as for `dealloc`, and `new_size` per the caller.
+            unsafe { System.realloc(ptr, layout, new_size) }
         } else {
             null_mut()
         }

@@ -336,9 +336,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
             return 1;
         }
     };
-    // SAFETY: QEMU's contract above.
     let args: Vec<&str> = (0..argc.max(0) as usize)
         .map(|i| {
+            // SAFETY: QEMU's contract above.
             unsafe { CStr::from_ptr(*argv.add(i)) }
                 .to_str()
                 .unwrap_or("")

@@ -451,11 +451,11 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
         }
         st.area = Some(area);
         drop(st);
+        let holes = layout.unavailable_ranges().to_vec();
         // SAFETY: `self` maps each section of `allowed` at its place in
         // `area` (see `populate`), and the pipeline keeps the section
         // mapper alive longer than the memmap over this backing (`run`
         // declares it first).
-        let holes = layout.unavailable_ranges().to_vec();
         let backing = unsafe { VmemmapBacking::new_lazy(area, allowed, self, holes) };
         Ok((backing, stats))
     }

@@ -51,77 +51,57 @@ pub mod verify;
 #[cfg(any(test, feature = "std"))]
 pub mod host;
 
-/// The unit-test suite over Linux's 64-byte struct pages: the test
-/// modules read and write pages only through `PageLayout`, so one source
-/// runs at each size, its `TestPage` saying which.
-#[cfg(test)]
-#[path = "."]
-mod suite_64 {
-    pub(crate) type TestPage = memmap::page::StructPage;
-    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
-    #[path = "pcp_tests.rs"]
-    mod pcp_tests;
-    #[path = "pool_tests.rs"]
-    mod pool_tests;
-    #[path = "tests.rs"]
-    pub(crate) mod tests;
-    #[path = "verify_tests.rs"]
-    mod verify_tests;
+/// One unit-test suite: the test modules read and write pages only
+/// through `PageLayout`, so one source runs at each struct-page size and
+/// store, `TestPage` and `TEST_STORE` saying which (the same files on
+/// purpose, compiled once per suite).
+macro_rules! test_suite {
+    ($(#[$doc:meta])* $name:ident, $page:ty, $store:expr) => {
+        $(#[$doc])*
+        #[cfg(test)]
+        #[path = "."]
+        #[allow(clippy::duplicate_mod)]
+        mod $name {
+            pub(crate) type TestPage = $page;
+            pub(crate) const TEST_STORE: Option<crate::BuddyStore> = $store;
+            #[path = "pcp_tests.rs"]
+            mod pcp_tests;
+            #[path = "pool_tests.rs"]
+            mod pool_tests;
+            #[path = "tests.rs"]
+            pub(crate) mod tests;
+            #[path = "verify_tests.rs"]
+            mod verify_tests;
+        }
+    };
 }
 
-/// The same suite over 32-byte struct pages (`struct_page=32`): the same
-/// files on purpose, compiled a second time with the other `TestPage`.
-#[cfg(test)]
-#[path = "."]
-#[allow(clippy::duplicate_mod)]
-mod suite_32 {
-    pub(crate) type TestPage = memmap::page32::StructPage32;
-    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
-    #[path = "pcp_tests.rs"]
-    mod pcp_tests;
-    #[path = "pool_tests.rs"]
-    mod pool_tests;
-    #[path = "tests.rs"]
-    pub(crate) mod tests;
-    #[path = "verify_tests.rs"]
-    mod verify_tests;
-}
-
-/// The same suite over 8-byte struct pages (`struct_page=8`), whose
-/// buddy allocator keeps its free blocks in bitmaps.
-#[cfg(test)]
-#[path = "."]
-#[allow(clippy::duplicate_mod)]
-mod suite_8 {
-    pub(crate) type TestPage = memmap::page8::StructPage8;
-    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = None;
-    #[path = "pcp_tests.rs"]
-    mod pcp_tests;
-    #[path = "pool_tests.rs"]
-    mod pool_tests;
-    #[path = "tests.rs"]
-    pub(crate) mod tests;
-    #[path = "verify_tests.rs"]
-    mod verify_tests;
-}
-
-/// The 32-byte suite again with the free blocks in bitmaps (`buddy=bitmaps`):
-/// the store measured apart from the page size.
-#[cfg(test)]
-#[path = "."]
-#[allow(clippy::duplicate_mod)]
-mod suite_32_bitmaps {
-    pub(crate) type TestPage = memmap::page32::StructPage32;
-    pub(crate) const TEST_STORE: Option<crate::BuddyStore> = Some(crate::BuddyStore::Bitmaps);
-    #[path = "pcp_tests.rs"]
-    mod pcp_tests;
-    #[path = "pool_tests.rs"]
-    mod pool_tests;
-    #[path = "tests.rs"]
-    pub(crate) mod tests;
-    #[path = "verify_tests.rs"]
-    mod verify_tests;
-}
+test_suite!(
+    /// Linux's 64-byte struct pages.
+    suite_64,
+    memmap::page::StructPage,
+    None
+);
+test_suite!(
+    /// 32-byte struct pages (`struct_page=32`).
+    suite_32,
+    memmap::page32::StructPage32,
+    None
+);
+test_suite!(
+    /// 8-byte struct pages (`struct_page=8`), whose buddy allocator keeps
+    /// its free blocks in bitmaps.
+    suite_8,
+    memmap::page8::StructPage8,
+    None
+);
+test_suite!(
+    /// 32-byte struct pages with the free blocks in bitmaps
+    /// (`buddy=bitmaps`): the store measured apart from the page size.
+    suite_32_bitmaps,
+    memmap::page32::StructPage32,
+    Some(crate::BuddyStore::Bitmaps)
+);
 
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange, PFN_NONE,

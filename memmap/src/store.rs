@@ -382,6 +382,15 @@ impl SectionSet {
     }
     /// Insert every section of `section_nrs`, a word at a time.
     pub fn insert_range(&mut self, section_nrs: core::ops::Range<u64>) {
+        if section_nrs.is_empty() {
+            return;
+        }
+        // Grown once: a word at a time cost a `resize` call per 64
+        // sections (most of a 59T boot's instructions before ready).
+        let last_word = ((section_nrs.end - 1) / 64) as usize;
+        if last_word >= self.words.len() {
+            self.words.resize(last_word + 1, 0);
+        }
         let mut nr = section_nrs.start;
         while nr < section_nrs.end {
             let bit = nr % 64;
@@ -392,9 +401,6 @@ impl SectionSet {
                 ((1u64 << n) - 1) << bit
             };
             let word = (nr / 64) as usize;
-            if word >= self.words.len() {
-                self.words.resize(word + 1, 0);
-            }
             self.len += (mask & !self.words[word]).count_ones() as u64;
             self.words[word] |= mask;
             nr += n;

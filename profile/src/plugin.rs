@@ -584,20 +584,21 @@ fn instrument_memory(
     }
 }
 
-/// Every open frame of `phase` closes, counted on the vCPU that got there.
-fn close_all(p: &Plugin, v: &mut Vcpu, phase: usize) {
+/// `vcpu` reached an `until=` mark of `phase`: what ran before it is the
+/// phase's (inline counts folded first), then every open frame of the
+/// phase closes, counted on this vCPU.
+fn end_at_mark(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
+    p.fold(v, vcpu);
     p.tracker
         .close_phase(phase, |c| v.phase[c.phase].closes += 1);
+    remask(p, v, vcpu);
 }
 
 extern "C" fn on_until(vcpu: c_uint, udata: *mut c_void) {
     let p = plugin();
     // SAFETY: a callback for `vcpu`.
     let v = unsafe { p.vcpu(vcpu) };
-    // What ran before the mark is the phase's.
-    p.fold(v, vcpu);
-    close_all(p, v, udata as usize);
-    remask(p, v, vcpu);
+    end_at_mark(p, v, vcpu, udata as usize);
 }
 
 fn open(p: &Plugin, v: &mut Vcpu, vcpu: c_uint, phase: usize) {
@@ -641,7 +642,7 @@ extern "C" fn on_block(vcpu: c_uint, udata: *mut c_void) {
         return;
     }
     if let Some(ph) = b.closes {
-        close_all(p, v, ph);
+        end_at_mark(p, v, vcpu, ph);
     }
     if let Some(ph) = b.entry {
         open(p, v, vcpu, ph);
@@ -685,10 +686,7 @@ extern "C" fn on_block_inline(vcpu: c_uint, udata: *mut c_void) {
         return;
     }
     if let Some(ph) = b.closes {
-        // What ran before the mark is the phase's.
-        p.fold(v, vcpu);
-        close_all(p, v, ph);
-        remask(p, v, vcpu);
+        end_at_mark(p, v, vcpu, ph);
     }
     if let Some(ph) = b.entry {
         open(p, v, vcpu, ph);

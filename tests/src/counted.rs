@@ -110,11 +110,16 @@ struct Boot {
     calls: Vec<Option<Calls>>,
 }
 
-fn phase(profile: &Value, name: &str) -> Option<Counts> {
-    let p = profile["phases"]
+/// The profile's phase `name`, as written.
+fn phase_json<'a>(profile: &'a Value, name: &str) -> Option<&'a Value> {
+    profile["phases"]
         .as_array()?
         .iter()
-        .find(|p| p["name"] == name)?;
+        .find(|p| p["name"] == name)
+}
+
+fn phase(profile: &Value, name: &str) -> Option<Counts> {
+    let p = phase_json(profile, name)?;
     if p["opens"].as_u64() == Some(0) {
         return None; // the phase never ran in this boot
     }
@@ -127,10 +132,7 @@ fn phase(profile: &Value, name: &str) -> Option<Counts> {
 }
 
 fn calls(profile: &Value, name: &str) -> Option<Calls> {
-    let p = profile["phases"]
-        .as_array()?
-        .iter()
-        .find(|p| p["name"] == name)?;
+    let p = phase_json(profile, name)?;
     let zeroing_insns = p["functions"]
         .as_array()
         .into_iter()

@@ -770,28 +770,16 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         }
     }
 
-    /// Hand initialised pages (e.g. those the boot CPU initialised eagerly)
-    /// to the allocator: `PG_reserved` cleared and `_refcount` set to 0 on
-    /// every page, then freed in the largest aligned blocks (Linux
-    /// `__free_pages_core`).
+    /// Hand initialised pages to the allocator: `PG_reserved` cleared and
+    /// `_refcount` set to 0 on every page, then freed in the largest
+    /// aligned blocks (Linux `__free_pages_core`).
     ///
     /// # Safety
     /// Every struct page of `range` must be initialised, on no free list, and
     /// not accessed by anyone else during and after the call (the allocator
     /// owns them afterwards).
     pub unsafe fn free_initialised_range(&self, range: PfnRange) -> Result<(), FreeError> {
-        if range.is_empty() {
-            return Ok(());
-        }
-        match self.range_of(range.start) {
-            Some((r, _)) if r.contains(range.end - 1) => {}
-            _ => {
-                return Err(FreeError::NotManaged {
-                    pfn: range.start,
-                    order: 0,
-                })
-            }
-        }
+        self.check_managed(range)?;
         for piece in range.section_pieces() {
             // SAFETY: the caller hands us exclusive ownership of these pages.
             let pages = unsafe { self.memmap.pages_mut_unchecked(piece) };
@@ -800,8 +788,38 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 p.set_refcount(0);
             }
         }
+        // SAFETY: made ready just now; the rest is the caller's contract.
+        unsafe { self.free_ready_range(range) }
+    }
+
+    /// Hand pages that memmap init left ready to be freed (`InitAs::Free`:
+    /// not reserved, `_refcount` 0, as the boot CPU leaves its free pages)
+    /// to the allocator in the largest aligned blocks: only each block's
+    /// head is written, not every page again.
+    ///
+    /// # Safety
+    /// Every struct page of `range` must be initialised with `_refcount` 0
+    /// and without `PG_reserved`, be on no free list, and not be accessed by
+    /// anyone else during and after the call (the allocator owns them
+    /// afterwards).
+    pub unsafe fn free_ready_range(&self, range: PfnRange) -> Result<(), FreeError> {
+        self.check_managed(range)?;
         for_each_max_block(range, |pfn, order| self.free_prepared_block(pfn, order));
         Ok(())
+    }
+
+    /// `Ok` if one managed range holds all of `range` (empty included).
+    fn check_managed(&self, range: PfnRange) -> Result<(), FreeError> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        match self.range_of(range.start) {
+            Some((r, _)) if r.contains(range.end - 1) => Ok(()),
+            _ => Err(FreeError::NotManaged {
+                pfn: range.start,
+                order: 0,
+            }),
+        }
     }
 
     /// Free pages of (nid, zone).

@@ -1,7 +1,8 @@
 //! The boot CPU's part of `memblock_free_all()`: the pages memmap init
 //! initialised eagerly are handed to the buddy allocator, free memory only
 //! (memblock-reserved pages keep `PG_reserved` and stay out), in the largest
-//! aligned blocks (`__free_pages_core()`).
+//! aligned blocks (`__free_pages_core()`). Memmap init left them ready
+//! (`_refcount` 0), so this writes each block's head, not every page.
 //!
 //! Deferred memory reaches the allocator through the workers instead
 //! ([`crate::run`]); the allocator is told about both up front, since it
@@ -16,8 +17,8 @@ use crate::buddy::{BuddyAllocator, FreeError};
 /// Free pages of `eager`, freed into `buddy`. Returns the number of pages.
 ///
 /// # Safety
-/// Every struct page of `eager` must have been initialised by memmap init,
-/// be on no free list, and not be accessed by anyone else during and after
+/// Every struct page of `eager` must have been initialised by memmap init
+/// (`memmap::init::init_memmap`: free pages `_refcount` 0), be on no free list, and not be accessed by anyone else during and after
 /// the call (the allocator owns the free ones afterwards). `buddy` must
 /// manage every range of `eager` (e.g. built with them as managed ranges).
 ///
@@ -36,9 +37,10 @@ pub unsafe fn free_eager_pages<B: MemmapBacking>(
                 break;
             }
             if let Some(piece) = free.intersect(&e.pfns) {
-                // SAFETY: initialised, on no list and ours alone (caller's
-                // contract); `piece` lies in a managed eager range.
-                unsafe { buddy.free_initialised_range(piece) }?;
+                // SAFETY: initialised ready to free, on no list and ours
+                // alone (caller's contract); `piece` is free memory of a
+                // managed eager range.
+                unsafe { buddy.free_ready_range(piece) }?;
                 nr_pages += piece.nr_pages();
             }
         }

@@ -75,7 +75,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use memmap::page::{page_links, PageLayout};
+use memmap::init::InitAs;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
@@ -571,16 +571,14 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             debug_assert!(false, "piece {r:?} without backing (checked in new)");
             return;
         };
-        // One store of a whole struct page per page: the flags word is the same for the
-        // whole piece (one section, zone and node). Byte-identical to
-        // `init_single_page` followed by `set_reserved` or `_refcount = 0`
-        // (tested), with fewer instructions, which matters under TCG.
-        let mut flags = page_links(r.start, p.zone, nid);
-        if p.reserved {
-            flags |= 1 << memmap::page::pg::RESERVED;
-        }
-        let refcount = if !p.reserved && will_free { 0 } else { 1 };
-        PageLayout::init_all_with_flags(pages, flags, refcount);
+        let as_ = match (p.reserved, will_free) {
+            (true, _) => InitAs::Reserved,
+            (false, true) => InitAs::Free,
+            (false, false) => InitAs::Allocated,
+        };
+        // One piece lies in one section: `init_pages` writes it with one
+        // flags word, one store of a whole struct page per page.
+        memmap::init::init_pages(pages, r.start, p.zone, nid, as_);
         #[cfg(test)]
         if let Some(hook) = &self.init_hook {
             hook(r);

@@ -29,11 +29,12 @@
 //!
 //! All then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised
-//! pageblock `MIGRATE_MOVABLE`, and give memblock-reserved memory pages
-//! `PG_reserved` (`memmap_init_reserved_pages()` → `reserve_bootmem_region()`),
-//! for the pages they initialised; [`mark_reserved_pages`] does the same for
-//! a range a deferred worker initialised. The struct pages the three write
-//! are byte-identical.
+//! pageblock `MIGRATE_MOVABLE`, and leave each memory page they initialised
+//! as the buddy hand-off takes it: memblock-reserved ones `PG_reserved`
+//! (`memmap_init_reserved_pages()` → `reserve_bootmem_region()`), the
+//! others `_refcount` 0, to be freed. The region walks write each page once
+//! ([`init_pfn_range`]); `PerPfn` makes the two extra passes pre-5.8 Linux
+//! made. The struct pages the three write are byte-identical.
 //!
 //! [`touch_present_pages`] is the floor they are measured against: one
 //! 64-byte store per present page and nothing else.
@@ -270,40 +271,95 @@ fn unbacked(pfn: Pfn) -> MemmapInitError {
     }
 }
 
-/// `memmap_init_range()` for one zone-clipped range: `__init_single_page()`
-/// on every PFN and `MIGRATE_MOVABLE` on each pageblock start. Usable by
-/// deferred workers for the ranges they own. Returns the struct pages
-/// written, as [`init_pages`] counts them.
+/// What [`init_pfn_range`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RangeInit {
+    /// Struct pages written, as [`init_pages`] counts them.
+    pub written: u64,
+    /// Of them, memblock-reserved pages given `PG_reserved`.
+    pub reserved: u64,
+}
+
+/// `memmap_init_range()` for one zone-clipped range of memory, with each
+/// page left as the buddy hand-off takes it, in one store of a whole
+/// struct page: memblock-reserved pages `PG_reserved`
+/// (`reserve_bootmem_region()`), the others `_refcount` 0 (what
+/// `__free_pages_core()` writes before freeing them), so the hand-off frees
+/// blocks without another pass over their pages, where Linux writes each
+/// free page twice. Marks each pageblock `MIGRATE_MOVABLE`. Usable by
+/// deferred workers for the ranges they own.
 pub fn init_pfn_range<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     pageblocks: &PageblockMaps,
+    mb: &Memblock,
     range: PfnRange,
     zone: ZoneType,
     nid: NodeId,
-) -> Result<u64, MemmapInitError> {
+) -> Result<RangeInit, MemmapInitError> {
     let pb = pageblocks
         .get(nid, zone)
         .ok_or(MemmapInitError::NoPageblockMap { nid, zone })?;
+    let mut done = RangeInit::default();
+    let mut cursor = range.start;
+    for rsv in mb.reserved_mem_ranges(range) {
+        // Reserved PFN ranges can share a page (regions rounded outwards).
+        let rsv = PfnRange::new(rsv.start.max(cursor), rsv.end.max(cursor));
+        let free = PfnRange::new(cursor, rsv.start);
+        done.written += init_pieces(memmap, free, zone, nid, InitAs::Free)?;
+        let reserved = init_pieces(memmap, rsv, zone, nid, InitAs::Reserved)?;
+        done.written += reserved;
+        done.reserved += reserved;
+        cursor = rsv.end;
+    }
+    let free = PfnRange::new(cursor, range.end);
+    done.written += init_pieces(memmap, free, zone, nid, InitAs::Free)?;
+    pb.mark_movable(range);
+    Ok(done)
+}
+
+/// [`init_pages`] over each section piece of `range`. Returns the pages
+/// written.
+fn init_pieces<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    range: PfnRange,
+    zone: ZoneType,
+    nid: NodeId,
+    as_: InitAs,
+) -> Result<u64, MemmapInitError> {
     let mut written = 0;
     for piece in range.section_pieces() {
         let pages = memmap
             .pages_mut(piece)
             .ok_or_else(|| unbacked(piece.start))?;
-        written += init_pages(pages, piece.start, zone, nid);
+        written += init_pages(pages, piece.start, zone, nid, as_);
     }
-    pb.mark_movable(range);
     Ok(written)
 }
 
+/// What memmap init leaves a memory page as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitAs {
+    /// `PG_reserved`, `_refcount` 1: memblock-reserved memory, never freed
+    /// at boot.
+    Reserved,
+    /// `_refcount` 0: to be freed to the buddy allocator next (what
+    /// `__free_pages_core()` writes before freeing).
+    Free,
+    /// `_refcount` 1, as `__init_single_page()` alone leaves it.
+    Allocated,
+}
+
 /// `__init_single_page()` over a slice of one section whose first page is
-/// `start_pfn`: the links are the same for every page of it, so the whole
-/// slice takes one flags word. Returns the pages initialised.
+/// `start_pfn`, each page left `as_`: the links are the same for every
+/// page of it, so the whole slice takes one flags word and each page one
+/// store. Returns the pages initialised.
 #[inline]
 pub fn init_pages<P: PageLayout>(
     pages: &mut [P],
     start_pfn: Pfn,
     zone: ZoneType,
     nid: NodeId,
+    as_: InitAs,
 ) -> u64 {
     debug_assert!(
         pages.is_empty()
@@ -311,7 +367,13 @@ pub fn init_pages<P: PageLayout>(
                 == pfn_to_section_nr(start_pfn + pages.len() as u64 - 1),
         "init_pages over more than one section"
     );
-    P::init_all_with_flags(pages, page_links(start_pfn, zone, nid), 1);
+    let links = page_links(start_pfn, zone, nid);
+    let (flags, refcount) = match as_ {
+        InitAs::Reserved => (links | 1 << crate::page::pg::RESERVED, 1),
+        InitAs::Free => (links, 0),
+        InitAs::Allocated => (links, 1),
+    };
+    P::init_all_with_flags(pages, flags, refcount);
     pages.len() as u64
 }
 
@@ -337,9 +399,8 @@ fn init_holes<B: MemmapBacking>(
 
 /// Set `PG_reserved` on memblock-reserved memory pages inside `range`
 /// (`reserve_bootmem_region()`); the pages must already be initialised.
-/// Returns the number marked. Deferred workers call this for each range
-/// they initialise.
-pub fn mark_reserved_pages<B: MemmapBacking>(
+/// Returns the number marked.
+fn mark_reserved_pages<B: MemmapBacking>(
     memmap: &mut Memmap<B>,
     mb: &Memblock,
     range: PfnRange,
@@ -431,10 +492,18 @@ pub fn init_memmap<B: MemmapBacking>(
             out.stats.deferred_pages = out.deferred.iter().map(|d| d.pfns.nr_pages()).sum();
         }
     }
-    if strategy != Strategy::PerPfn {
+    if strategy == Strategy::PerPfn {
+        // Pre-5.8 marked reserved pages and readied free ones in passes of
+        // their own (`reserve_bootmem_region()`, then `free_all_bootmem()`).
+        for e in &out.eager {
+            out.stats.reserved_pages += mark_reserved_pages(memmap, mb, e.pfns)?;
+        }
+        ready_free_pages(memmap, mb)?;
+    } else {
         for piece in &out.eager {
-            let written = init_pfn_range(memmap, pageblocks, piece.pfns, piece.zone, piece.nid)?;
-            count_inits(&mut out.eager_inits, piece.nid, piece.zone, written);
+            let done = init_pfn_range(memmap, pageblocks, mb, piece.pfns, piece.zone, piece.nid)?;
+            count_inits(&mut out.eager_inits, piece.nid, piece.zone, done.written);
+            out.stats.reserved_pages += done.reserved;
         }
     }
     out.stats.eager_pages = out.eager_inits.iter().map(|c| c.nr_pages).sum();
@@ -442,15 +511,24 @@ pub fn init_memmap<B: MemmapBacking>(
     if !memmap.backing().initialises_holes() {
         out.stats.hole_pages = init_holes(memmap, layout)?;
     }
-    // Reserved marking over everything, minus what was deferred.
-    let mut cursor = 0;
-    for d in &out.deferred {
-        out.stats.reserved_pages +=
-            mark_reserved_pages(memmap, mb, PfnRange::new(cursor, d.pfns.start))?;
-        cursor = d.pfns.end;
-    }
-    out.stats.reserved_pages += mark_reserved_pages(memmap, mb, PfnRange::new(cursor, Pfn::MAX))?;
     Ok(out)
+}
+
+/// `_refcount` 0 on every free memory page (memory not memblock-reserved),
+/// as `__free_pages_core()` writes it before freeing.
+fn ready_free_pages<B: MemmapBacking>(
+    memmap: &mut Memmap<B>,
+    mb: &Memblock,
+) -> Result<(), MemmapInitError> {
+    for (free, _) in mb.free_ranges(None) {
+        for piece in free.section_pieces() {
+            let pages = memmap
+                .pages_mut(piece)
+                .ok_or_else(|| unbacked(piece.start))?;
+            pages.iter_mut().for_each(|p| p.set_refcount(0));
+        }
+    }
+    Ok(())
 }
 
 /// The store floor (`memmap=touch`) over a slice whose first page is
@@ -598,8 +676,8 @@ mod tests {
         );
         // Written again through the same path: counted again.
         if let Some(e) = out.eager.first() {
-            let again = init_pfn_range(&mut mm, &pb, e.pfns, e.zone, e.nid).unwrap();
-            assert_eq!(again, e.pfns.nr_pages(), "{strategy}");
+            let again = init_pfn_range(&mut mm, &pb, &mb, e.pfns, e.zone, e.nid).unwrap();
+            assert_eq!(again.written, e.pfns.nr_pages(), "{strategy}");
         }
     }
 
@@ -698,8 +776,7 @@ mod tests {
         let (regions, _, pb_r) = run::<P>(Strategy::Regions, &mb);
         let (mut deferred, out, pb_d) = run::<P>(Strategy::Deferred, &mb);
         for d in &out.deferred {
-            init_pfn_range(&mut deferred, &pb_d, d.pfns, d.zone, d.nid).unwrap();
-            mark_reserved_pages(&mut deferred, &mb, d.pfns).unwrap();
+            init_pfn_range(&mut deferred, &pb_d, &mb, d.pfns, d.zone, d.nid).unwrap();
         }
         for nr in deferred.backing().section_nrs() {
             let r = PfnRange::new(section_nr_to_pfn(nr), section_nr_to_pfn(nr + 1));

@@ -166,7 +166,12 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    type Booted = (Memmap<VecBacking<StructPage>>, InitOutcome, PageblockMaps);
+    type Booted = (
+        Memmap<VecBacking<StructPage>>,
+        InitOutcome,
+        PageblockMaps,
+        Memblock,
+    );
 
     /// `strategy`'s eager init over a map with two zones (DMA, DMA32) and a
     /// hole, as the eager memmap init runs it.
@@ -184,18 +189,18 @@ mod tests {
         let mut memmap = Memmap::new(VecBacking::new(sections_to_back(&layout)));
         let pageblocks = PageblockMaps::new(&layout);
         let outcome = init_memmap(strategy, &mut memmap, &mb, &layout, &pageblocks).unwrap();
-        (memmap, outcome, pageblocks)
+        (memmap, outcome, pageblocks, mb)
     }
 
     #[test]
     fn every_strategy_writes_each_eager_page_once() {
         for strategy in [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred] {
-            let (_, outcome, _) = booted(strategy);
+            let (_, outcome, ..) = booted(strategy);
             let ranged: u64 = outcome.eager.iter().map(|e| e.pfns.nr_pages()).sum();
             assert!(ranged > 0, "{strategy}");
             assert_eq!(check_eager(&outcome), Ok(ranged), "{strategy}");
         }
-        let (_, ondemand, _) = booted(Strategy::OnDemand);
+        let (_, ondemand, ..) = booted(Strategy::OnDemand);
         assert_eq!(
             check_eager(&ondemand),
             Ok(0),
@@ -209,9 +214,11 @@ mod tests {
     #[test]
     fn a_range_written_twice_fails_naming_its_zone() {
         for strategy in [Strategy::PerPfn, Strategy::Regions, Strategy::Deferred] {
-            let (mut memmap, mut outcome, pageblocks) = booted(strategy);
+            let (mut memmap, mut outcome, pageblocks, mb) = booted(strategy);
             let e = *outcome.eager.last().unwrap();
-            let again = init_pfn_range(&mut memmap, &pageblocks, e.pfns, e.zone, e.nid).unwrap();
+            let again = init_pfn_range(&mut memmap, &pageblocks, &mb, e.pfns, e.zone, e.nid)
+                .unwrap()
+                .written;
             let zone = outcome
                 .eager_inits
                 .iter_mut()
@@ -229,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_skipped_page_fails() {
-        let (_, mut outcome, _) = booted(Strategy::Regions);
+        let (_, mut outcome, ..) = booted(Strategy::Regions);
         let first = &mut outcome.eager_inits[0];
         first.nr_pages -= 1;
         let (nid, zone) = (first.nid, first.zone);
@@ -242,7 +249,7 @@ mod tests {
 
     #[test]
     fn overlapping_ranges_fail_whatever_the_counts() {
-        let (_, mut outcome, _) = booted(Strategy::Regions);
+        let (_, mut outcome, ..) = booted(Strategy::Regions);
         let e = outcome.eager[0];
         outcome.eager.push(e);
         outcome.eager_inits[0].nr_pages += e.pfns.nr_pages();

@@ -51,12 +51,14 @@ pub const LARGE_GUEST_MIB: u64 = 64 * 1024;
 /// machine whose memory map ends at page `nr_pages`, with `nr_nodes` nodes
 /// of up to four zones each: per (node, zone), a 272-byte group of bits per
 /// 4 MiB block of the zone's span (a bit per block of each order 0..=10,
-/// 2047 bits, and a word of masks) and, per order, a summary bit per group;
+/// 2047 bits, a word of masks, and a byte saying how much of the group is
+/// written yet) and, per order, a summary bit per group;
 /// the span is aligned down to a 4 MiB block, which adds at most one group
 /// and one summary word per zone and order. The zones' spans are disjoint
 /// (each node's memory is contiguous), so the groups total under RAM/15000
 /// bytes, 0.5 GiB at 8 TiB. The kernel sizes its heap with it; the host
-/// counts it as memory the boot writes.
+/// counts it as memory the boot may write (groups are written as first
+/// used, so a boot writes less of it).
 pub const fn free_bitmap_bytes(nr_pages: u64, nr_nodes: u64) -> u64 {
     const GROUP_BYTES: u64 = 272;
     const GROUP_NR_PAGES: u64 = 1 << memmap::MAX_ORDER;

@@ -20,8 +20,17 @@
 //! of one page, beside the struct pages it types. Under TCG each page an
 //! operation touches costs a software-TLB lookup, and one bitmap per order
 //! would touch a page per order.
+//!
+//! Why each group is written on first use: zeroing every group before the
+//! hand-off (~66 MiB at 1 TiB) was a pass of the boot CPU's over memory no
+//! one had used yet. A group's words are now written by the CPU that first
+//! frees into it — for deferred memory that node's workers, in the same
+//! pass that initialises the struct pages — and a free of a whole 4 MiB
+//! block writes one word of it ([`LAST_WORD`]). Only a byte per group
+//! saying how much of it holds data, and the summaries, are zeroed up front.
 
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 
 use memmap::{Pfn, PfnRange, MAX_ORDER, NR_ORDERS};
 
@@ -30,7 +39,6 @@ const GROUP_NR_PAGES: u64 = 1 << MAX_ORDER;
 
 /// The bits of one `MAX_ORDER` block: order `k`'s `1024 >> k` bits start
 /// at bit [`order_offset`]`(k)`, orders one after another (2047 bits).
-#[derive(Clone, Copy)]
 #[repr(C)]
 struct Group {
     bits: [u64; 32],
@@ -78,53 +86,169 @@ const fn order_offset(order: u32) -> u32 {
 }
 
 impl Group {
-    const EMPTY: Group = Group {
-        bits: [0; 32],
-        nonzero: 0,
-    };
-
     #[inline]
     fn bit(order: u32, index: u64) -> usize {
         (order_offset(order) as u64 + index) as usize
     }
+}
 
-    #[inline]
-    fn set(&mut self, b: usize) {
-        self.bits[b / 64] |= 1 << (b % 64);
-        self.nonzero |= 1 << (b / 64);
+/// How much of a group holds data ([`Groups::written`]); what is not
+/// written reads as zero. A group is written as it is first used, by
+/// whichever CPU first frees into it (a node's deferred-init workers, the
+/// boot CPU for its own pages), not all at once before the hand-off: a
+/// whole-block free, a deferred worker's usual one, writes only the
+/// shared last word, and the other 31 words are written the first time a
+/// bit of orders 0–4 is set.
+const UNWRITTEN: u8 = 0;
+/// The last word (orders above [`SHARED_WORD_ORDER`]) holds data; the rest
+/// reads as zero, `nonzero` as that word's own bit.
+const LAST_WORD: u8 = 1;
+/// Every word and `nonzero` hold data.
+const WHOLE: u8 = 2;
+
+/// What must be written for bit `b` to hold data.
+#[inline]
+fn part_of(b: usize) -> u8 {
+    if b >= 31 * 64 {
+        LAST_WORD
+    } else {
+        WHOLE
+    }
+}
+
+/// The groups of one (node, zone), each written on first use.
+struct Groups {
+    mem: Vec<MaybeUninit<Group>>,
+    /// Per group: [`UNWRITTEN`], [`LAST_WORD`] or [`WHOLE`]; only grows.
+    written: Vec<u8>,
+}
+
+impl Groups {
+    fn new(nr_groups: usize) -> Result<Self, usize> {
+        let mut mem = Vec::new();
+        mem.try_reserve_exact(nr_groups)
+            .map_err(|_| nr_groups * core::mem::size_of::<Group>())?;
+        // SAFETY: the capacity was reserved just now, and a `MaybeUninit`
+        // needs no initialisation: `written` says which words hold data.
+        unsafe { mem.set_len(nr_groups) };
+        Ok(Self {
+            mem,
+            written: zeroed(nr_groups, UNWRITTEN)?,
+        })
     }
 
-    /// Clear bit `b`; true if the group then has no block of `order` left.
+    fn len(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Word `w` of group `g` (zero where not written).
     #[inline]
-    fn clear(&mut self, b: usize, order: u32) -> bool {
-        let w = b / 64;
-        self.bits[w] &= !(1 << (b % 64));
-        if self.bits[w] == 0 {
-            self.nonzero &= !(1 << w);
+    fn word(&self, g: usize, w: usize) -> u64 {
+        if self.written[g] < part_of(w * 64) {
+            return 0;
         }
-        self.first(order).is_none()
+        // SAFETY: `written` says word `w` of this group holds data; the
+        // place is read through the raw pointer, without a reference to
+        // the rest of the group.
+        unsafe { (*self.mem[g].as_ptr()).bits[w] }
+    }
+
+    /// Group `g`'s `nonzero`: bit `w` set when word `w` is not zero.
+    #[inline]
+    fn nonzero(&self, g: usize) -> u32 {
+        match self.written[g] {
+            WHOLE => {
+                // SAFETY: a whole group's `nonzero` holds data.
+                unsafe { (*self.mem[g].as_ptr()).nonzero }
+            }
+            _ => u32::from(self.word(g, 31) != 0) << 31,
+        }
+    }
+
+    /// Group `g` with every word `b`'s part needs written, as a pointer
+    /// whose fields up to that part hold data.
+    #[inline]
+    fn writable(&mut self, g: usize, b: usize) -> *mut Group {
+        let need = part_of(b);
+        if self.written[g] < need {
+            self.write_out(g, need);
+        }
+        self.mem[g].as_mut_ptr()
+    }
+
+    /// Write group `g`'s zeros up to `need`: its last word, then the rest.
+    #[inline(never)]
+    fn write_out(&mut self, g: usize, need: u8) {
+        let p = self.mem[g].as_mut_ptr();
+        // SAFETY: `p` points at group `g`'s memory, which this `&mut self`
+        // owns; each field is written through the raw pointer before
+        // `written` says it holds data, and only words already written are
+        // read (the last word, when it is).
+        unsafe {
+            if self.written[g] == UNWRITTEN {
+                (*p).bits[31] = 0;
+            }
+            if need == WHOLE {
+                for w in 0..31 {
+                    (*p).bits[w] = 0;
+                }
+                (*p).nonzero = u32::from((*p).bits[31] != 0) << 31;
+            }
+        }
+        self.written[g] = need;
     }
 
     #[inline]
-    fn test(&self, b: usize) -> bool {
-        self.bits[b / 64] & (1 << (b % 64)) != 0
+    fn set(&mut self, g: usize, b: usize) {
+        let whole = self.written[g] == WHOLE || part_of(b) == WHOLE;
+        let p = self.writable(g, b);
+        // SAFETY: `writable` wrote every field bit `b`'s part has, and
+        // `nonzero` when the group is whole.
+        unsafe {
+            (*p).bits[b / 64] |= 1 << (b % 64);
+            if whole {
+                (*p).nonzero |= 1 << (b / 64);
+            }
+        }
     }
 
-    /// Index (within the group) of the lowest free block of `order`: the
+    /// Clear bit `b`, which is set; true if the group then has no block of
+    /// `order` left.
+    #[inline]
+    fn clear(&mut self, g: usize, b: usize, order: u32) -> bool {
+        let whole = self.written[g] == WHOLE;
+        let p = self.writable(g, b);
+        let w = b / 64;
+        // SAFETY: as in `set`.
+        unsafe {
+            (*p).bits[w] &= !(1 << (b % 64));
+            if whole && (*p).bits[w] == 0 {
+                (*p).nonzero &= !(1 << w);
+            }
+        }
+        self.first(g, order).is_none()
+    }
+
+    #[inline]
+    fn test(&self, g: usize, b: usize) -> bool {
+        self.word(g, b / 64) & (1 << (b % 64)) != 0
+    }
+
+    /// Index (within group `g`) of the lowest free block of `order`: the
     /// hot path, a mask and two bit scans. Orders 0–4 fill whole words
     /// (found through `nonzero`), orders 5–10 share the last word.
     #[inline]
-    fn first(&self, order: u32) -> Option<u64> {
+    fn first(&self, g: usize, order: u32) -> Option<u64> {
         let start = order_offset(order) as u64;
         let at = if order <= SHARED_WORD_ORDER {
-            let words = self.nonzero & ORDER_WORDS[order as usize];
+            let words = self.nonzero(g) & ORDER_WORDS[order as usize];
             if words == 0 {
                 return None;
             }
             let w = words.trailing_zeros() as usize;
-            w as u64 * 64 + self.bits[w].trailing_zeros() as u64
+            w as u64 * 64 + self.word(g, w).trailing_zeros() as u64
         } else {
-            let word = self.bits[31] & SHARED_BITS[order as usize];
+            let word = self.word(g, 31) & SHARED_BITS[order as usize];
             if word == 0 {
                 return None;
             }
@@ -133,8 +257,9 @@ impl Group {
         Some(at - start)
     }
 
-    /// Index of the lowest free block of `order` at or above `from`.
-    fn first_from(&self, order: u32, from: u64) -> Option<u64> {
+    /// Index of the lowest free block of `order` at or above `from` in
+    /// group `g`.
+    fn first_from(&self, g: usize, order: u32, from: u64) -> Option<u64> {
         let n = GROUP_NR_PAGES >> order;
         let start = order_offset(order) as u64;
         let (lo, hi) = (start + from, start + n);
@@ -145,10 +270,10 @@ impl Group {
         let first_w = (lo / 64) as u32;
         let last_w = ((hi - 1) / 64) as u32;
         let span = (u64::MAX >> (63 - (last_w - first_w))) << first_w;
-        let mut candidates = self.nonzero as u64 & span;
+        let mut candidates = self.nonzero(g) as u64 & span;
         while candidates != 0 {
             let w = candidates.trailing_zeros() as u64;
-            let mut word = self.bits[w as usize];
+            let mut word = self.word(g, w as usize);
             if w * 64 < lo {
                 word &= u64::MAX << (lo - w * 64);
             }
@@ -255,7 +380,7 @@ fn zeroed<T: Copy>(len: usize, value: T) -> Result<Vec<T>, usize> {
 pub(crate) struct FreeBitmaps {
     /// First PFN of the span, aligned down to a `MAX_ORDER` block.
     base: Pfn,
-    groups: Vec<Group>,
+    groups: Groups,
     summaries: Summaries,
 }
 
@@ -265,7 +390,7 @@ impl FreeBitmaps {
     pub(crate) fn new(span: PfnRange) -> Result<Self, usize> {
         let base = span.start & !(GROUP_NR_PAGES - 1);
         let nr_groups = (span.end.max(base) - base).div_ceil(GROUP_NR_PAGES) as usize;
-        let groups = zeroed(nr_groups, Group::EMPTY)?;
+        let groups = Groups::new(nr_groups)?;
         let summaries = Summaries::new(nr_groups)?;
         Ok(Self {
             base,
@@ -279,12 +404,13 @@ impl FreeBitmaps {
     pub(crate) fn bytes_for(span: PfnRange) -> u64 {
         let base = span.start & !(GROUP_NR_PAGES - 1);
         let nr_groups = (span.end.max(base) - base).div_ceil(GROUP_NR_PAGES);
-        nr_groups * core::mem::size_of::<Group>() as u64
+        nr_groups * (core::mem::size_of::<Group>() as u64 + 1)
             + NR_ORDERS as u64 * nr_groups.div_ceil(64) * 8
     }
 
     pub(crate) fn bytes(&self) -> u64 {
-        (self.groups.len() * core::mem::size_of::<Group>() + self.summaries.words.len() * 8) as u64
+        (self.groups.len() * (core::mem::size_of::<Group>() + 1) + self.summaries.words.len() * 8)
+            as u64
     }
 
     /// The group of `pfn` and the block's index in it at `order`.
@@ -300,14 +426,14 @@ impl FreeBitmaps {
     #[inline]
     pub(crate) fn insert(&mut self, pfn: Pfn, order: u32) {
         let (g, i) = self.locate(pfn, order);
-        self.groups[g].set(Group::bit(order, i));
+        self.groups.set(g, Group::bit(order, i));
         self.summaries.set(order, g);
     }
 
     #[inline]
     pub(crate) fn remove(&mut self, pfn: Pfn, order: u32) {
         let (g, i) = self.locate(pfn, order);
-        if self.groups[g].clear(Group::bit(order, i), order) {
+        if self.groups.clear(g, Group::bit(order, i), order) {
             self.summaries.clear(order, g);
         }
     }
@@ -319,16 +445,14 @@ impl FreeBitmaps {
             return false;
         }
         let (g, i) = self.locate(pfn, order);
-        self.groups
-            .get(g)
-            .is_some_and(|grp| grp.test(Group::bit(order, i)))
+        g < self.groups.len() && self.groups.test(g, Group::bit(order, i))
     }
 
     /// The lowest free block of `order`.
     #[inline]
     pub(crate) fn first(&mut self, order: u32) -> Option<Pfn> {
         let g = self.summaries.first(order)?;
-        let i = self.groups[g].first(order)?;
+        let i = self.groups.first(g, order)?;
         Some(self.base + g as u64 * GROUP_NR_PAGES + (i << order))
     }
 
@@ -339,14 +463,14 @@ impl FreeBitmaps {
     #[inline]
     pub(crate) fn take(&mut self, found: u32, order: u32) -> Option<Pfn> {
         let g = self.summaries.first(found)?;
-        let group = &mut self.groups[g];
-        let i = group.first(found)?;
-        if group.clear(Group::bit(found, i), found) {
+        let groups = &mut self.groups;
+        let i = groups.first(g, found)?;
+        if groups.clear(g, Group::bit(found, i), found) {
             self.summaries.clear(found, g);
         }
         let off = i << found;
         for cur in order..found {
-            group.set(Group::bit(cur, (off >> cur) + 1));
+            groups.set(g, Group::bit(cur, (off >> cur) + 1));
             self.summaries.set(cur, g);
         }
         Some(self.base + g as u64 * GROUP_NR_PAGES + off)
@@ -358,21 +482,21 @@ impl FreeBitmaps {
     #[inline]
     pub(crate) fn merge(&mut self, range: PfnRange, mut pfn: Pfn, mut order: u32) -> (Pfn, u32) {
         let (g, _) = self.locate(pfn, order);
-        let group = &mut self.groups[g];
+        let groups = &mut self.groups;
         while order < MAX_ORDER {
             let buddy = pfn ^ (1 << order);
             let b = Group::bit(order, (buddy % GROUP_NR_PAGES) >> order);
-            if !range.contains(buddy) || !group.test(b) {
+            if !range.contains(buddy) || !groups.test(g, b) {
                 break;
             }
-            if group.clear(b, order) {
+            if groups.clear(g, b, order) {
                 self.summaries.clear(order, g);
             }
             pfn &= !(1 << order);
             order += 1;
         }
         let i = ((pfn - self.base) % GROUP_NR_PAGES) >> order;
-        group.set(Group::bit(order, i));
+        groups.set(g, Group::bit(order, i));
         self.summaries.set(order, g);
         (pfn, order)
     }
@@ -386,7 +510,7 @@ impl FreeBitmaps {
         );
         loop {
             g = self.summaries.next_from(order, g)?;
-            if let Some(at) = self.groups[g].first_from(order, i) {
+            if let Some(at) = self.groups.first_from(g, order, i) {
                 return Some(self.base + g as u64 * GROUP_NR_PAGES + (at << order));
             }
             g += 1;
@@ -401,6 +525,42 @@ mod tests {
 
     use alloc::collections::BTreeSet;
     use proptest::prelude::*;
+
+    /// A free of a whole `MAX_ORDER` block, a deferred worker's usual one,
+    /// writes the group's last word only; a lower order writes the rest,
+    /// and what was there stays; groups never freed into stay unwritten.
+    #[test]
+    fn groups_are_written_on_first_use() {
+        let span = PfnRange::new(0, 4 * GROUP_NR_PAGES);
+        let mut bm = FreeBitmaps::new(span).unwrap();
+        assert!(bm.groups.written.iter().all(|&w| w == UNWRITTEN));
+        bm.insert(GROUP_NR_PAGES, MAX_ORDER);
+        assert_eq!(
+            bm.groups.written,
+            [UNWRITTEN, LAST_WORD, UNWRITTEN, UNWRITTEN]
+        );
+        assert_eq!(bm.first(MAX_ORDER), Some(GROUP_NR_PAGES));
+        assert_eq!(bm.first(0), None);
+        // Split it: order 0..=9 halves set, the group now whole.
+        assert_eq!(bm.take(MAX_ORDER, 0), Some(GROUP_NR_PAGES));
+        assert_eq!(bm.groups.written[1], WHOLE);
+        assert_eq!(bm.first(0), Some(GROUP_NR_PAGES + 1));
+        assert_eq!(bm.first(9), Some(GROUP_NR_PAGES + 512));
+        // Merged back into the whole block.
+        let whole = PfnRange::new(GROUP_NR_PAGES, 2 * GROUP_NR_PAGES);
+        assert_eq!(
+            bm.merge(whole, GROUP_NR_PAGES, 0),
+            (GROUP_NR_PAGES, MAX_ORDER)
+        );
+        assert_eq!(bm.first(0), None);
+        assert_eq!(bm.first(MAX_ORDER), Some(GROUP_NR_PAGES));
+        // A low order first, in an unwritten group: written whole at once.
+        bm.insert(3 * GROUP_NR_PAGES + 8, 3);
+        assert_eq!(bm.groups.written, [UNWRITTEN, WHOLE, UNWRITTEN, WHOLE]);
+        assert!(bm.contains(3 * GROUP_NR_PAGES + 8, 3));
+        assert!(!bm.contains(2 * GROUP_NR_PAGES, MAX_ORDER));
+        assert_eq!(bm.next_from(0, 3), Some(3 * GROUP_NR_PAGES + 8));
+    }
 
     proptest! {
         /// Against a set: inserts and removes at random orders, then the

@@ -260,6 +260,18 @@ pub fn is_peer(entry: &str) -> bool {
     entry == "linux" || linux_series(entry).is_some_and(|s| entry == format!("linux-{s}"))
 }
 
+/// The `touch` entry an entry's memmap is measured against: the store
+/// floor with the same kernel options ("deferred+struct_page=8" →
+/// "touch+struct_page=8"), so a layout is divided by a pass over struct
+/// pages of its own size; plain `touch` (64 bytes, Linux's size) for a
+/// Linux peer.
+pub fn touch_entry(entry: &str) -> String {
+    match entry.find('+') {
+        Some(at) if !is_peer(entry) => format!("touch{}", &entry[at..]),
+        _ => "touch".to_string(),
+    }
+}
+
 /// How the ratio columns name a peer: "Linux 6.12"; the old `linux`, "Linux".
 pub fn peer_label(entry: &str) -> String {
     match linux_series(entry) {
@@ -447,7 +459,8 @@ pub const FIGURE_COLUMNS: [&str; 9] = [
 ];
 
 /// Every column after `size | kernel | mode` for a run of `entries`: the
-/// figures, memmap and ready × each peer, memmap × touch.
+/// figures, memmap and ready × each peer, memmap × touch (the same
+/// options' [`touch_entry`]).
 pub fn columns(entries: &[String]) -> Vec<String> {
     let mut out: Vec<String> = FIGURE_COLUMNS.iter().map(|c| c.to_string()).collect();
     for peer in ratio_peers(entries) {
@@ -513,7 +526,7 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> 
         pair(|r| r.grow_step_p50_ns, |r| r.grow_step_p99_ns),
         whole(|r| r.host_rss_mib),
         pair(|r| r.order0_p50_ns, |r| r.order0_p99_ns),
-        ratio(mean_of(entry, memmap), mean_of("touch", memmap)),
+        ratio(mean_of(entry, memmap), mean_of(&touch_entry(entry), memmap)),
     )
 }
 
@@ -774,6 +787,18 @@ mod tests {
             deferred_jiffies_ms: None,
             deferred_printk_ns: None,
         }
+    }
+
+    #[test]
+    fn each_entry_is_measured_against_touch_with_its_options() {
+        assert_eq!(touch_entry("deferred+struct_page=8"), "touch+struct_page=8");
+        assert_eq!(
+            touch_entry("deferred+struct_page=32+buddy=bitmaps"),
+            "touch+struct_page=32+buddy=bitmaps"
+        );
+        assert_eq!(touch_entry("deferred"), "touch");
+        assert_eq!(touch_entry("touch+struct_page=8"), "touch+struct_page=8");
+        assert_eq!(touch_entry("linux-6.12"), "touch");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::bench::{counted_log_name, is_peer, peer_label, Plan};
+use crate::bench::{counted_log_name, is_peer, peer_label, touch_entry, Plan};
 
 /// The memmap phases, in the order the boot runs them, with their titles.
 const PHASES: [(&str, &str); 4] = [
@@ -269,15 +269,17 @@ fn per_page_table(runs: &[Run], peers: &[&String]) -> String {
     let mut out = String::from(
         "\ncounted (memboot-profile; README \"The counted verdict\"): guest instructions, stores and bytes \
          stored per struct page, each counted boot (/); disagreement = (max − min) / max of the boots' \
-         instructions; × Linux = the entry's mean per page over the peer's, the same phase\n\n\
+         instructions; × Linux = the entry's mean per page over the peer's, the same phase; × touch = \
+         over the store floor's with the same options (`memmap=touch`, the same struct-page size)\n\n\
          | size | entry | phase | pages | instructions / page | stores / page | bytes / page | disagreement |",
     );
     for p in peers {
         let l = peer_label(p);
         out += &format!(" instructions × {l} | stores × {l} | bytes × {l} |");
     }
+    out += " instructions × touch | stores × touch | bytes × touch |";
     out += "\n|---|---|---|---|---|---|---|---|";
-    out += &"---|---|---|".repeat(peers.len());
+    out += &"---|---|---|".repeat(peers.len() + 1);
     out.push('\n');
     for run in runs {
         for i in 0..=PHASES.len() {
@@ -306,8 +308,9 @@ fn per_page_table(runs: &[Run], peers: &[&String]) -> String {
                 each(2, 1),
                 disagreement(&counts)
             );
-            for p in peers {
-                let peer = runs.iter().find(|r| r.size == run.size && &r.entry == *p);
+            let touch = touch_entry(&run.entry);
+            for p in peers.iter().map(|p| p.as_str()).chain([touch.as_str()]) {
+                let peer = runs.iter().find(|r| r.size == run.size && r.entry == p);
                 for f in 0..3 {
                     let b = peer.and_then(|peer| mean_per_page(peer, i, f));
                     out += &format!(" {} |", ratio(mean_per_page(run, i, f), b));
@@ -595,6 +598,42 @@ mod tests {
             format!("{:.2}", 14.2 / (52740.0 / 4194304.0)),
             "{text}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Each layout over the store floor of its own struct-page size: an
+    /// 8-byte `deferred` over `touch+struct_page=8`, never 64-byte `touch`.
+    #[test]
+    fn whole_memmap_over_touch_of_the_same_layout() {
+        let d = dir("touch");
+        let w = |name: &str, text: String| std::fs::write(d.join(name), text).unwrap();
+        let summary = "memboot-summary: {\"status\":\"ok\",\"pages_initialised\":1000}\n";
+        let entries = ["deferred+struct_page=8", "touch+struct_page=8", "touch"];
+        // Per page: boot CPU, bitmaps, hand-off, deferred; touch has only
+        // the first and the last.
+        let per_page = [[2, 1, 1, 2], [2, 0, 0, 2], [16, 0, 0, 16]];
+        for (entry, per) in entries.iter().zip(per_page) {
+            w(&format!("16G-{entry}-counted-1.log"), summary.into());
+            w(
+                &format!("16G-{entry}-counted-1.profile.json"),
+                profile(per, (100, 900), per[1] > 0),
+            );
+        }
+        let (sizes, entries) = (vec!["16G".to_string()], entries.map(String::from).to_vec());
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 1,
+        };
+        let text = tables(&d, &plan).unwrap().unwrap();
+        // deferred: (2·100 + 1·1000 + 1·100 + 2·900) / 1000 = 3.1 per page;
+        // touch+struct_page=8: (2·100 + 2·900) / 1000 = 2.0.
+        let m = cells(&text, "| 16G | deferred+struct_page=8 | whole memmap |");
+        assert_eq!(&m[9..12], ["1.55", "1.55", "1.55"], "{text}");
+        let b = cells(&text, "| 16G | deferred+struct_page=8 | boot-CPU memmap |");
+        assert_eq!(b[9], "1.00", "{text}");
+        let h = cells(&text, "| 16G | deferred+struct_page=8 | hand-off |");
+        assert_eq!(h[9], "–", "touch hands nothing off: {text}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

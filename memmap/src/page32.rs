@@ -58,6 +58,7 @@ const _: () = assert!(core::mem::align_of::<StructPage32>() == 32);
 const _: () = assert!(core::mem::offset_of!(StructPage32, lru) == 8);
 const _: () = assert!(core::mem::offset_of!(StructPage32, refcount) == 24);
 const _: () = assert!(core::mem::offset_of!(StructPage32, page_type) == 28);
+const _: () = assert!(cfg!(target_endian = "little"));
 const _: () = assert!(MAX_ORDER <= PAGE_TYPE_DATA_MASK);
 
 impl StructPage32 {
@@ -93,15 +94,14 @@ impl PageLayout for StructPage32 {
     #[inline]
     fn init_with_flags(&mut self, flags: u64, refcount: i32) {
         let lru = self.lru_addr();
-        *self = StructPage32 {
-            flags,
-            lru: ListHead {
-                next: lru,
-                prev: lru,
-            },
-            refcount,
-            page_type: PAGE_TYPE_NONE,
-        };
+        // `_refcount` and the page type in one word (little-endian:
+        // `_refcount` the low half): four 8-byte stores, not five.
+        let counts = u64::from(refcount as u32) | (u64::from(PAGE_TYPE_NONE) << 32);
+        let words = [flags, lru, lru, counts];
+        // SAFETY: `StructPage32` is `repr(C)`, 32 bytes of integer fields at
+        // the asserted offsets without padding, so any four words are a
+        // valid one; `self` is a unique, aligned reference to one.
+        unsafe { (self as *mut StructPage32).cast::<[u64; 4]>().write(words) };
     }
     #[inline]
     fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
@@ -163,6 +163,30 @@ mod tests {
         assert_eq!(small.lru.prev, small.lru_addr());
         assert!(!small.is_buddy() && !small.has_stray_state());
         assert_eq!((small.zone(), small.nid()), (Some(zone), nid));
+    }
+
+    #[test]
+    fn init_with_flags_writes_every_field() {
+        for refcount in [0, 1, -2, i32::MAX] {
+            let mut p = StructPage32 {
+                flags: 9,
+                lru: ListHead { next: 1, prev: 2 },
+                refcount: 7,
+                page_type: 8,
+            };
+            p.init_with_flags(0xabc, refcount);
+            let lru = p.lru_addr();
+            let want = StructPage32 {
+                flags: 0xabc,
+                lru: ListHead {
+                    next: lru,
+                    prev: lru,
+                },
+                refcount,
+                page_type: PAGE_TYPE_NONE,
+            };
+            assert_eq!(p, want, "refcount {refcount}");
+        }
     }
 
     #[test]

@@ -559,15 +559,23 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         .expect("managed block without struct-page backing (checked in BuddyAllocator::new)")
     }
 
-    /// Free a block whose pages all have `_refcount == 0` already (the
-    /// deferred workers fuse that into their init pass).
-    pub(crate) fn free_prepared_block(&self, pfn: Pfn, order: u32) {
-        let Some((range, s)) = self.range_of(pfn) else {
-            debug_assert!(false, "deferred worker freed unmanaged pfn {pfn:#x}");
-            return;
-        };
-        let mut zf = self.zones[s].lock();
-        self.merge_and_push(&mut zf, range, pfn, order);
+    /// Free blocks whose pages all have `_refcount == 0` already (memmap
+    /// init writes them so), holding a zone's lock across the blocks of
+    /// that zone that come one after another.
+    pub(crate) fn free_prepared_blocks(&self, blocks: impl IntoIterator<Item = (Pfn, u32)>) {
+        let mut held: Option<(usize, spin::MutexGuard<'_, ZoneFree>)> = None;
+        for (pfn, order) in blocks {
+            let Some((range, s)) = self.range_of(pfn) else {
+                debug_assert!(false, "freed unmanaged pfn {pfn:#x}");
+                continue;
+            };
+            if held.as_ref().is_none_or(|(hs, _)| *hs != s) {
+                drop(held.take()); // one zone lock at a time
+                held = Some((s, self.zones[s].lock()));
+            }
+            let (_, zf) = held.as_mut().expect("locked above");
+            self.merge_and_push(zf, range, pfn, order);
+        }
     }
 
     /// Allocate `1 << order` contiguous pages from (nid, zone); returns the
@@ -804,7 +812,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// afterwards).
     pub unsafe fn free_ready_range(&self, range: PfnRange) -> Result<(), FreeError> {
         self.check_managed(range)?;
-        for_each_max_block(range, |pfn, order| self.free_prepared_block(pfn, order));
+        self.free_prepared_blocks(max_blocks(range));
         Ok(())
     }
 
@@ -989,19 +997,24 @@ pub enum ListEnd {
     TooShort { walked: u64 },
 }
 
-/// Split `range` into the largest naturally aligned blocks of order ≤
-/// `MAX_ORDER` (Linux `deferred_free_pages` / `memblock_free_pages` loop).
+/// `range` as the largest naturally aligned blocks of order ≤ `MAX_ORDER`,
+/// `(head, order)` ascending (Linux `deferred_free_pages` /
+/// `memblock_free_pages` loop).
 #[inline]
-pub(crate) fn for_each_max_block(range: PfnRange, mut f: impl FnMut(Pfn, u32)) {
+pub(crate) fn max_blocks(range: PfnRange) -> impl Iterator<Item = (Pfn, u32)> {
     let mut pfn = range.start;
-    while pfn < range.end {
+    core::iter::from_fn(move || {
+        if pfn >= range.end {
+            return None;
+        }
         let mut order = pfn.trailing_zeros().min(MAX_ORDER);
         while pfn + (1 << order) > range.end {
             order -= 1;
         }
-        f(pfn, order);
+        let block = (pfn, order);
         pfn += 1 << order;
-    }
+        Some(block)
+    })
 }
 
 /// Do `sorted`'s first 2^order entries, distinct and ascending, make the

@@ -79,7 +79,7 @@ use memmap::init::InitAs;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 
-use crate::buddy::{for_each_max_block, BuddyAllocator, BuddyError, NR_ZONES};
+use crate::buddy::{max_blocks, BuddyAllocator, BuddyError, NR_ZONES};
 use crate::claim_hooks::{ClaimHooks, NoClaimHooks};
 use crate::clock::Clock;
 use crate::page_alloc::{Grow, PageAllocator};
@@ -518,11 +518,12 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             if self.hooks.init_again(window) {
                 self.init_window(pos, claim.chunk, window, pieces);
             }
-            if self.mode == InitMode::InitAndFree {
-                self.free_window(window, pieces);
-            }
-            rt.windows_done[claim.zone as usize].fetch_add(1, Ordering::Release);
         }
+        if self.mode == InitMode::InitAndFree {
+            self.free_windows(pos, claim);
+        }
+        let nr_windows = claim.windows.len() as u64;
+        rt.windows_done[claim.zone as usize].fetch_add(nr_windows, Ordering::Release);
         rt.claims_in_flight.fetch_sub(1, Ordering::AcqRel);
         (nr_pages, contended)
     }
@@ -549,15 +550,23 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
         nr_pages
     }
 
-    /// Free the window's free pieces in the largest aligned blocks (after
-    /// [`init_window`](Self::init_window), as Linux's
-    /// `deferred_init_maxorder` frees after initialising).
-    fn free_window(&self, window: PfnRange, pieces: &[Piece]) {
-        for p in pieces.iter().filter(|p| !p.reserved) {
-            if let Some(r) = p.pfns.intersect(&window) {
-                for_each_max_block(r, |pfn, order| self.buddy.free_prepared_block(pfn, order));
-            }
-        }
+    /// Free the free pieces of the claim's windows in the largest aligned
+    /// blocks, right after [`init_window`](Self::init_window) wrote them
+    /// (Linux's `deferred_init_maxorder` frees what it initialised the same
+    /// way): only each block's head is written, and the zone's lock is taken
+    /// once for the claim, not once a block, so a node's workers meet at
+    /// their zone's lock (and its cache lines) once a section.
+    fn free_windows(&self, pos: usize, claim: &Claim) {
+        let node = &self.plan.nodes()[pos];
+        let blocks = claim.windows.clone().flat_map(|w| {
+            let (window, pieces) = node.window_pieces(claim.chunk, w);
+            pieces
+                .iter()
+                .filter(|p| !p.reserved)
+                .filter_map(move |p| p.pfns.intersect(&window))
+                .flat_map(max_blocks)
+        });
+        self.buddy.free_prepared_blocks(blocks);
     }
 
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`

@@ -18,7 +18,7 @@ pub(crate) type TestBacking = VecBacking<TestPage>;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 use proptest::prelude::*;
 
-use crate::buddy::{for_each_max_block, PFN_NONE};
+use crate::buddy::{max_blocks, PFN_NONE};
 use crate::host::{StdClock, ThreadExecutor};
 use crate::test_damage::TestDamage;
 use crate::*;
@@ -764,9 +764,9 @@ pub(crate) fn assert_fully_merged(
         }
     }
     for m in &runs {
-        for_each_max_block(m.pfns, |_, order| {
+        for (_, order) in max_blocks(m.pfns) {
             *expect.entry((m.nid, m.zone, order)).or_default() += 1
-        });
+        }
     }
     let mut got: HashMap<(NodeId, ZoneType, u32), u64> = HashMap::new();
     di.buddy().for_each_free_block(|nid, zone, _, order| {
@@ -1870,7 +1870,9 @@ proptest! {
         prop_assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal), total);
         let mut expect: HashMap<u32, u64> = HashMap::new();
         for r in &runs {
-            for_each_max_block(*r, |_, o| *expect.entry(o).or_default() += 1);
+            for (_, o) in max_blocks(*r) {
+                *expect.entry(o).or_default() += 1;
+            }
         }
         let mut got: HashMap<u32, u64> = HashMap::new();
         buddy.for_each_free_block(|_, _, _, o| *got.entry(o).or_default() += 1);

@@ -588,8 +588,9 @@ fn median_range(mut values: Vec<f64>, show: impl Fn(f64) -> String) -> String {
     )
 }
 
-/// The columns of [`comparison`] after `size | kernel | mode`.
-fn comparison_columns(peers: &[&str]) -> Vec<String> {
+/// The columns of [`comparison`] after `size | kernel | mode`; `touch`:
+/// the run boots the store floor, and a column divides by it.
+fn comparison_columns(peers: &[&str], touch: bool) -> Vec<String> {
     let mut out: Vec<String> = [
         "memmap ms",
         "memory ready ms",
@@ -606,13 +607,18 @@ fn comparison_columns(peers: &[&str]) -> Vec<String> {
         out.push(format!("memmap × {label}"));
         out.push(format!("ready × {label}"));
     }
+    if touch {
+        out.push("memmap × touch".to_string());
+    }
     out
 }
 
 /// The comparison of a run made in a named host-memory state: per entry,
 /// every figure as median (min–max) over the rounds, and its ratios to
-/// each Linux peer taken round by round (round i of the entry over round i
-/// of the peer: ABBA puts them side by side), median (min–max). memmap is
+/// each Linux peer, and to `touch` with the entry's options
+/// ([`touch_entry`]) when the run boots it, taken round by round (round i
+/// of the entry over round i of the other: ABBA puts them side by side),
+/// median (min–max). memmap is
 /// the whole struct-page work before memory is ready (boot CPU + hand-off +
 /// deferred init), so which phase a page falls in cannot change a verdict;
 /// the pages columns say how each kernel split it. `None` for runs from
@@ -625,7 +631,11 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
         .filter(|e| is_peer(e))
         .map(String::as_str)
         .collect();
-    let columns = comparison_columns(&peers);
+    let touch = plan
+        .entries
+        .iter()
+        .any(|e| e.split('+').next() == Some("touch"));
+    let columns = comparison_columns(&peers, touch);
     let mut out = format!(
         "\ncomparison, host memory {state}: median (min–max) over the rounds; ratios round by round\n\n| size | kernel | mode |"
     );
@@ -658,22 +668,32 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
                 median_range(of(&|r| r.boot_cpu_pages), pages),
                 median_range(of(&|r| r.pages_initialised_at_allocatable), pages),
             );
+            // Round i of the entry over round i of `other`, median (min–max).
+            let over = |other: &str, f: fn(&Row) -> Option<u64>| -> String {
+                let base = series(&results.rows, size, other);
+                let ratios: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| {
+                        let b = base.iter().find(|b| b.round == r.round)?;
+                        let (v, b) = (f(r)? as f64, f(b)? as f64);
+                        (b > 0.0).then(|| v / b)
+                    })
+                    .collect();
+                median_range(ratios, |v| format!("{v:.2}"))
+            };
             for peer in &peers {
-                let base = series(&results.rows, size, peer);
-                let ratios = |f: fn(&Row) -> Option<u64>| -> Vec<f64> {
-                    rs.iter()
-                        .filter_map(|r| {
-                            let b = base.iter().find(|b| b.round == r.round)?;
-                            let (v, b) = (f(r)? as f64, f(b)? as f64);
-                            (b > 0.0).then(|| v / b)
-                        })
-                        .collect()
-                };
                 let _ = write!(
                     line,
                     " {} | {} |",
-                    median_range(ratios(|r| Some(r.memmap_ns)), |v| format!("{v:.2}")),
-                    median_range(ratios(|r| r.allocatable_ns), |v| format!("{v:.2}")),
+                    over(peer, |r| Some(r.memmap_ns)),
+                    over(peer, |r| r.allocatable_ns),
+                );
+            }
+            if touch {
+                let _ = write!(
+                    line,
+                    " {} |",
+                    over(&touch_entry(entry), |r| Some(r.memmap_ns))
                 );
             }
             out += &line;
@@ -807,6 +827,43 @@ mod tests {
         assert_eq!(median_range(vec![3.0, 1.0, 2.0], show), "2 (1–3)");
         assert_eq!(median_range(vec![4.0, 1.0, 2.0, 3.0], show), "2.5 (1–4)");
         assert_eq!(median_range(vec![], show), "–");
+    }
+
+    /// With the store floor in the run, each entry over the `touch` of its
+    /// own options, round by round.
+    #[test]
+    fn comparison_over_touch_of_the_same_options() {
+        let rows = vec![
+            row("deferred+struct_page=8", 1, 11, 30),
+            row("deferred+struct_page=8", 2, 12, 30),
+            row("touch+struct_page=8", 1, 10, 0),
+            row("touch+struct_page=8", 2, 8, 0),
+            row("touch", 1, 100, 0),
+            row("touch", 2, 100, 0),
+        ];
+        let results = Results {
+            rows,
+            skipped: vec![],
+            warmups: vec![],
+        };
+        let sizes = vec!["16G".to_string()];
+        let entries: Vec<String> = ["deferred+struct_page=8", "touch+struct_page=8", "touch"]
+            .map(String::from)
+            .to_vec();
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 2,
+        };
+        let text = comparison(&results, &plan).unwrap();
+        assert!(text.contains("| memmap × touch |"), "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.contains("| deferred+struct_page=8 |"))
+            .unwrap();
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        // 11/10 and 12/8, never over 64-byte touch's 100.
+        assert_eq!(cells[cells.len() - 2], "1.30 (1.10–1.50)", "{line}");
     }
 
     /// Ratios pair the rounds (round i over round i), not the medians.

@@ -18,4 +18,5 @@ pub mod node_ram;
 pub mod pipeline;
 pub mod pvh;
 pub mod report;
+pub mod smp_error;
 pub mod tsc_freq;

@@ -26,9 +26,11 @@ mod common;
 use common::model::{Model, VerifyZoneLine, Walk};
 use common::{load, run_on_host, Fixture};
 use memboot_contract::options::StructPageSize;
+use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{eager_memmap, memblock, memory_blocks, vmemmap, zones};
+use memboot_kernel::smp_error::SmpError;
 use memmap::memblock::Memblock;
 use memmap::memory_block::BlockLookup;
 use memmap::page::{PageLayout, StructPage};
@@ -549,7 +551,6 @@ fn the_model_walks_runs_exactly_as_it_walks_every_pfn() {
 #[test]
 fn every_test_fault_is_caught_by_verification() {
     use memboot_contract::options::{MemmapMode, TestFault};
-    use memboot_kernel::pipeline::error::PipelineError;
     let cases = [
         (MemmapMode::Deferred, TestFault::CorruptPage),
         (MemmapMode::Deferred, TestFault::DoubleInit),
@@ -714,6 +715,34 @@ fn the_cpus_start_after_memory_is_ready_only_where_nothing_needs_them_before() {
             ),
             Some(prefix) => assert!(n <= first(prefix), "{name}: started after line {n}"),
         }
+        // Waited for once, after the start, before the first job.
+        let [w] = run.lines_before_cpu_wait[..] else {
+            panic!("{name}: waited {:?}", run.lines_before_cpu_wait);
+        };
+        let first_job = run.lines_before_each_job.first().copied();
+        assert!(
+            n <= w && first_job.is_none_or(|j| w <= j),
+            "{name}: started at {n}, waited at {w}, first job at {first_job:?}"
+        );
+    }
+}
+
+/// A failed bring-up comes back through the pipeline as its error, with
+/// the summary's `smp` status, before any job runs: it does not end the
+/// boot behind the pipeline's back.
+#[test]
+fn a_cpu_bring_up_failure_is_the_pipelines_error() {
+    let failure = SmpError::StackTakenNeverArrived { cpu: 1, apic_id: 1 };
+    for name in ["4g-deferred", "32t-16nodes-ondemand"] {
+        let run = common::run_on_host_with_cpus(&load(name), Some(failure.clone()));
+        let err = run.result.unwrap_err();
+        assert_eq!(err, PipelineError::Smp(failure.clone()), "{name}");
+        assert_eq!(err.status(), "smp", "{name}");
+        assert!(run.lines_before_each_job.is_empty(), "{name}: a job ran");
+        assert!(
+            format!("{err}").contains("took its stack but never arrived"),
+            "{err}"
+        );
     }
 }
 
@@ -765,6 +794,18 @@ fn no_cpu_but_the_boot_cpu_is_woken_when_it_did_all_the_work() {
             before, jobs_before_ready,
             "{name}: jobs at {:?}",
             run.lines_before_each_job
+        );
+        // Nor is any waited for (on the kernel the wait runs a self-test
+        // job on each CPU).
+        let waits = run
+            .lines_before_cpu_wait
+            .iter()
+            .filter(|&&n| n < ready)
+            .count();
+        assert_eq!(
+            waits, jobs_before_ready,
+            "{name}: waits at {:?}",
+            run.lines_before_cpu_wait
         );
     }
 }

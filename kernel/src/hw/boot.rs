@@ -525,8 +525,8 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         .map_err(|e| BootError::BadOption(format!("{e}")))?;
     // Plans the CPUs (MADT and CPUID only); the pipeline sets up the APIC
     // and the trampoline and starts the APs where its mode first needs them
-    // (`CpuBringup`), the executor waits for them (and runs the SMP
-    // self-test) before the first jobs (`smp::wait_online`), and
+    // (`CpuBringup::start`), waits for them (and runs the SMP self-test)
+    // before its first jobs (`CpuBringup::wait_online`), and
     // `run_pipeline` ends bring-up (`smp::end_bringup`).
     smp::prepare_aps(acpi_info, phys_offset, regions, late_ap);
     let input = held_report::keep_input(BootInput {

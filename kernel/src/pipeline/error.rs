@@ -13,6 +13,7 @@ use memmap::Pfn;
 
 use super::fault_hooks::FaultNotApplied;
 use super::seams::MapError;
+use crate::smp_error::SmpError;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineError {
@@ -27,6 +28,8 @@ pub enum PipelineError {
     Verify(VerifyError),
     /// A `test_fault=` that found nothing to damage on this machine.
     TestFault(FaultNotApplied),
+    /// Starting the other CPUs, or waiting for them ([`super::seams::CpuBringup`]).
+    Smp(SmpError),
 }
 
 impl PipelineError {
@@ -43,6 +46,7 @@ impl PipelineError {
             PipelineError::AllocTest(_) => "alloc_test",
             PipelineError::Verify(_) => "verify",
             PipelineError::TestFault(_) => "bad_option",
+            PipelineError::Smp(_) => "smp",
         }
     }
 }
@@ -63,6 +67,7 @@ impl fmt::Display for PipelineError {
             PipelineError::AllocTest(e) => write!(f, "{e}"),
             PipelineError::Verify(e) => write!(f, "{e}"),
             PipelineError::TestFault(e) => write!(f, "{e}"),
+            PipelineError::Smp(e) => write!(f, "{e}"),
         }
     }
 }

@@ -14,6 +14,7 @@ use memmap::sections::{Vmemmap, VMEMMAP_HUGE_PAGE_BYTES};
 
 use super::seams::{CpuBringup, Log, MapError, VmemmapMapper};
 use super::vmemmap::{PDPT_SPAN_BYTES, PD_SPAN_BYTES};
+use crate::smp_error::SmpError;
 
 /// A lazily backed vmemmap area. It also checks the pipeline's page-table
 /// plan against its own model of a 4-level walk: each mapping must bring
@@ -175,31 +176,51 @@ impl Log for VecLog {
     }
 }
 
-/// The host's [`CpuBringup`]: its threads always run, so starting them is
-/// only noted: how many lines the pipeline had logged when it asked, so
-/// that tests see where in the boot's order that was.
+/// The host's [`CpuBringup`]: its threads always run, so starting them and
+/// waiting for them are only noted: how many lines the pipeline had logged
+/// when it asked, so that tests see where in the boot's order that was.
+/// `wait_fails` makes every wait fail with that error, as an AP that took
+/// its stack and never arrived makes the kernel's.
 pub struct NotedBringup<'a> {
     log: &'a VecLog,
-    lines_before: Mutex<Vec<usize>>,
+    lines_before_start: Mutex<Vec<usize>>,
+    lines_before_wait: Mutex<Vec<usize>>,
+    wait_fails: Option<SmpError>,
 }
 
 impl<'a> NotedBringup<'a> {
-    pub fn new(log: &'a VecLog) -> Self {
+    pub fn new(log: &'a VecLog, wait_fails: Option<SmpError>) -> Self {
         NotedBringup {
             log,
-            lines_before: Mutex::new(Vec::new()),
+            lines_before_start: Mutex::new(Vec::new()),
+            lines_before_wait: Mutex::new(Vec::new()),
+            wait_fails,
         }
     }
 
     /// For each call of `start`, the number of lines logged before it.
     pub fn lines_before_each_start(&self) -> Vec<usize> {
-        self.lines_before.lock().unwrap().clone()
+        self.lines_before_start.lock().unwrap().clone()
+    }
+
+    /// For each call of `wait_online`, the number of lines logged before it.
+    pub fn lines_before_each_wait(&self) -> Vec<usize> {
+        self.lines_before_wait.lock().unwrap().clone()
+    }
+
+    fn note(&self, calls: &Mutex<Vec<usize>>) {
+        let n = self.log.lines.lock().unwrap().len();
+        calls.lock().unwrap().push(n);
     }
 }
 
 impl<M> CpuBringup<M> for NotedBringup<'_> {
-    fn start(&self, _mapper: &mut M) {
-        let n = self.log.lines.lock().unwrap().len();
-        self.lines_before.lock().unwrap().push(n);
+    fn start(&self, _mapper: &mut M) -> Result<(), SmpError> {
+        self.note(&self.lines_before_start);
+        Ok(())
+    }
+    fn wait_online(&self) -> Result<(), SmpError> {
+        self.note(&self.lines_before_wait);
+        self.wait_fails.clone().map_or(Ok(()), Err)
     }
 }

@@ -21,8 +21,8 @@
 //!
 //! The other CPUs are started ([`seams::CpuBringup`]) where the mode
 //! first needs them ([`mode::ModePlan::cpus`]): before the eager memmap for
-//! the worker modes, once memory is ready for a pool, so that until then
-//! the boot CPU runs alone; the zone lines ([`zones::log`]) are printed
+//! the worker modes (and waited for before the workers), once memory is
+//! ready for a pool, so that until then the boot CPU runs alone; the zone lines ([`zones::log`]) are printed
 //! there, with the kernel's held-back boot report (first-run code memory
 //! init does not need), or right after the zones with `console=direct`.
 //!
@@ -134,19 +134,26 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     let sections = vmemmap::SectionMapper::new(machine.mapper);
     let mut memmap = vmemmap::run::<M, P>(cx, &mut mb, layout, &sections)?;
     let start = |when| start_cpus(cx, when, machine.bringup, &sections, layout, &mb);
-    start(StartCpus::BeforeEager);
+    let online = |when| wait_for_cpus(cx, when, machine.bringup);
+    start(StartCpus::BeforeEager)?;
     let outcome = eager_memmap::run(cx, &mut memmap, &mb, layout)?;
     let buddy_handoff::Handoff { plan, buddy } =
         buddy_handoff::run(cx, &memmap, &mb, &outcome, layout)?;
     let di = buddy_handoff::deferred_init(cx, &memmap, &buddy, plan)?;
     let caches = PerCpuPages::new(cx.executor.nr_cpus());
     let pages = PageAllocator::new(&buddy, di.growth()).with_cpu_caches(&caches);
+    if !di.plan().workers().is_empty() {
+        // The workers run as jobs on every CPU. Without any (`regions`,
+        // `perpfn`) the APs stay unwaited, and idle, until memory is ready.
+        online(StartCpus::BeforeEager)?;
+    }
     let blocks = match cx.mode.deferral {
         Deferral::Workers => deferred_workers::run(cx, &di, &mb, layout)?,
         Deferral::Pool => ondemand_pool::run(cx, &di, &memmap, &mb)?,
     };
     cx.log.memory_ready();
-    start(StartCpus::WhenMemoryReady);
+    start(StartCpus::WhenMemoryReady)?;
+    online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
     alloc_test::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
@@ -195,14 +202,30 @@ fn start_cpus<M: VmemmapMapper>(
     sections: &vmemmap::SectionMapper<'_, M>,
     layout: &ZoneLayout,
     mb: &Memblock,
-) {
+) -> Result<(), PipelineError> {
     if cx.mode.cpus != when {
-        return;
+        return Ok(());
     }
-    sections.lend_mapper(|mapper| bringup.start(mapper));
+    sections
+        .lend_mapper(|mapper| bringup.start(mapper))
+        .map_err(PipelineError::Smp)?;
     if cx.opts.console == Console::Buffered {
         zones::log(cx.log, layout, mb, cx.opts.struct_page.bytes());
     }
+    Ok(())
+}
+
+/// If the mode started the other CPUs `when`, wait for them: the next step
+/// runs jobs on every CPU.
+fn wait_for_cpus<M>(
+    cx: &Ctx<'_>,
+    when: StartCpus,
+    bringup: &dyn CpuBringup<M>,
+) -> Result<(), PipelineError> {
+    if cx.mode.cpus != when {
+        return Ok(());
+    }
+    bringup.wait_online().map_err(PipelineError::Smp)
 }
 
 /// What was written and mapped by the end of the pipeline.

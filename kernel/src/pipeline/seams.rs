@@ -17,13 +17,15 @@
 use alloc::string::String;
 use core::fmt;
 
+use memmap::sections::Vmemmap;
+
+use crate::smp_error::SmpError;
+
 pub use deferred_init::{Clock, CpuId, Executor};
 
 /// The boot CPU's index for [`Executor::on_each_cpu`]: the CPU the pipeline
 /// runs on, which also takes part in every parallel phase.
 pub const BOOT_CPU: CpuId = 0;
-use memmap::sections::Vmemmap;
-
 /// A console that prints one line per call (the kernel adds the
 /// `[seconds.micros]` stamp).
 pub trait Log: Sync {
@@ -35,19 +37,25 @@ pub trait Log: Sync {
     fn memory_ready(&self) {}
 }
 
-/// Starts the CPUs other than the boot CPU. The pipeline calls
-/// [`start`](Self::start) once, where its mode first needs them soon
-/// ([`super::mode::ModePlan::cpus`]); the executor's first `on_each_cpu`
-/// waits for them. On the kernel an idle AP also writes the log out, so
-/// before `start` nothing but the boot CPU's own work runs: a mode whose
-/// memory is ready on the boot CPU alone pays for neither bring-up nor
-/// the console before it is. Bring-up edits page tables of its own (the
-/// local APIC's registers, the trampoline's identity mapping), so it
+/// Starts the CPUs other than the boot CPU, in two calls the pipeline
+/// makes where its mode says ([`super::mode::ModePlan::cpus`]):
+/// [`start`](Self::start), which returns at once, and
+/// [`wait_online`](Self::wait_online) before the executor's first job.
+/// Between them the boot CPU goes on with its own work, which hides the
+/// bring-up. On the kernel an idle AP also writes the log out, so before
+/// `start` nothing but the boot CPU's own work runs: a mode whose memory
+/// is ready on the boot CPU alone pays for neither bring-up nor the
+/// console before it is. Bring-up edits page tables of its own (the local
+/// APIC's registers, the trampoline's identity mapping), so `start`
 /// borrows the pipeline's mapper `M` for that: one editor of the page
-/// tables at a time.
+/// tables at a time. Either call's failure ends the pipeline with
+/// [`PipelineError::Smp`](super::error::PipelineError::Smp).
 pub trait CpuBringup<M>: Sync {
     /// Start the CPUs that are not running yet, without waiting for them.
-    fn start(&self, mapper: &mut M);
+    fn start(&self, mapper: &mut M) -> Result<(), SmpError>;
+    /// Wait until every CPU `start` started runs jobs or was left out
+    /// (an AP that never answers is reported, not an error).
+    fn wait_online(&self) -> Result<(), SmpError>;
 }
 
 /// Print a multi-line `Display` value line by line.

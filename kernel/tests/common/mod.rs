@@ -22,6 +22,7 @@ use memboot_kernel::pipeline::fault_hooks::FaultHooks;
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
 use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
+use memboot_kernel::smp_error::SmpError;
 
 /// A boot as its serial log describes it.
 pub struct Fixture {
@@ -94,6 +95,8 @@ pub struct HostRun {
     /// For each time the pipeline started the other CPUs, the number of
     /// lines it had logged before.
     pub lines_before_cpu_start: Vec<usize>,
+    /// For each time the pipeline waited for them, the same.
+    pub lines_before_cpu_wait: Vec<usize>,
     /// For each time the pipeline told the log memory is ready, the
     /// number of lines it had logged before.
     pub lines_before_memory_ready: Vec<usize>,
@@ -122,6 +125,12 @@ impl Executor for NotedExecutor<'_> {
 
 /// Run the whole pipeline as the kernel did, keeping everything.
 pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
+    run_on_host_with_cpus(fx, None)
+}
+
+/// [`run_on_host_in_full`] where waiting for the other CPUs fails with
+/// `wait_fails`, if given.
+pub fn run_on_host_with_cpus(fx: &Fixture, wait_fails: Option<SmpError>) -> HostRun {
     let reserve = fx.reserve();
     let input = fx.input(&reserve);
     let mut mapper = HostMapper::new();
@@ -131,7 +140,7 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
         log: &log,
         lines_before: Mutex::new(Vec::new()),
     };
-    let bringup = NotedBringup::new(&log);
+    let bringup = NotedBringup::new(&log, wait_fails);
     let machine = Machine {
         mapper: &mut mapper,
         executor: &executor,
@@ -148,6 +157,7 @@ pub fn run_on_host_in_full(fx: &Fixture) -> HostRun {
         facts: mm,
         lines: log.lines(),
         lines_before_cpu_start: bringup.lines_before_each_start(),
+        lines_before_cpu_wait: bringup.lines_before_each_wait(),
         lines_before_memory_ready: log.lines_before_memory_ready(),
         lines_before_each_job: executor.lines_before.into_inner().unwrap(),
         mapper,

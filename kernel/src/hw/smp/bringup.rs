@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bootloader_api::info::MemoryRegion;
 use memboot_kernel::acpi::AcpiInfo;
-use memboot_kernel::boot_error::SmpError;
+use memboot_kernel::smp_error::SmpError;
 use x86_64::structures::paging::OffsetPageTable;
 
 use super::percpu::{BootTiming, PerCpu};
@@ -174,8 +174,8 @@ fn run_on_starter(b: &Bringup) {
 
 /// Wait until every AP started in the background came up or was left out
 /// (the first time only; later calls return at once), print the bring-up
-/// lines and run the self-test. The executor calls it before the first
-/// jobs; [`end_bringup`] at the end of memory init in case no stage ran
+/// lines and run the self-test. The pipeline calls it before its first
+/// jobs (`CpuBringup::wait_online`); [`end_bringup`] at the end of memory init in case no stage ran
 /// jobs. Fails if [`launch`] has not run: starting the APs here could edit
 /// page tables memory init holds.
 pub fn wait_online() -> Result<(), SmpError> {

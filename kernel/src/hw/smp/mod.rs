@@ -16,8 +16,8 @@
 //!    the ring, so neither bring-up nor the console costs the boot CPU
 //!    anything before `launch`. The starter, in `ap_entry`, checks itself
 //!    in and starts the other APs one after another, waiting for each.
-//! 3. [`wait_online`], called before the first jobs (the executor's first
-//!    `on_each_cpu`), fails the boot if [`launch`] has not run (starting
+//! 3. [`wait_online`], called before the first jobs (the pipeline's
+//!    `CpuBringup::wait_online`), fails if [`launch`] has not run (starting
 //!    the CPUs there could edit page tables memory init holds), waits for
 //!    the starter to finish (or, if the starter never arrived, takes its
 //!    round back and starts the others itself), prints the bring-up lines

@@ -12,7 +12,7 @@
 use core::alloc::Layout;
 use core::sync::atomic::Ordering;
 
-use memboot_kernel::boot_error::SmpError;
+use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{BootTiming, PerCpu};
 use super::trampoline::Trampoline;

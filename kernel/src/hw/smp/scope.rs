@@ -16,7 +16,7 @@ use core::cell::RefCell;
 use core::marker::PhantomData;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use memboot_kernel::boot_error::SmpError;
+use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{CpuInfo, Job, PerCpu, MAILBOX_IDLE, MAILBOX_POSTED};
 use super::state::{boot_timing, online_cpus, SMP};

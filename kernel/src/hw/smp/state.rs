@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bootloader_api::info::MemoryRegion;
 use memboot_kernel::acpi::AcpiInfo;
-use memboot_kernel::boot_error::SmpError;
+use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{BootTiming, CpuInfo, PerCpu};
 use super::protocol::ApStack;

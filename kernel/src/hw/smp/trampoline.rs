@@ -49,7 +49,7 @@ use core::mem::{offset_of, size_of};
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
-use memboot_kernel::boot_error::SmpError;
+use memboot_kernel::smp_error::SmpError;
 use x86_64::registers::control::{Cr0, Cr3, Cr4};
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTableFlags, PhysFrame, Size4KiB, Translate,

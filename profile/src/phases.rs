@@ -168,7 +168,7 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
     PhaseDef::all(PCP_FREE, &["deferred_init::pcp::PerCpuPages::free"]),
     PhaseDef {
         name: TO_READY,
-        functions: &["memboot_kernel::hw::boot::start"],
+        functions: &["memboot_kernel::hw::boot::flow::start"],
         any_of: &[],
         until: &["memboot_kernel::pipeline::facts::Facts::memory_ready"],
     },

@@ -5,7 +5,7 @@
 //!
 //! - **entry latency**: QEMU's start to the kernel's first serial byte. memboot
 //!   writes its first line at kernel entry, past the log ring
-//!   (`hw::boot::entry_line`); Linux's first byte is its console coming up.
+//!   (`hw::boot::handoff::entry_line`); Linux's first byte is its console coming up.
 //! - **QEMU start to memory ready**: memboot holds its lines back, so the
 //!   host cannot see its ready line arrive; it is the entry line's arrival
 //!   plus the kernel's own `allocatable_ns` (both count from entry). Linux
@@ -19,7 +19,7 @@ use crate::log;
 
 /// Lines the tap adds to the log, after the boot's own.
 pub const HOST_TIMING: &str = "run-qemu.sh: host timing: ";
-/// What memboot's entry line (`hw::boot::entry_line`) holds, after its
+/// What memboot's entry line (`hw::boot::handoff::entry_line`) holds, after its
 /// version: firmware and bootloader may print before it (OVMF does).
 pub const MEMBOOT_ENTRY: &str = " booting (entry: ";
 

@@ -10,6 +10,10 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use linked_list_allocator::Heap;
 
+/// The kernel's heap: placed and grown by the boot flow (`hw::boot`).
+#[global_allocator]
+pub static HEAP: KernelHeap = KernelHeap::empty();
+
 pub struct KernelHeap {
     heap: spin::Mutex<Heap>,
     /// Kept beside the heap so the panic path reads it without the lock.

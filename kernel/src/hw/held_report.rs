@@ -10,7 +10,7 @@
 //! * the end of the boot CPU's work alone: the pipeline's `CpuBringup::start`
 //!   (after memory is ready with `memmap=ondemand`, before the eager phase
 //!   otherwise), right before the APs start;
-//! * a failure or panic before that (`hw::boot`'s `fail_with` and
+//! * a failure or panic before that (`hw::boot::finish`'s `fail_with` and
 //!   `finish`), so the log of a failed boot has whatever was known.
 //!
 //! Why not when each part is read: formatting these lines runs code for the

@@ -1,268 +1,46 @@
-//! The boot flow proper (see `main.rs` for the order and why), the same
-//! whichever way the kernel was entered: the bootloader's entry
-//! ([`bootloader_main`]) and the PVH entry (`hw::pvh`) each turn what they
-//! were given into a [`Handoff`] and call [`start`]. Everything that can
-//! end the boot early is a [`BootError`]; [`start`] is the one place that
-//! turns it into the summary's `status` and the exit code.
+//! The boot flow proper, the same whichever way the kernel was entered
+//! (the order and why: [`super`]). Everything that can end the boot early
+//! is a [`BootError`]; [`start`] is the one place that turns it into the
+//! summary's `status` and the exit code.
 
 use alloc::format;
 use alloc::vec::Vec;
-use core::panic::PanicInfo;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
-use bootloader_api::config::{BootloaderConfig, Mapping};
-use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
-use bootloader_api::BootInfo;
-use memboot_contract::options::{self, BuddyStore, Console, Options, TestFault};
-use memboot_contract::summary::SUMMARY_FAILED_STATUS;
+use bootloader_api::info::MemoryRegion;
+use memboot_contract::options::{self, BuddyStore, Console, Options};
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap;
 use memboot_kernel::kernel_image::ImageSizes;
-use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::{CpuTraps, FaultHooks};
 use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
-use memboot_kernel::report::Timestamp;
-use memboot_kernel::report::{write_summary_line, BootFacts};
 use memmap::firmware::FirmwareEntry;
 
-use crate::hw::exit::{exit, ExitCode};
-use crate::hw::heap::KernelHeap;
+use super::finish::{fail_with, finish, BOOT_FACTS, FAULTS, MM_FACTS};
+use super::handoff::{Entry, Handoff};
+use crate::hw::exit::ExitCode;
+use crate::hw::heap::HEAP;
 use crate::hw::seams::{KernelMapper, SerialLog, SmpCpus, TscClock};
-use crate::hw::{fw_cfg, held_report, interrupts, serial, smp, tsc};
+use crate::hw::{fw_cfg, held_report, serial, smp, tsc};
 
-/// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
-/// tables and, later, to build the vmemmap); a 1 MiB boot stack.
-pub static BOOTLOADER_CONFIG: BootloaderConfig = {
-    let mut config = BootloaderConfig::new_default();
-    config.mappings.physical_memory = Some(Mapping::Dynamic);
-    config.kernel_stack_size = 1 << 20;
-    config
-};
-
-bootloader_api::entry_point!(bootloader_main, config = &BOOTLOADER_CONFIG);
-
-/// Which way the kernel was entered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Entry {
-    /// QEMU's `-kernel` through the PVH note (`hw::pvh`).
-    Pvh,
-    /// rust-osdev/bootloader from the BIOS disk image.
-    Bios,
-    /// rust-osdev/bootloader from the UEFI disk image.
-    Uefi,
-}
-
-impl Entry {
-    /// The summary's `entry` value.
-    pub const fn key(self) -> &'static str {
-        match self {
-            Entry::Pvh => "pvh",
-            Entry::Bios => "bios",
-            Entry::Uefi => "uefi",
-        }
-    }
-
-    const fn describe(self) -> &'static str {
-        match self {
-            Entry::Pvh => "PVH",
-            Entry::Bios => "BIOS bootloader",
-            Entry::Uefi => "UEFI bootloader",
-        }
-    }
-}
-
-/// What the boot needs from whatever started the kernel, the same for
-/// every entry.
-#[derive(Clone, Copy)]
-pub struct Handoff {
-    pub entry: Entry,
-    /// All physical memory is mapped at this offset.
-    pub phys_offset: u64,
-    /// The firmware's map, sorted by start, with what the entry path
-    /// occupies (image, page tables, stack, boot info) as `Bootloader`
-    /// regions.
-    pub regions: &'static [MemoryRegion],
-    pub rsdp: Option<u64>,
-}
-
-static HANDOFF: spin::Once<Handoff> = spin::Once::new();
-
-/// Keep the handoff for the rest of the boot (the PVH entry keeps it
-/// across its switch to the final stack).
-pub fn keep_handoff(handoff: Handoff) -> &'static Handoff {
-    HANDOFF.call_once(|| handoff)
-}
-
-/// The handoff kept by [`keep_handoff`].
-pub fn handoff() -> &'static Handoff {
-    HANDOFF
-        .get()
-        .expect("the entry path keeps its handoff before the boot starts")
-}
-
-/// The first line of the boot, written to the serial port at once (every
-/// later line waits in the log ring until another CPU writes it out): its
-/// first byte is when the kernel started, for the host (run-qemu.sh's
-/// entry latency). Stamped 0: it is logged at entry.
-pub fn entry_line(entry: Entry) {
-    serial::write_now(format_args!(
-        "{} memboot {} booting (entry: {})",
-        Timestamp(0),
-        env!("CARGO_PKG_VERSION"),
-        entry.describe()
-    ));
-}
-
-/// From rust-osdev/bootloader, in long mode on its page tables and stack.
-fn bootloader_main(boot_info: &'static mut BootInfo) -> ! {
-    tsc::mark_entry();
-    serial::init();
-    let uefi = boot_info
-        .memory_regions
-        .iter()
-        .any(|r| matches!(r.kind, MemoryRegionKind::UnknownUefi(_)));
-    let entry = if uefi { Entry::Uefi } else { Entry::Bios };
-    entry_line(entry);
-    interrupts::init(fail);
-    let Some(phys_offset) = boot_info.physical_memory_offset.into_option() else {
-        fail_early(&BootError::NoPhysMap, BootError::NoPhysMap.status())
-    };
-    boot_info.memory_regions.sort_unstable_by_key(|r| r.start);
-    // Read-only from here on, for the rest of the boot (the held-back
-    // report prints the map late).
-    let boot_info: &'static BootInfo = boot_info;
-    start(keep_handoff(Handoff {
-        entry,
-        phys_offset,
-        regions: &boot_info.memory_regions,
-        rsdp: boot_info.rsdp_addr.into_option(),
-    }))
-}
-
-#[global_allocator]
-static HEAP: KernelHeap = KernelHeap::empty();
 /// Below this the boot cannot even parse ACPI.
 const HEAP_MIN_BYTES: u64 = 4 << 20;
 
-/// What the summary line reports; filled in as the boot learns it, so a
-/// failure part-way still reports what was known.
-struct BootFactsCell {
-    mem_bytes: AtomicU64,
-    nodes: AtomicU64,
-    cpus: AtomicU64,
-    reset_to_entry_ns: AtomicU64,
-}
-
-static BOOT_FACTS: BootFactsCell = BootFactsCell {
-    mem_bytes: AtomicU64::new(0),
-    nodes: AtomicU64::new(0),
-    cpus: AtomicU64::new(0),
-    reset_to_entry_ns: AtomicU64::new(0),
-};
-
-/// What the memory-init pipeline measured.
-static MM_FACTS: Facts = Facts::new();
-
-/// Calls of [`finish`] so far. The first writes the summary; a second is
-/// the panic or exception handler after a fault inside the first (part of
-/// its line may be on the wire, the facts lock may be held); a third is a
-/// fault inside the second, which only exits.
-static FINISH_CALLS: AtomicU32 = AtomicU32::new(0);
-
-/// What the command line's `test_fault=` does where it acts, once the
-/// line is read ([`NO_FAULTS`] until then).
-static FAULTS: spin::Once<FaultHooks> = spin::Once::new();
-static NO_FAULTS: FaultHooks = FaultHooks::new(TestFault::None);
-
-/// Print the summary line and leave QEMU with `code`: exit code and
-/// status only when the line went out whole (`report::write_summary_line`
-/// streams it, with no length limit); otherwise the cut line is ended, a
-/// line says why, and a second summary with the boot facts alone and
-/// status `summary` ends a failed boot.
-fn finish(status: &'static str, code: ExitCode) -> ! {
-    let attempt = FINISH_CALLS.fetch_add(1, Ordering::SeqCst);
-    if attempt >= 2 {
-        exit(ExitCode::Failure);
+/// The boot, once the entry path has its stamp, the serial port, the
+/// exception handlers and the handoff. Never inlined: the instruction
+/// profile's `to_ready` phase opens at its entry.
+#[inline(never)]
+pub fn start(handoff: &'static Handoff) -> ! {
+    match boot(handoff) {
+        Ok(()) => {
+            kprintln!("boot complete");
+            finish("ok", ExitCode::Success)
+        }
+        Err(e) => fail_with(e),
     }
-    let boot = BootFacts {
-        mem_bytes: BOOT_FACTS.mem_bytes.load(Ordering::Relaxed),
-        nodes: BOOT_FACTS.nodes.load(Ordering::Relaxed),
-        cpus: BOOT_FACTS.cpus.load(Ordering::Relaxed),
-        // Counted as APs come up, so a bring-up that fails part-way still
-        // reports the ones that did.
-        ap_online: smp::aps_online() as u64,
-        tsc_khz: tsc::khz(),
-        heap_bytes: HEAP.size_bytes(),
-        heap_peak_bytes: HEAP.peak_bytes(),
-        entry: HANDOFF.get().map_or("", |h| h.entry.key()),
-        reset_to_entry_ns: BOOT_FACTS.reset_to_entry_ns.load(Ordering::Relaxed),
-    };
-    let total_ns = tsc::ns_since_entry();
-    if attempt == 1 {
-        // The handler that called us has printed the fault (through the
-        // emergency path, which also ended the cut line); the facts may be
-        // what broke the first attempt, so only the boot facts go out.
-        serial::emergency_log(format_args!(
-            "memboot: the boot faulted (status `{status}`) while its summary line was being written, so the summary line above may be cut: the boot fails with status `{SUMMARY_FAILED_STATUS}` and the next summary line has the boot facts only"
-        ));
-        summary_failed_line(total_ns, &boot);
-    }
-    // A boot that ended before its CPUs started has not printed its held
-    // report yet; its log shows what was read and replays too.
-    held_report::print_once();
-    let faults = FAULTS.get().unwrap_or(&NO_FAULTS);
-    // Memory-init keys are always present (zero / "none" when the boot
-    // failed before memory init, or when a fault hit mid-record), so
-    // parsers need no special case.
-    let written = serial::raw_line_with(|line| {
-        let mut line = faults.in_summary(line);
-        MM_FACTS
-            .with(|mm| write_summary_line(&mut line, status, total_ns, &boot, mm))
-            .unwrap_or_else(|| {
-                write_summary_line(&mut line, status, total_ns, &boot, &MmFacts::EMPTY)
-            })
-    });
-    if let Some(Err(cut)) = written {
-        kprintln!("memboot: {cut}");
-        summary_failed_line(total_ns, &boot);
-    }
-    exit(code)
-}
-
-/// The summary of a boot whose first summary line did not go out whole:
-/// status `summary`, memory-init facts empty; then a failure exit.
-fn summary_failed_line(total_ns: u64, boot: &BootFacts) -> ! {
-    let _ = serial::raw_line_with(|mut line| {
-        write_summary_line(
-            &mut line,
-            SUMMARY_FAILED_STATUS,
-            total_ns,
-            boot,
-            &MmFacts::EMPTY,
-        )
-    });
-    exit(ExitCode::Failure)
-}
-
-/// Fail the boot: summary with `status` (a short failure name), failure exit.
-pub fn fail(status: &'static str) -> ! {
-    finish(status, ExitCode::Failure)
-}
-
-#[panic_handler]
-fn panic(info: &PanicInfo) -> ! {
-    serial::emergency_log(format_args!("PANIC: {info}"));
-    if let Some(bytes) = HEAP.failed_bytes() {
-        serial::emergency_log(format_args!(
-            "heap: a {bytes}-byte allocation failed (peak use {} KiB); the heap is sized from the memory map by bootmap::heap_bytes, which is too small for this machine: report it with this log",
-            HEAP.peak_bytes() >> 10
-        ));
-        fail("no_memory")
-    }
-    fail("panic")
 }
 
 /// The firmware's map, kept for the held-back report (`hw::held_report`),
@@ -411,37 +189,6 @@ fn read_acpi(
     Ok(info)
 }
 
-/// The boot, once the entry path has its stamp, the serial port, the
-/// exception handlers and the handoff. Never inlined: the instruction
-/// profile's `to_ready` phase opens at its entry.
-#[inline(never)]
-pub fn start(handoff: &'static Handoff) -> ! {
-    match boot(handoff) {
-        Ok(()) => {
-            kprintln!("boot complete");
-            finish("ok", ExitCode::Success)
-        }
-        Err(e) => fail_with(e),
-    }
-}
-
-/// Fail the boot before it has a heap (the entry paths' own checks): the
-/// message through the emergency path, which allocates nothing.
-pub fn fail_early(e: &dyn core::fmt::Display, status: &'static str) -> ! {
-    serial::emergency_log(format_args!("{e}"));
-    fail(status)
-}
-
-/// Fail the boot with `e`: its message, then the summary with its status.
-pub fn fail_with(e: BootError) -> ! {
-    // What the boot had read goes first: the error may be about it.
-    held_report::print_once();
-    for line in format!("{e}").lines() {
-        kprintln!("{line}");
-    }
-    fail(e.status())
-}
-
 /// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
 /// and how precise it is.
 fn print_tsc(tsc: &tsc::Calibration) {
@@ -471,7 +218,7 @@ fn print_entry(entry: Entry) {
     );
     // Where the code runs: what an instruction profile (memboot-profile)
     // names functions by, with the ELF's symbols.
-    let text = super::image::sections().text;
+    let text = crate::hw::image::sections().text;
     kprintln!(
         "memboot: image text [{:#x}-{:#x}]",
         text.start,

@@ -558,15 +558,17 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
     /// their zone's lock (and its cache lines) once a section.
     fn free_windows(&self, pos: usize, claim: &Claim) {
         let node = &self.plan.nodes()[pos];
-        let blocks = claim.windows.clone().flat_map(|w| {
+        let mut frees = self.buddy.prepared_frees();
+        for w in claim.windows.clone() {
             let (window, pieces) = node.window_pieces(claim.chunk, w);
-            pieces
-                .iter()
-                .filter(|p| !p.reserved)
-                .filter_map(move |p| p.pfns.intersect(&window))
-                .flat_map(max_blocks)
-        });
-        self.buddy.free_prepared_blocks(blocks);
+            for p in pieces.iter().filter(|p| !p.reserved) {
+                if let Some(r) = p.pfns.intersect(&window) {
+                    for (pfn, order) in max_blocks(r) {
+                        frees.free(pfn, order);
+                    }
+                }
+            }
+        }
     }
 
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`

@@ -46,7 +46,6 @@
 //! changed through this allocator while the block may be freed.
 
 use alloc::vec::Vec;
-use core::fmt;
 
 use memmap::page::{ListHead, PageLayout, MAX_NUMNODES};
 pub use memmap::page_size::BuddyStore;
@@ -56,6 +55,13 @@ use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, NR_ORDERS};
 use spin::Mutex;
 
 use crate::free_bitmap::FreeBitmaps;
+
+mod bulk;
+mod errors;
+mod walk;
+
+pub use errors::{AllocError, BuddyError, FreeError};
+pub use walk::ListEnd;
 
 /// End-of-list marker in the PFN-valued `lru` link words.
 pub const PFN_NONE: Pfn = u64::MAX;
@@ -92,158 +98,6 @@ impl ZoneFree {
             nr_blocks: [0; NR_ORDERS],
             nr_free_pages: 0,
             index,
-        }
-    }
-}
-
-/// Why the allocator could not be built.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BuddyError {
-    /// A managed range's PFNs are not in the zone it is labelled with.
-    RangeCrossesZone { range: ManagedRange },
-    /// Node id beyond what struct-page flags hold.
-    NodeIdTooLarge { nid: NodeId },
-    /// Two managed ranges overlap.
-    OverlappingRanges {
-        first: ManagedRange,
-        second: ManagedRange,
-    },
-    /// A managed range touches a section whose struct pages are not backed.
-    SectionNotBacked {
-        section_nr: u64,
-        range: ManagedRange,
-    },
-    /// Free lists asked of struct pages that have no list link.
-    NoListLink { page_bytes: u64 },
-    /// The heap could not hold a zone's free bitmaps.
-    NoMemoryForBitmaps {
-        nid: NodeId,
-        zone: ZoneType,
-        bytes: u64,
-    },
-}
-
-impl fmt::Display for BuddyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BuddyError::RangeCrossesZone { range } => write!(
-                f,
-                "managed range {:#x}..{:#x} of node {} is labelled {} but leaves that zone; split it at zone boundaries",
-                range.pfns.start, range.pfns.end, range.nid, range.zone.name()
-            ),
-            BuddyError::NodeIdTooLarge { nid } => write!(
-                f,
-                "node id {nid} exceeds the {} nodes struct-page flags can hold; renumber nodes densely",
-                MAX_NUMNODES
-            ),
-            BuddyError::OverlappingRanges { first, second } => write!(
-                f,
-                "managed ranges {:#x}..{:#x} (node {}) and {:#x}..{:#x} (node {}) overlap; give each PFN to one (node, zone) once",
-                first.pfns.start, first.pfns.end, first.nid, second.pfns.start, second.pfns.end, second.nid
-            ),
-            BuddyError::SectionNotBacked { section_nr, range } => write!(
-                f,
-                "section {section_nr} of managed range {:#x}..{:#x} (node {}) has no struct-page backing; populate the vmemmap for every section with present memory first",
-                range.pfns.start, range.pfns.end, range.nid
-            ),
-            BuddyError::NoListLink { page_bytes } => write!(
-                f,
-                "a {page_bytes}-byte struct page has no list link for free lists; use buddy=bitmaps"
-            ),
-            BuddyError::NoMemoryForBitmaps { nid, zone, bytes } => write!(
-                f,
-                "the heap cannot hold the {bytes} bytes of free bitmaps of node {nid} zone {}; the heap is sized by bootmap::heap_bytes: report it with this log",
-                zone.name()
-            ),
-        }
-    }
-}
-
-/// Why an allocation failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AllocError {
-    /// `order > MAX_ORDER`.
-    OrderTooLarge { order: u32 },
-    /// The node has no free lists in this allocator.
-    UnknownNode { nid: NodeId },
-    /// No free block of that order or larger, and nothing left to grow.
-    OutOfMemory {
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-    },
-    /// No free block yet, but deferred-init workers are still initialising
-    /// chunks of the node; retry later or wait for them.
-    InitInProgress {
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-        windows_in_flight: u64,
-    },
-}
-
-impl fmt::Display for AllocError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AllocError::OrderTooLarge { order } => write!(
-                f,
-                "order {order} exceeds MAX_ORDER {MAX_ORDER} (4 MiB); allocate several blocks instead"
-            ),
-            AllocError::UnknownNode { nid } => write!(
-                f,
-                "node {nid} has no memory in the buddy allocator; pick a node with memory"
-            ),
-            AllocError::OutOfMemory { nid, zone, order } => write!(
-                f,
-                "node {nid} zone {} has no free block of order {order} or larger; try another zone/node or a smaller order",
-                zone.name()
-            ),
-            AllocError::InitInProgress {
-                nid,
-                zone,
-                order,
-                windows_in_flight,
-            } => write!(
-                f,
-                "node {nid} zone {} has no free block of order {order} yet; {windows_in_flight} claimed block window(s) are still being initialised, retry once they are done",
-                zone.name()
-            ),
-        }
-    }
-}
-
-/// Why a free was refused (nothing was changed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FreeError {
-    /// `order > MAX_ORDER`.
-    OrderTooLarge { order: u32 },
-    /// `pfn` is not a multiple of `1 << order`.
-    Misaligned { pfn: Pfn, order: u32 },
-    /// The block is not wholly inside memory this allocator manages.
-    NotManaged { pfn: Pfn, order: u32 },
-    /// The head page is free already or not an allocated block head
-    /// (double free, or freeing a tail page).
-    NotAllocated { pfn: Pfn },
-}
-
-impl fmt::Display for FreeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FreeError::OrderTooLarge { order } => {
-                write!(f, "order {order} exceeds MAX_ORDER {MAX_ORDER}; free with the order used to allocate")
-            }
-            FreeError::Misaligned { pfn, order } => write!(
-                f,
-                "pfn {pfn:#x} is not aligned to order {order}; free the head PFN returned by alloc"
-            ),
-            FreeError::NotManaged { pfn, order } => write!(
-                f,
-                "block {pfn:#x} order {order} is not (wholly) memory this allocator manages; it came from elsewhere"
-            ),
-            FreeError::NotAllocated { pfn } => write!(
-                f,
-                "pfn {pfn:#x} is not the head of an allocated block (refcount != 1 or already free): double free?"
-            ),
         }
     }
 }
@@ -559,22 +413,13 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         .expect("managed block without struct-page backing (checked in BuddyAllocator::new)")
     }
 
-    /// Free blocks whose pages all have `_refcount == 0` already (memmap
-    /// init writes them so), holding a zone's lock across the blocks of
-    /// that zone that come one after another.
-    pub(crate) fn free_prepared_blocks(&self, blocks: impl IntoIterator<Item = (Pfn, u32)>) {
-        let mut held: Option<(usize, spin::MutexGuard<'_, ZoneFree>)> = None;
-        for (pfn, order) in blocks {
-            let Some((range, s)) = self.range_of(pfn) else {
-                debug_assert!(false, "freed unmanaged pfn {pfn:#x}");
-                continue;
-            };
-            if held.as_ref().is_none_or(|(hs, _)| *hs != s) {
-                drop(held.take()); // one zone lock at a time
-                held = Some((s, self.zones[s].lock()));
-            }
-            let (_, zf) = held.as_mut().expect("locked above");
-            self.merge_and_push(zf, range, pfn, order);
+    /// A freer of blocks whose pages all have `_refcount == 0` already
+    /// (memmap init writes them so) that holds a zone's lock across the
+    /// blocks of that zone freed one after another.
+    pub(crate) fn prepared_frees(&self) -> PreparedFrees<'_, 'm, B> {
+        PreparedFrees {
+            buddy: self,
+            held: None,
         }
     }
 
@@ -589,38 +434,6 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         let mut zf = self.zone_lock(nid, zone)?;
         self.take(&mut zf, order, true)
             .ok_or(AllocError::OutOfMemory { nid, zone, order })
-    }
-
-    /// Up to `out.len()` order-0 pages of (nid, zone) under one take of
-    /// the zone lock, for a per-CPU cache (Linux `rmqueue_bulk`); returns
-    /// how many. They keep `_refcount` 0: cached, not yet allocated.
-    pub(crate) fn alloc_bulk(
-        &self,
-        nid: NodeId,
-        zone: ZoneType,
-        out: &mut [Pfn],
-    ) -> Result<usize, AllocError> {
-        let mut zf = self.zone_lock(nid, zone)?;
-        let mut n = 0;
-        while n < out.len() {
-            // The largest block no bigger than what is still wanted, or a
-            // smaller one: its pages go to the cache as they are (a free
-            // block's tails are untyped with `_refcount` 0, as cached pages
-            // are), one store operation for up to 32 of a batch's 63 pages.
-            let want = out.len() - n;
-            let top = (usize::BITS - 1 - want.leading_zeros()).min(MAX_ORDER);
-            let Some((pfn, order)) = (0..=top)
-                .rev()
-                .find_map(|o| Some((self.take(&mut zf, o, false)?, o)))
-            else {
-                break;
-            };
-            for (i, slot) in out[n..n + (1 << order)].iter_mut().enumerate() {
-                *slot = pfn + i as u64;
-            }
-            n += 1 << order;
-        }
-        Ok(n)
     }
 
     fn zone_lock(
@@ -727,57 +540,6 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         ok.then_some(()).ok_or(FreeError::NotAllocated { pfn })
     }
 
-    /// Free the order-0 page `pfn` into a per-CPU cache rather than the
-    /// store: the checks of [`free`](Self::free), `_refcount` to 0, and
-    /// the (node, zone) slot it belongs to. The zone lock is held for the
-    /// check only, so a page freed twice is refused, never cached twice.
-    pub(crate) fn release_to_cache(&self, pfn: Pfn) -> Result<usize, FreeError> {
-        let (_, s) = self
-            .range_of(pfn)
-            .ok_or(FreeError::NotManaged { pfn, order: 0 })?;
-        let _zf = self.zones[s].lock();
-        self.release_head(pfn)?;
-        Ok(s)
-    }
-
-    /// A cached page (`_refcount` 0, owned by the cache) handed to its
-    /// allocator: `_refcount` 1.
-    pub(crate) fn allocate_cached(&self, pfn: Pfn) {
-        // SAFETY: the cache owns the page (it took it off the store or was
-        // given it by `release_to_cache`) and hands it over now.
-        unsafe { self.with_page(pfn, |p| p.set_refcount(1)) };
-    }
-
-    /// Order-0 pages of slot `s` back from a per-CPU cache into the store
-    /// under one take of the zone lock (Linux `free_pcppages_bulk`). Every
-    /// page has `_refcount` 0 and belongs to the cache. `pfns` is sorted in
-    /// place, and each aligned run of 2^k consecutive pages goes back as
-    /// one block of order k: one merge where a page at a time made 2^k
-    /// (a refill took such blocks; the pages often come back together).
-    pub(crate) fn free_bulk(&self, s: usize, pfns: &mut [Pfn]) {
-        pfns.sort_unstable();
-        let mut zf = self.zones[s].lock();
-        let mut i = 0;
-        while i < pfns.len() {
-            let pfn = pfns[i];
-            let Some((range, _)) = self.range_of(pfn).filter(|&(_, ps)| ps == s) else {
-                debug_assert!(false, "cached pfn {pfn:#x} is not of slot {s}");
-                i += 1;
-                continue;
-            };
-            let mut order = 0;
-            while order < MAX_ORDER && run_of_block(&pfns[i..], pfn, order + 1) {
-                order += 1;
-            }
-            let last = pfn + (1 << order) - 1;
-            if !range.contains(last) {
-                order = 0;
-            }
-            self.merge_and_push(&mut zf, range, pfn, order);
-            i += 1 << order;
-        }
-    }
-
     /// Hand initialised pages to the allocator: `PG_reserved` cleared and
     /// `_refcount` set to 0 on every page, then freed in the largest
     /// aligned blocks (Linux `__free_pages_core`).
@@ -812,7 +574,10 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// afterwards).
     pub unsafe fn free_ready_range(&self, range: PfnRange) -> Result<(), FreeError> {
         self.check_managed(range)?;
-        self.free_prepared_blocks(max_blocks(range));
+        let mut frees = self.prepared_frees();
+        for (pfn, order) in max_blocks(range) {
+            frees.free(pfn, order);
+        }
         Ok(())
     }
 
@@ -863,92 +628,30 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     pub fn nr_slots(&self) -> usize {
         self.zones.len()
     }
+}
 
-    /// Walk every free list, calling `f(nid, zone, head_pfn, order)` per
-    /// block, one zone lock at a time. `f` must not call the allocator.
-    /// A list whose links leave its (node, zone) is walked up to that link.
-    pub fn for_each_free_block(&self, mut f: impl FnMut(NodeId, ZoneType, Pfn, u32)) {
-        for s in 0..self.zones.len() {
-            let (nid, zone) = slot_key(s);
-            for order in 0..=MAX_ORDER {
-                self.walk_free_list(nid, zone, order, |pfn| {
-                    f(nid, zone, pfn, order);
-                    true
-                });
-            }
-        }
-    }
+/// Blocks freed one after another ([`BuddyAllocator::prepared_frees`]),
+/// the lock of the last one's zone held until the next is another zone's
+/// or the freer is dropped.
+pub(crate) struct PreparedFrees<'a, 'm, B> {
+    buddy: &'a BuddyAllocator<'m, B>,
+    held: Option<(usize, spin::MutexGuard<'a, ZoneFree>)>,
+}
 
-    /// Walk the order-`order` list of (nid, zone) under its lock, calling
-    /// `visit(head_pfn)` per block; `visit` returns whether to follow that
-    /// block's `lru.next` (verification stops at a head it does not trust).
-    /// Never reads a struct page outside the list's (node, zone) and never
-    /// visits more than one block past the list's block counter: a corrupt
-    /// list ends the walk and says how ([`ListEnd`]).
-    pub fn walk_free_list(
-        &self,
-        nid: NodeId,
-        zone: ZoneType,
-        order: u32,
-        mut visit: impl FnMut(Pfn) -> bool,
-    ) -> ListEnd {
-        let s = slot(nid, zone);
-        let Some(zl) = self.zones.get(s).filter(|_| order <= MAX_ORDER) else {
-            return ListEnd::Complete;
+impl<B: MemmapBacking> PreparedFrees<'_, '_, B> {
+    /// Free the block `pfn`/`order`, every page of it `_refcount` 0, ours.
+    #[inline]
+    pub(crate) fn free(&mut self, pfn: Pfn, order: u32) {
+        let Some((range, s)) = self.buddy.range_of(pfn) else {
+            debug_assert!(false, "freed unmanaged pfn {pfn:#x}");
+            return;
         };
-        let zf = zl.lock();
-        let nr_blocks = zf.nr_blocks[order as usize];
-        let mut pfn = match &zf.index {
-            FreeIndex::Lists(heads) => heads[order as usize],
-            FreeIndex::Bitmaps(bits) => bits.next_from(0, order).unwrap_or(PFN_NONE),
-        };
-        let mut walked = 0;
-        let mut from = PFN_NONE;
-        while pfn != PFN_NONE {
-            if self.range_of(pfn).is_none_or(|(_, ps)| ps != s) {
-                return ListEnd::BadLink { from, to: pfn };
-            }
-            // One block past the count is still visited, so the visitor sees
-            // what a bad link points at; a second one is a runaway list.
-            if walked > nr_blocks {
-                return ListEnd::TooLong { after: from };
-            }
-            walked += 1;
-            if !visit(pfn) {
-                return ListEnd::Stopped { at: pfn };
-            }
-            from = pfn;
-            pfn = match &zf.index {
-                // SAFETY: `pfn` is managed by this (node, zone) (checked
-                // above), so its struct page is backed; it is on this zone's
-                // list, whose lock we hold.
-                FreeIndex::Lists(_) => unsafe {
-                    self.with_page(pfn, |p| p.list_link().map_or(PFN_NONE, |l| l.next))
-                },
-                FreeIndex::Bitmaps(bits) => bits.next_from(pfn + 1, order).unwrap_or(PFN_NONE),
-            };
+        if self.held.as_ref().is_none_or(|(hs, _)| *hs != s) {
+            drop(self.held.take()); // one zone lock at a time
+            self.held = Some((s, self.buddy.zones[s].lock()));
         }
-        if walked < nr_blocks {
-            ListEnd::TooShort { walked }
-        } else {
-            ListEnd::Complete
-        }
-    }
-
-    /// Record `pfn`/`order` as a free block in the store without typing
-    /// its page or counting it: what a corrupted list link or bitmap bit
-    /// amounts to (`test_fault=list_corrupt`; see [`crate::faults`]).
-    pub(crate) fn record_stray_block(&self, pfn: Pfn, order: u32) -> bool {
-        let Some((_, s)) = self.range_of(pfn) else {
-            return false;
-        };
-        match &mut self.zones[s].lock().index {
-            FreeIndex::Bitmaps(bits) => {
-                bits.insert(pfn, order);
-                true
-            }
-            FreeIndex::Lists(_) => false,
-        }
+        let (_, zf) = self.held.as_mut().expect("locked above");
+        self.buddy.merge_and_push(zf, range, pfn, order);
     }
 }
 
@@ -980,23 +683,6 @@ fn slot_bitmaps(ranges: &[(PfnRange, u32)], s: usize) -> Result<FreeBitmaps, Bud
     })
 }
 
-/// How a walk of one free list ended ([`BuddyAllocator::walk_free_list`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ListEnd {
-    /// `PFN_NONE` after exactly the list's block count.
-    Complete,
-    /// The visitor stopped at `at`.
-    Stopped { at: Pfn },
-    /// Head `from`'s `lru.next` (or the list head, `from == PFN_NONE`)
-    /// points at `to`, which is not memory of this (node, zone).
-    BadLink { from: Pfn, to: Pfn },
-    /// Blocks still linked after one past the counter (a cycle?); `after`
-    /// is the last block visited.
-    TooLong { after: Pfn },
-    /// The list ended after `walked` blocks, fewer than the counter says.
-    TooShort { walked: u64 },
-}
-
 /// `range` as the largest naturally aligned blocks of order ≤ `MAX_ORDER`,
 /// `(head, order)` ascending (Linux `deferred_free_pages` /
 /// `memblock_free_pages` loop).
@@ -1015,11 +701,4 @@ pub(crate) fn max_blocks(range: PfnRange) -> impl Iterator<Item = (Pfn, u32)> {
         pfn += 1 << order;
         Some(block)
     })
-}
-
-/// Do `sorted`'s first 2^order entries, distinct and ascending, make the
-/// aligned block of that order at `pfn`?
-fn run_of_block(sorted: &[Pfn], pfn: Pfn, order: u32) -> bool {
-    let n = 1usize << order;
-    pfn.is_multiple_of(n as u64) && sorted.len() >= n && sorted[n - 1] == pfn + n as u64 - 1
 }

@@ -1,14 +1,25 @@
-//! The per-CPU caches' side of the allocator: order-0 pages taken and
-//! given back in bulk under one take of the zone lock, and a page freed
-//! into a cache or handed from one.
+//! Blocks in bulk under one take of the zone lock: blocks memmap init
+//! readied, freed one after another ([`PreparedFrees`]), and the per-CPU
+//! caches' side of the allocator, order-0 pages taken and given back, and
+//! a page freed into a cache or handed from one.
 
 use memmap::page::PageLayout;
 use memmap::store::MemmapBacking;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
-use super::{AllocError, BuddyAllocator, FreeError};
+use super::{AllocError, BuddyAllocator, FreeError, ZoneFree};
 
-impl<B: MemmapBacking> BuddyAllocator<'_, B> {
+impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
+    /// A freer of blocks whose pages all have `_refcount == 0` already
+    /// (memmap init writes them so) that holds a zone's lock across the
+    /// blocks of that zone freed one after another.
+    pub(crate) fn prepared_frees(&self) -> PreparedFrees<'_, 'm, B> {
+        PreparedFrees {
+            buddy: self,
+            held: None,
+        }
+    }
+
     /// Up to `out.len()` order-0 pages of (nid, zone) under one take of
     /// the zone lock, for a per-CPU cache (Linux `rmqueue_bulk`); returns
     /// how many. They keep `_refcount` 0: cached, not yet allocated.
@@ -98,4 +109,29 @@ impl<B: MemmapBacking> BuddyAllocator<'_, B> {
 fn run_of_block(sorted: &[Pfn], pfn: Pfn, order: u32) -> bool {
     let n = 1usize << order;
     pfn.is_multiple_of(n as u64) && sorted.len() >= n && sorted[n - 1] == pfn + n as u64 - 1
+}
+
+/// Blocks freed one after another ([`BuddyAllocator::prepared_frees`]),
+/// the lock of the last one's zone held until the next is another zone's
+/// or the freer is dropped.
+pub(crate) struct PreparedFrees<'a, 'm, B> {
+    buddy: &'a BuddyAllocator<'m, B>,
+    held: Option<(usize, spin::MutexGuard<'a, ZoneFree>)>,
+}
+
+impl<B: MemmapBacking> PreparedFrees<'_, '_, B> {
+    /// Free the block `pfn`/`order`, every page of it `_refcount` 0, ours.
+    #[inline]
+    pub(crate) fn free(&mut self, pfn: Pfn, order: u32) {
+        let Some((range, s)) = self.buddy.range_of(pfn) else {
+            debug_assert!(false, "freed unmanaged pfn {pfn:#x}");
+            return;
+        };
+        if self.held.as_ref().is_none_or(|(hs, _)| *hs != s) {
+            drop(self.held.take()); // one zone lock at a time
+            self.held = Some((s, self.buddy.zones[s].lock()));
+        }
+        let (_, zf) = self.held.as_mut().expect("locked above");
+        self.buddy.merge_and_push(zf, range, pfn, order);
+    }
 }

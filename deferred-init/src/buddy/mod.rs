@@ -413,16 +413,6 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         .expect("managed block without struct-page backing (checked in BuddyAllocator::new)")
     }
 
-    /// A freer of blocks whose pages all have `_refcount == 0` already
-    /// (memmap init writes them so) that holds a zone's lock across the
-    /// blocks of that zone freed one after another.
-    pub(crate) fn prepared_frees(&self) -> PreparedFrees<'_, 'm, B> {
-        PreparedFrees {
-            buddy: self,
-            held: None,
-        }
-    }
-
     /// Allocate `1 << order` contiguous pages from (nid, zone); returns the
     /// head PFN. The head's `_refcount` is 1. Never inlined: the instruction
     /// profile counts its calls (`memboot-profile`'s `buddy_alloc`).
@@ -627,31 +617,6 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// every (node, zone) the allocator has lists for.
     pub fn nr_slots(&self) -> usize {
         self.zones.len()
-    }
-}
-
-/// Blocks freed one after another ([`BuddyAllocator::prepared_frees`]),
-/// the lock of the last one's zone held until the next is another zone's
-/// or the freer is dropped.
-pub(crate) struct PreparedFrees<'a, 'm, B> {
-    buddy: &'a BuddyAllocator<'m, B>,
-    held: Option<(usize, spin::MutexGuard<'a, ZoneFree>)>,
-}
-
-impl<B: MemmapBacking> PreparedFrees<'_, '_, B> {
-    /// Free the block `pfn`/`order`, every page of it `_refcount` 0, ours.
-    #[inline]
-    pub(crate) fn free(&mut self, pfn: Pfn, order: u32) {
-        let Some((range, s)) = self.buddy.range_of(pfn) else {
-            debug_assert!(false, "freed unmanaged pfn {pfn:#x}");
-            return;
-        };
-        if self.held.as_ref().is_none_or(|(hs, _)| *hs != s) {
-            drop(self.held.take()); // one zone lock at a time
-            self.held = Some((s, self.buddy.zones[s].lock()));
-        }
-        let (_, zf) = self.held.as_mut().expect("locked above");
-        self.buddy.merge_and_push(zf, range, pfn, order);
     }
 }
 

@@ -23,6 +23,7 @@ pub mod page32;
 pub mod page8;
 pub mod page_size;
 pub mod pageblock;
+mod region_table;
 pub mod sections;
 pub mod store;
 pub mod user_map;

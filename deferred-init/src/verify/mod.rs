@@ -64,15 +64,16 @@ use memmap::NodeId;
 use crate::buddy::BuddyAllocator;
 use crate::run::{DeferredInit, Executor};
 
+mod list_report;
 mod lists;
 mod pages;
 mod pool;
 mod selftest;
 
-pub use lists::{
-    verify_buddy, verify_buddy_with_pool, BuddyFailure, BuddyMismatch, BuddySummary, HeadProblem,
-    ListProblem, ZoneSummary,
+pub use list_report::{
+    BuddyFailure, BuddyMismatch, BuddySummary, HeadProblem, ListProblem, ZoneSummary,
 };
+pub use lists::{verify_buddy, verify_buddy_with_pool};
 pub use pages::{
     verify_pages, verify_scan_range, Expected, PageCheck, PageMismatch, PageWords, Problem,
     ScanRange, ZoneCheck, MAX_RECORDED_MISMATCHES,

@@ -62,7 +62,7 @@ impl fmt::Display for ZoneSummary {
     }
 }
 
-/// What [`verify_buddy`] checked.
+/// What [`verify_buddy`](super::verify_buddy) checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuddySummary {
     /// Zones of the layout with present pages, plus any (node, zone) the
@@ -164,7 +164,7 @@ impl fmt::Display for InZone {
     }
 }
 
-/// A disagreement found by [`verify_buddy`].
+/// A disagreement found by [`verify_buddy`](super::verify_buddy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BuddyMismatch {
     /// The page scan itself found mismatches.
@@ -395,7 +395,7 @@ impl fmt::Display for BuddyMismatch {
     }
 }
 
-/// [`verify_buddy`] failed: the numbers and what differs.
+/// [`verify_buddy`](super::verify_buddy) failed: the numbers and what differs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuddyFailure {
     pub summary: BuddySummary,

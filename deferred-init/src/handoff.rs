@@ -5,7 +5,7 @@
 //! (`_refcount` 0), so this writes each block's head, not every page.
 //!
 //! Deferred memory reaches the allocator through the workers instead
-//! ([`crate::run`]); the allocator is told about both up front, since it
+//! ([`crate::DeferredInit`]); the allocator is told about both up front, since it
 //! only merges buddies within memory it manages.
 
 use memmap::init::EagerRange;

@@ -8,24 +8,24 @@
 //!
 //! 1. [`DeferredPlan::new`] cuts each node's [`memmap::DeferredRange`]s into
 //!    section-aligned chunks, marks reserved pieces, and assigns workers to
-//!    CPUs ([`plan`] explains chunking and the choice of CPUs).
+//!    CPUs (`plan.rs` explains chunking and the choice of CPUs).
 //! 2. [`DeferredInit::run`] runs each CPU's workers through an [`Executor`]
-//!    (`std::thread` on the host: [`host::ThreadExecutor`]; application
+//!    (`std::thread` on the host: `host::ThreadExecutor`; application
 //!    processors in the kernel), or a caller's own per-CPU job calls
 //!    [`DeferredInit::run_cpu_workers`] (the kernel's boot CPU creates the
 //!    memory blocks first). Workers claim chunks
-//!    through a lock-free per-node cursor ([`run`] explains the protocol).
+//!    through a lock-free per-node cursor (`run.rs` explains the protocol).
 //! 3. Initialised pages are freed into a per-(node, zone) [`BuddyAllocator`]
-//!    in the largest aligned blocks ([`buddy`] explains the list encoding),
+//!    in the largest aligned blocks (`buddy/mod.rs` explains the list encoding),
 //!    which its owner creates and lends to deferred init.
-//! 4. The [`PageAllocator`] ([`page_alloc`]), what every caller allocates
+//! 4. The [`PageAllocator`] (`page_alloc.rs`), what every caller allocates
 //!    from, serves requests in Linux's zone fallback order from those lists
 //!    and grows a zone from deferred init's pool ([`DeferredInit`] is its
 //!    [`Grow`] source) if an allocation comes before the workers are done.
-//!    Order-0 pages go through per-CPU caches ([`pcp`]) when the caller
+//!    Order-0 pages go through per-CPU caches (`pcp.rs`) when the caller
 //!    names its CPU.
 //! 5. [`DeferredInit::report`] gives per-node and per-worker statistics and
-//!    the dmesg-equivalent lines ([`stats`]).
+//!    the dmesg-equivalent lines (`stats.rs`).
 //!
 //! `no_std` + `alloc`; allocation happens only while building the plan and the
 //! allocator, never in the workers' loop.
@@ -33,20 +33,20 @@
 
 extern crate alloc;
 
-pub mod buddy;
-pub mod claim_hooks;
-pub mod clock;
+mod buddy;
+mod claim_hooks;
+mod clock;
 pub mod faults;
 mod free_bitmap;
 pub mod handoff;
-pub mod page_alloc;
-pub mod pcp;
-pub mod plan;
-pub mod run;
-pub mod stats;
+mod page_alloc;
+mod pcp;
+mod plan;
+mod run;
+mod stats;
 #[cfg(test)]
 mod test_damage;
-pub mod verify;
+mod verify;
 
 #[cfg(any(test, feature = "std"))]
 pub mod host;
@@ -106,6 +106,7 @@ test_suite!(
 pub use buddy::{
     AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange, PFN_NONE,
 };
+pub use claim_hooks::{ClaimHooks, NoClaimHooks};
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};
 pub use pcp::{PerCpuPages, PCP_BATCH, PCP_HIGH};
@@ -119,8 +120,8 @@ pub use run::{
 };
 pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{
-    alloc_free_selftest, verify_buddy, verify_buddy_with_pool, verify_pages, verify_scan_range,
-    BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem, ListProblem, PageCheck,
-    PageMismatch, PageWords, PoolCheck, Problem, ScanRange, SelftestError, SelftestReport,
-    ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
+    alloc_free_selftest, check_all, verify_buddy, verify_buddy_with_pool, verify_pages,
+    verify_scan_range, BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem,
+    ListProblem, PageCheck, PageMismatch, PageWords, PoolCheck, Problem, ScanRange, SelftestError,
+    SelftestReport, Verified, ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
 };

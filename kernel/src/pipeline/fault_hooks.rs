@@ -13,8 +13,8 @@
 
 use core::fmt;
 
-use deferred_init::claim_hooks::ClaimHooks;
 use deferred_init::faults::{self, DoubleInit};
+use deferred_init::ClaimHooks;
 use deferred_init::{BuddyStore, DeferredInit};
 use memboot_contract::options::TestFault;
 use memmap::init::EagerRange;

@@ -8,7 +8,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
-use deferred_init::verify::{check_all, Verified};
+use deferred_init::{check_all, Verified};
 use deferred_init::{DeferredInit, PageAllocator};
 use memmap::init::InitOutcome;
 use memmap::memblock::Memblock;

@@ -8,7 +8,7 @@ use core::fmt;
 
 use crate::acpi::AcpiError;
 use crate::pipeline::error::PipelineError;
-use crate::pvh::PvhError;
+use crate::pvh_start_info::PvhError;
 use crate::smp_error::SmpError;
 
 /// Why the boot ended early.

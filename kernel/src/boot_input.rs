@@ -22,7 +22,7 @@ use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::user_map::{UserMap, UserMapError};
 use memmap::NodeId;
 
-use crate::kernel_image::ImageSizes;
+use crate::image_sizes::ImageSizes;
 use crate::pipeline::memblock::EarlyReservation;
 use crate::pipeline::Input;
 use memboot_contract::json::JsonObject;

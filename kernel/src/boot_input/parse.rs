@@ -14,7 +14,7 @@ use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use serde_json::{Map, Value};
 
 use super::{kind_of_name, BootInput, INPUT_PREFIX};
-use crate::kernel_image::ImageSizes;
+use crate::image_sizes::ImageSizes;
 
 /// Why a line is not a readable input line.
 #[derive(Debug)]

@@ -75,7 +75,7 @@ pub fn phys_addr_bits() -> u32 {
 }
 
 /// The TSC frequency CPUID announces (leaves 0x15, 0x16, 0x40000010), see
-/// `memboot_kernel::tsc_freq`.
-pub fn tsc_khz_from_cpuid() -> Option<(u64, memboot_kernel::tsc_freq::TscSource)> {
-    memboot_kernel::tsc_freq::khz_from_cpuid(CpuIdReaderNative)
+/// `memboot_kernel::tsc_cpuid`.
+pub fn tsc_khz_from_cpuid() -> Option<(u64, memboot_kernel::tsc_cpuid::TscSource)> {
+    memboot_kernel::tsc_cpuid::khz_from_cpuid(CpuIdReaderNative)
 }

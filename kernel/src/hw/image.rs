@@ -2,7 +2,7 @@
 //! bounds): the same on every entry path, since the image runs where it
 //! is linked.
 
-use memboot_kernel::kernel_image::ImageSections;
+use memboot_kernel::image_sizes::ImageSections;
 
 extern "C" {
     // linker.ld's section bounds; only their addresses are used.

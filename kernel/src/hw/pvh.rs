@@ -16,7 +16,7 @@
 use core::arch::{asm, global_asm};
 
 use bootloader_api::info::MemoryRegion;
-use memboot_kernel::pvh::{
+use memboot_kernel::pvh_start_info::{
     build_page_tables, image_phys, region_of_entry, DirectMapPage, Layout, MemoryMap, PvhError,
     StartInfo, DIRECT_MAP_BASE, EARLY_MAPPED_BYTES, KERNEL_VIRT_BASE, MAX_E820_ENTRIES,
     MEMMAP_ENTRY_BYTES, START_INFO_BYTES,

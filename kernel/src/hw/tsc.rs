@@ -2,7 +2,7 @@
 //! channel 2.
 //!
 //! As in Linux, the CPU is asked first: CPUID leaves 0x15, 0x16 and the
-//! hypervisor timing leaf 0x40000010 (`memboot_kernel::tsc_freq`, through
+//! hypervisor timing leaf 0x40000010 (`memboot_kernel::tsc_cpuid`, through
 //! `cpu`). QEMU TCG leaves those empty, so there the TSC frequency is
 //! measured the way Linux's `pit_calibrate_tsc` does: program channel 2 in
 //! mode 0 for a fixed count, gate it on through port 0x61 and count TSC
@@ -15,7 +15,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use memboot_kernel::tsc_freq::TscSource;
+use memboot_kernel::tsc_cpuid::TscSource;
 use x86_64::instructions::port::Port;
 
 /// PIT input clock, Hz.

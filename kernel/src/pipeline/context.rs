@@ -2,7 +2,7 @@
 //! fault hooks and the facts, with the one helper that times a boot-CPU phase and records
 //! it in the summary's `phases`.
 
-use crate::kernel_image::ImageSizes;
+use crate::image_sizes::ImageSizes;
 use memboot_contract::options::{Drain, Options};
 use memmap::NodeId;
 

@@ -64,7 +64,7 @@ use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
-use crate::kernel_image::ImageSizes;
+use crate::image_sizes::ImageSizes;
 use context::Ctx;
 use error::PipelineError;
 use facts::Facts;

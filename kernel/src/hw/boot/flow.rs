@@ -13,7 +13,7 @@ use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap;
-use memboot_kernel::kernel_image::ImageSizes;
+use memboot_kernel::image_sizes::ImageSizes;
 use memboot_kernel::pipeline::fault_hooks::{CpuTraps, FaultHooks};
 use memboot_kernel::pipeline::memblock::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
@@ -192,7 +192,7 @@ fn read_acpi(
 /// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
 /// and how precise it is.
 fn print_tsc(tsc: &tsc::Calibration) {
-    let mhz = memboot_kernel::tsc_freq::KhzAsMhz(tsc.khz);
+    let mhz = memboot_kernel::tsc_cpuid::KhzAsMhz(tsc.khz);
     kprintln!("tsc: Detected {mhz} MHz processor");
     match tsc.uncertainty_ppm {
         0 => kprintln!("tsc: frequency source: {}", tsc.source),

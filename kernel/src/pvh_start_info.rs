@@ -25,7 +25,7 @@
 //!
 //! Nothing here allocates: it runs before the heap exists.
 
-use crate::kernel_image::ImageSections;
+use crate::image_sizes::ImageSections;
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
 use core::fmt;
 use core::ops::Range;

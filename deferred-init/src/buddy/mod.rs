@@ -548,8 +548,8 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
                 p.set_refcount(0);
             }
         }
-        // SAFETY: made ready just now; the rest is the caller's contract.
-        unsafe { self.free_ready_range(range) }
+        self.free_max_blocks(range);
+        Ok(())
     }
 
     /// Hand pages that memmap init left ready to be freed (`InitAs::Free`:
@@ -564,11 +564,17 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// afterwards).
     pub unsafe fn free_ready_range(&self, range: PfnRange) -> Result<(), FreeError> {
         self.check_managed(range)?;
+        self.free_max_blocks(range);
+        Ok(())
+    }
+
+    /// Free the ready pages of `range`, which one managed range holds, in
+    /// the largest aligned blocks.
+    fn free_max_blocks(&self, range: PfnRange) {
         let mut frees = self.prepared_frees();
         for (pfn, order) in max_blocks(range) {
             frees.free(pfn, order);
         }
-        Ok(())
     }
 
     /// `Ok` if one managed range holds all of `range` (empty included).

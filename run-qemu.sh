@@ -5,7 +5,7 @@
 #
 # This script builds what is stale and installs what is missing; the host
 # side (flags, the host-memory refusal, QEMU's command line, the boot and its
-# exit code) is memboot-run (host/), which it runs with the same flags. That
+# exit code) is memboot-run (tools/), which it runs with the same flags. That
 # tool first checks the flags and names the build steps they need
 # (`memboot-run build-steps`), so a usage error or a guest this host cannot
 # hold is refused before anything is built, and --dry-run, --linux and PVH
@@ -33,7 +33,7 @@ done
 if [ "$no_build" = 1 ]; then
     [ -x "$run_tool" ] || die_setup "--no-build: no $run_tool (run with --build-only first)"
 else
-    (cd "$ROOT" && RUSTUP_TOOLCHAIN=$toolchain cargo build -q --release -p memboot-run) \
+    (cd "$ROOT" && RUSTUP_TOOLCHAIN=$toolchain cargo build -q --release -p memboot-tools --bin memboot-run) \
         || die_setup "host tool build failed (memboot-run)"
 fi
 # The flags checked, the refusal decided, and the build steps they need.
@@ -115,14 +115,14 @@ build_images() {
     "$image_tool" "$boot_elf" "$image_dir" || die_setup "disk image creation failed"
 }
 # build_tools: the host tools the boot runs: the serial tap, the timeline
-# (memboot-plot), the tests crate's; --profile's TCG plugin and its report
+# (memboot-plot), both in tools/; --profile's TCG plugin and its report
 # tool (profile/, GPL: QEMU's API).
 build_tools() {
     local bins=()
     wants tap && bins+=(--bin memboot-tap)
     wants plot && bins+=(--bin memboot-plot)
     if [ ${#bins[@]} -gt 0 ]; then
-        (cd "$ROOT" && cargo build -q --release -p memboot-tests "${bins[@]}") \
+        (cd "$ROOT" && cargo build -q --release -p memboot-tools "${bins[@]}") \
             || die_setup "host tool build failed (${bins[*]})"
     fi
     if wants profiler; then

@@ -110,7 +110,7 @@ esac
 say() { echo "bench: $*" >&2; }
 
 "$ROOT/run-qemu.sh" --build-only >&2
-(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-bench --bin memboot-plot) >&2
+(cd "$ROOT" && cargo build -q --release -p memboot-tools --bin memboot-bench --bin memboot-plot) >&2
 tools=$ROOT/target/release
 entries=$modes
 # The Linux peers, by series (6.1, 6.12, …), as tests/linux-peer.sh prints

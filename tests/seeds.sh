@@ -2,7 +2,7 @@
 # tests/seeds.sh (also `tests/bench.sh --seeds ...`): issue 21's seeds,
 # reproduced and fixed, in one table. One row per problem this project
 # exists for: memboot's pathology and memboot's fix, measured in this run,
-# next to the figures the original report gave (tests/src/seeds.rs).
+# next to the figures the original report gave (tools/src/seeds.rs).
 #
 #   tests/seeds.sh [--svg DIR | --keep DIR] [--rounds N] [--quick]
 #                  [--host-memory prefault|cold] [--only SEED]
@@ -69,7 +69,7 @@ for size in 128M 2G; do
     done
 done
 
-(cd "$ROOT" && cargo build -q --release -p memboot-tests --bin memboot-seeds --bin memboot-bench) >&2
+(cd "$ROOT" && cargo build -q --release -p memboot-tools --bin memboot-seeds --bin memboot-bench) >&2
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 bench() { # bench SEED ARGS...: one bench.sh run into $out/SEED; its table to stderr
     local seed=$1; shift

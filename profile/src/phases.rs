@@ -177,7 +177,7 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
 // the chunk function padata runs on helper threads of the same
 // node (its address is taken, so it is never inlined away);
 // free_area_init() holds memmap_init() (the bench's boot-CPU
-// figure, tests/src/linux_log.rs, times the same block).
+// figure, tools/src/linux_log.rs, times the same block).
 const LINUX_PHASES: &[PhaseDef] = &[
     PhaseDef::all(
         DEFERRED,

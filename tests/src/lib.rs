@@ -17,15 +17,8 @@ use memboot_contract::summary::Summary;
 use memboot_kernel::boot_input::BootInput;
 use serde::Deserialize;
 
-/// For `bench` (and any caller of the old path): the one reader is
-/// [`log::host_peak_rss_mib`].
-pub use log::host_peak_rss_mib;
+use memboot_tools::serial_log as log;
 
-pub mod bench;
-pub mod bench_md;
-pub mod counted;
-pub mod linux_log;
-pub mod log;
 // The page-by-page model of memory init from a logged firmware map, shared
 // with the kernel's host pipeline tests, whose file it is: one model, two
 // test suites. A plain comment: outer docs here would make rustdoc resolve
@@ -36,14 +29,7 @@ pub mod model;
 /// way.
 #[path = "../../kernel/tests/common/model_input.rs"]
 pub mod model_input;
-pub mod plot;
-/// The bench's instruction-profile tables (`tests/bench.sh --profile`).
-pub mod profile_table;
 pub mod readme_figures;
-pub mod seeds;
-pub mod tap;
-// Chrome trace-event files of a boot (`run-qemu.sh --trace`).
-pub mod trace;
 
 /// run-qemu.sh's documented exit codes (README "Exit codes").
 pub mod exit_code {

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use memboot_tests::{boot, exit_code, run_script, tap, Boot};
+use memboot_tests::{boot, exit_code, run_script, Boot};
+use memboot_tools::tap;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -262,7 +263,7 @@ fn boots_uneven_numa_split() {
         let node: u64 = words.next().unwrap().parse().unwrap();
         assert_eq!(words.next(), Some("PXM"), "{m}");
         let pxm: usize = words.next().unwrap().parse().unwrap();
-        let (_, end, _) = memboot_tests::log::mem_range(m).unwrap_or_else(|| panic!("{m}"));
+        let (_, end, _) = memboot_tools::serial_log::mem_range(m).unwrap_or_else(|| panic!("{m}"));
         assert!(pxm < nodes as usize, "{m}");
         assert!(node_of_pxm[pxm].is_none_or(|n| n == node), "{m}");
         node_of_pxm[pxm] = Some(node);
@@ -347,7 +348,7 @@ fn boots_through_pvh_with_its_image_reserved() {
         .expect("the booted ELF");
     let in_use: Vec<(u64, u64)> = b
         .messages_with("in use (")
-        .filter_map(|m| memboot_tests::log::mem_range(m.strip_prefix("bootloader: ")?))
+        .filter_map(|m| memboot_tools::serial_log::mem_range(m.strip_prefix("bootloader: ")?))
         .map(|(start, end, _)| (start, end))
         .collect();
     for (start, end) in elf_load_ranges(&elf) {

@@ -61,7 +61,7 @@ fn assert_named(state: &str, bench: &str, log: &str) {
         "{bench}"
     );
     assert_eq!(
-        memboot_tests::log::host_memory_state(log).as_deref(),
+        memboot_tools::serial_log::host_memory_state(log).as_deref(),
         Some(state),
         "{log}"
     );
@@ -74,7 +74,7 @@ fn assert_named(state: &str, bench: &str, log: &str) {
         assert!(log.contains(line), "no '{line}' in\n{log}");
     }
     assert!(
-        memboot_tests::log::host_minor_faults(log).is_some_and(|n| n > 0),
+        memboot_tools::serial_log::host_minor_faults(log).is_some_and(|n| n > 0),
         "{log}"
     );
 }

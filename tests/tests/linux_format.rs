@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use memboot_tests::boot;
-use memboot_tests::log::parse_stamped;
+use memboot_tools::serial_log::parse_stamped;
 use regex::Regex;
 
 const LINUX_LOG: &str = include_str!("../fixtures/linux-6.1-64g-2nodes.log");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use memboot_tests::readme_figures::{check, RESULTS_DIR};
 use memboot_tests::repo_root;
-use memboot_tests::seeds::Run;
+use memboot_tools::seeds::Run;
 
 /// The documents whose figures are checked: the README and every markdown
 /// file under `docs/` (results written up there), recursively.

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use memboot_kernel::pipeline::facts::MmFacts;
 use memboot_kernel::report::{write_summary_line, BootFacts};
-use memboot_tests::log::summary_json_of;
 use memboot_tests::repo_root;
+use memboot_tools::serial_log::summary_json_of;
 
 /// The top-level keys of a summary line the kernel writes.
 fn kernel_keys() -> BTreeSet<String> {

@@ -10,9 +10,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use memboot_tests::log::SUMMARY_PREFIX as PREFIX;
-use memboot_tests::plot::{parse_log as plot_log, TimelineLayout};
 use memboot_tests::{boot, boot_raw, exit_code, Boot};
+use memboot_tools::plot::{parse_log as plot_log, TimelineLayout};
+use memboot_tools::serial_log::SUMMARY_PREFIX as PREFIX;
 
 /// The fixed buffer the line was written into before it was streamed.
 const OLD_BUFFER_BYTES: usize = 16 * 1024;

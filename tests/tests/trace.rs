@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memboot_tests::{boot, exit_code, trace};
+use memboot_tests::{boot, exit_code};
+use memboot_tools::trace;
 use serde_json::Value;
 
 const SUMMARY_PREFIX: &str = "memboot-summary: ";

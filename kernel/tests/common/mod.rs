@@ -3,9 +3,9 @@
 //! pipeline's typed input), and the pipeline run on it with host seams.
 #![allow(dead_code)]
 
-/// The log-line parsers of the boot tests (`tests/src/log.rs`), shared:
+/// The log-line parsers of the boot tests (`tools/src/serial_log.rs`), shared:
 /// one reader of memboot's lines for both test suites.
-#[path = "../../../tests/src/log.rs"]
+#[path = "../../../tools/src/serial_log.rs"]
 pub mod log;
 pub mod model;
 pub mod model_input;

@@ -1,5 +1,5 @@
 //! `memboot-seeds table DIR`: issue 21's seeds table of a `tests/seeds.sh`
-//! run (see `memboot_tests::seeds`). `memboot-seeds sparse [REGIONS [REPS]]`:
+//! run (see `memboot_tools::seeds`). `memboot-seeds sparse [REGIONS [REPS]]`:
 //! seed 3's host bench (default 8192 regions, 7 repetitions), its result on
 //! a `memboot-seeds-sparse:` line. `memboot-seeds sparse-boot REGIONS`:
 //! seed 3 as a boot, the guest size on the first line, then the map's
@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use memboot_tests::seeds;
+use memboot_tools::seeds;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

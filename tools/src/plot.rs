@@ -258,8 +258,8 @@ pub struct BootLog {
 
 /// Parses a serial log; `name` (usually its path) is used in errors.
 pub fn parse_log(text: &str, name: &str) -> Result<BootLog, PlotError> {
-    let json =
-        crate::log::summary_json(text).ok_or_else(|| PlotError::NoSummary { log: name.into() })?;
+    let json = crate::serial_log::summary_json(text)
+        .ok_or_else(|| PlotError::NoSummary { log: name.into() })?;
     let summary: Summary<'static> =
         serde_json::from_str(json).map_err(|source| PlotError::BadSummary {
             log: name.into(),
@@ -276,7 +276,7 @@ pub fn parse_log(text: &str, name: &str) -> Result<BootLog, PlotError> {
             reason: "ends before it starts (end_ns < start_ns)".into(),
         });
     }
-    let host_peak_rss_mib = crate::log::host_peak_rss_mib(text);
+    let host_peak_rss_mib = crate::serial_log::host_peak_rss_mib(text);
     Ok(BootLog {
         summary,
         phases,

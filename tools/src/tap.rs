@@ -15,7 +15,7 @@
 //! The timing is done in [`Tap`], host-tested; the binary only moves bytes.
 
 use crate::linux_log;
-use crate::log;
+use crate::serial_log;
 
 /// Lines the tap adds to the log, after the boot's own.
 pub const HOST_TIMING: &str = "run-qemu.sh: host timing: ";
@@ -81,7 +81,7 @@ impl Tap {
     /// When memory was ready, µs after QEMU started, and how it was read.
     pub fn ready_us(&self) -> Option<(u64, &'static str)> {
         let text = String::from_utf8_lossy(&self.text);
-        if let Ok(summary) = log::read_summary(&text) {
+        if let Ok(summary) = serial_log::read_summary(&text) {
             let ns = Some(summary.allocatable_ns).filter(|&ns| ns > 0)?;
             return Some((
                 self.entry_us()? + ns / 1000,

@@ -6,13 +6,13 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use memboot_tests::plot::{self, PlotError, TimelineLayout, BAR_PAD_PX, ROW_HEIGHT_PX};
-use memboot_tests::trace;
+use memboot_tools::plot::{self, PlotError, TimelineLayout, BAR_PAD_PX, ROW_HEIGHT_PX};
+use memboot_tools::trace;
 use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
+        .join("../tests/fixtures")
         .join(name)
 }
 
@@ -125,7 +125,7 @@ struct ExpectedPhase {
 }
 
 fn summary_json(log: &str) -> Value {
-    memboot_tests::log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"))
+    memboot_tools::serial_log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"))
 }
 
 fn expected_phases(summary: &Value) -> Vec<ExpectedPhase> {
@@ -297,7 +297,10 @@ struct Logged {
 }
 
 fn logged(text: &str) -> Logged {
-    let (lines, _) = memboot_tests::parse_log(text);
+    let lines: Vec<(u64, String)> = text
+        .lines()
+        .filter_map(|l| memboot_tools::serial_log::parse_stamped(l.trim_end_matches('\r')))
+        .collect();
     let msgs: Vec<&str> = lines.iter().map(|(_, m)| m.as_str()).collect();
     let nodes = msgs
         .iter()
@@ -635,7 +638,7 @@ fn series_name(row: &Value) -> String {
         row["mode"].as_str().unwrap(),
     );
     // A Linux entry names the kernel itself (`linux-6.12`, the old `linux`).
-    if memboot_tests::bench::is_linux(mode) {
+    if memboot_tools::bench::is_linux(mode) {
         mode.to_string()
     } else {
         format!("{kernel} {mode}")

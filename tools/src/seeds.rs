@@ -167,7 +167,7 @@ impl Run {
         self.logs(entry)?
             .iter()
             .map(|(path, text)| {
-                crate::log::summary(text).map_err(|e| format!("{}: {e}", path.display()))
+                crate::serial_log::summary(text).map_err(|e| format!("{}: {e}", path.display()))
             })
             .collect()
     }
@@ -268,7 +268,7 @@ impl Parallelism {
     /// From a boot's log and its summary.
     pub fn of(text: &str, summary: &Value) -> Result<Parallelism, String> {
         let count = |key: &str| summary[key].as_u64().ok_or(format!("no summary key {key}"));
-        let mut cpu_nodes = crate::log::boot_input(text)
+        let mut cpu_nodes = crate::serial_log::boot_input(text)
             .map_err(|e| e.to_string())?
             .cpu_nodes;
         cpu_nodes.sort_unstable();
@@ -277,7 +277,7 @@ impl Parallelism {
             vcpus: count("cpus")?,
             nodes_with_cpus: cpu_nodes.len(),
             nodes: count("nodes")?,
-            host_cpus: crate::log::host_cpus(text)
+            host_cpus: crate::serial_log::host_cpus(text)
                 .ok_or("no `run-qemu.sh: host: … N CPUs` line: boot through run-qemu.sh --log")?,
         })
     }
@@ -455,7 +455,8 @@ fn sparse_boot_row(run: &Run) -> Result<[String; 4], String> {
     let mut shape = None;
     for entry in ["perpfn", "regions"] {
         for (path, text) in run.logs(entry)? {
-            let s = crate::log::summary(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let s = crate::serial_log::summary(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             if s["verify"] != "ok" {
                 return Err(format!(
                     "{}: verify is {}, not ok",

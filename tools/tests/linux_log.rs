@@ -5,10 +5,10 @@
 //! Expectations are the figures read off the fixtures by hand (line numbers
 //! in the comments).
 
-use memboot_tests::linux_log::{parse, series_of_release, LinuxLogError};
+use memboot_tools::linux_log::{parse, series_of_release, LinuxLogError};
 
-const LOG: &str = include_str!("../fixtures/linux-6.1-64g-2nodes.log");
-const LOG_6_12: &str = include_str!("../fixtures/linux-6.12-16g-2nodes.log");
+const LOG: &str = include_str!("../../tests/fixtures/linux-6.1-64g-2nodes.log");
+const LOG_6_12: &str = include_str!("../../tests/fixtures/linux-6.12-16g-2nodes.log");
 
 #[test]
 fn real_linux_6_1_log() {

@@ -521,7 +521,7 @@ mod tests {
         // Their logs: memboot's summary says 1000 struct pages; Linux's is a
         // real 16G boot of 6.12 (4194304 struct pages: present and
         // unavailable, its Memory: and zone lines).
-        let linux_log = include_str!("../fixtures/linux-6.12-16g-2nodes.log");
+        let linux_log = include_str!("../../tests/fixtures/linux-6.12-16g-2nodes.log");
         for k in 1..=2 {
             w(
                 format!("16G-deferred-counted-{k}.log"),

@@ -1,14 +1,14 @@
 //! `memboot-bench report DIR --sizes "64G 1T" --entries "deferred ondemand linux-6.1 linux-6.12"
 //!  --rounds N [--heading TEXT] [--json FILE]`: the table of a tests/bench.sh
-//! run (see `memboot_tests::bench`; the committed runs' `linux` entry is
+//! run (see `memboot_tools::bench`; the committed runs' `linux` entry is
 //! Linux 6.1), and its instruction-profile tables when the run has
-//! profiles (`memboot_tests::profile_table`). Exit 2 when a log cannot be read, 64 on
+//! profiles (`memboot_tools::profile_table`). Exit 2 when a log cannot be read, 64 on
 //! bad arguments. `memboot-bench mib SIZE` prints SIZE in MiB.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use memboot_tests::bench::{self, Plan};
+use memboot_tools::bench::{self, Plan};
 
 struct Args {
     dir: PathBuf,
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match memboot_tests::bench_md::render(&args.dir, &results, &plan, &args.heading) {
+    match memboot_tools::bench_md::render(&args.dir, &results, &plan, &args.heading) {
         Ok(text) => print!("{text}"),
         Err(e) => {
             eprintln!("memboot-bench: {e}");

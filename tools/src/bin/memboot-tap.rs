@@ -1,7 +1,7 @@
 //! `memboot-tap --log FILE -- COMMAND...`: run COMMAND
 //! (run-qemu.sh's QEMU line), pass its standard output on to ours and
 //! append it to FILE as it arrives, time it on the host from COMMAND's
-//! start (`memboot_tests::tap`) and end with the timing lines, on standard
+//! start (`memboot_tools::tap`) and end with the timing lines, on standard
 //! error and in FILE. Exits with COMMAND's status (128 + N if signal N
 //! ended it).
 
@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use memboot_tests::tap::Tap;
+use memboot_tools::tap::Tap;
 
 const EXIT_USAGE: i32 = 64;
 

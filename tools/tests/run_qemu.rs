@@ -7,10 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use memboot_run::args::{Args, Request};
-use memboot_run::host::Available;
-use memboot_run::need::StructPages;
-use memboot_run::{boot, check, dry_run_lines, qemu_command, Checked, Paths, Stop};
+use memboot_tools::run::args::{Args, Request};
+use memboot_tools::run::host_state::Available;
+use memboot_tools::run::need::StructPages;
+use memboot_tools::run::{boot, check, dry_run_lines, qemu_command, Checked, Paths, Stop};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -907,7 +907,7 @@ fn a_baseline_needs_a_profile_and_a_file() {
 #[test]
 fn build_steps_follow_the_request() {
     let (kernel, initrd) = linux_files();
-    let steps = |args: &[&str]| memboot_run::build_steps(&accepted(args, 1 << 30).args);
+    let steps = |args: &[&str]| memboot_tools::run::build_steps(&accepted(args, 1 << 30).args);
     assert!(steps(&["--dry-run", "--bios"]).is_empty());
     assert_eq!(steps(&["-m", "1G"]), ["time", "qemu", "kernel", "tap"]);
     assert_eq!(

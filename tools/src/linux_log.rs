@@ -169,7 +169,7 @@ pub fn console_lines(text: &str) -> Vec<(u64, String)> {
     text.lines()
         .map(|l| l.trim_end_matches('\r'))
         .take_while(|l| !l.starts_with(DMESG_BEGIN))
-        .filter_map(crate::log::parse_stamped)
+        .filter_map(crate::serial_log::parse_stamped)
         .collect()
 }
 
@@ -188,7 +188,7 @@ fn early_block(lines: &[(u64, String)]) -> Result<(u64, u64), LinuxLogError> {
         .ok_or(LinuxLogError::NoZoneRanges)?;
     let last_zone_line = lines[start..]
         .iter()
-        .rposition(|(_, m)| crate::log::unavailable_ranges(m).is_some())
+        .rposition(|(_, m)| crate::serial_log::unavailable_ranges(m).is_some())
         .map(|i| start + i)
         .ok_or(LinuxLogError::NoEarlyMemmapEnd)?;
     let end = lines
@@ -227,7 +227,7 @@ fn present_pages(lines: &[(u64, String)]) -> Option<u64> {
 fn unavailable_pages(lines: &[(u64, String)]) -> u64 {
     lines
         .iter()
-        .filter_map(|(_, m)| crate::log::unavailable_ranges(m))
+        .filter_map(|(_, m)| crate::serial_log::unavailable_ranges(m))
         .map(|u| u.pages)
         .sum()
 }
@@ -251,7 +251,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
             .parse()
             .ok()
     });
-    let host_peak_rss_mib = crate::log::host_peak_rss_mib(text);
+    let host_peak_rss_mib = crate::serial_log::host_peak_rss_mib(text);
     let last_deferred_ns = deferred
         .iter()
         .map(|&(ns, _)| ns)

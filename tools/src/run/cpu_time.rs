@@ -234,7 +234,7 @@ pub fn bringup_ended_us(log: &str) -> Option<u64> {
 }
 
 /// A figure in ms of one of the serial tap's `run-qemu.sh: host timing:`
-/// lines (tests/src/tap.rs), as µs: `entry latency` or `memory ready`.
+/// lines (tools/src/tap.rs), as µs: `entry latency` or `memory ready`.
 fn host_timing_us(log: &str, what: &str) -> Option<u64> {
     let line = log
         .lines()

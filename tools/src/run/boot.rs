@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 
 use memboot_contract::host_memory::LARGE_GUEST_MIB;
 
-use crate::args::BootPath;
-use crate::qemu_binary::{self, Version};
-use crate::quote::{quote, quote_words};
-use crate::{cpu_time, exit, host, note, Checked, Paths, Stop};
+use crate::run::args::BootPath;
+use crate::run::qemu_binary::{self, Version};
+use crate::run::quote::{quote, quote_words};
+use crate::run::{cpu_time, exit, host_state, note, Checked, Paths, Stop};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.
@@ -345,8 +345,8 @@ pub fn run(
     // hypervisor; how much of what a boot writes is still backed decides
     // memmap times more than the code does. So the state is chosen and
     // every log records it, with what the host did before.
-    let cold_idle_s = host::cold_idle_s().map_err(Stop::Setup)?;
-    let memory_lines = host::memory_state(args.host_memory, cold_idle_s);
+    let cold_idle_s = host_state::cold_idle_s().map_err(Stop::Setup)?;
+    let memory_lines = host_state::memory_state(args.host_memory, cold_idle_s);
     let provenance = provenance(c, qemu, qemu_version, invocation, &memory_lines);
     eprint!("{provenance}");
     append(&log, &provenance);
@@ -381,7 +381,7 @@ pub fn run(
         }
     };
     let samples = sampler.finish();
-    host::record_exit();
+    host_state::record_exit();
     report_time(&time_file, &log);
     for line in cpu_time::report(&samples, &log) {
         note_and_log(&log, &line);
@@ -431,7 +431,7 @@ fn provenance(
     let mut text = format!("run-qemu.sh: command: {invocation}\n");
     text += &format!(
         "run-qemu.sh: host: {}\n",
-        host::description(c.available_mib)
+        host_state::description(c.available_mib)
     );
     for line in memory_lines {
         text += &format!("run-qemu.sh: host memory: {line}\n");

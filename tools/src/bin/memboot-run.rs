@@ -1,14 +1,14 @@
 //! `memboot-run ARGS...`: run-qemu.sh's host side, with run-qemu.sh's
-//! flags (see `memboot_run`); run-qemu.sh builds what is stale and then
+//! flags (see `memboot_tools::run`); run-qemu.sh builds what is stale and then
 //! runs it. `memboot-run build-steps ARGS...` checks ARGS the same way and
-//! prints the build steps they need (`memboot_run::build_steps`), for
+//! prints the build steps they need (`memboot_tools::run::build_steps`), for
 //! run-qemu.sh to run first.
 
 use std::process::ExitCode;
 
-use memboot_run::args::{Args, Request, USAGE};
-use memboot_run::{
-    boot, check, dry_run_lines, exit, host, note, qemu, qemu_binary, Checked, Paths, Stop,
+use memboot_tools::run::args::{Args, Request, USAGE};
+use memboot_tools::run::{
+    boot, check, dry_run_lines, exit, host_state, note, qemu, qemu_binary, Checked, Paths, Stop,
 };
 
 fn main() -> ExitCode {
@@ -46,10 +46,10 @@ fn checked_args(argv: &[String], steps_only: bool) -> Result<Result<Checked, u8>
         qemu: qemu_binary::choose(args.qemu, std::env::var(qemu_binary::QEMU_ENV).ok()),
         ..args
     };
-    let available = host::available().ok_or_else(|| {
+    let available = host_state::available().ok_or_else(|| {
         Stop::Setup(format!(
             "cannot read MemAvailable from /proc/meminfo, or {} is not a number of MiB",
-            host::AVAILABLE_ENV
+            host_state::AVAILABLE_ENV
         ))
     })?;
     Ok(Ok(check(args, &available)?))
@@ -68,7 +68,7 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
     };
     let args = &checked.args;
     if steps_only {
-        println!("{}", memboot_run::build_steps(args).join(" "));
+        println!("{}", memboot_tools::run::build_steps(args).join(" "));
         return Ok(exit::OK);
     }
     let paths = Paths::of_this_build();
@@ -85,12 +85,12 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
         return Ok(exit::OK);
     }
     let tmpdir = boot::TempDir::new()?;
-    if !args.dry_run && args.boot_path == memboot_run::args::BootPath::Uefi {
+    if !args.dry_run && args.boot_path == memboot_tools::run::args::BootPath::Uefi {
         std::fs::copy(qemu::OVMF_VARS, qemu::uefi_vars(tmpdir.path()))
             .map_err(|e| Stop::Setup(format!("{}: {e}", qemu::OVMF_VARS)))?;
     }
     if !args.dry_run && args.linux.is_none() {
-        let opts = memboot_run::memboot_opts(&checked, host::tsc_khz());
+        let opts = memboot_tools::run::memboot_opts(&checked, host_state::tsc_khz());
         qemu::write_cmdline_file(tmpdir.path(), &opts)
             .map_err(|e| Stop::Setup(format!("{}: {e}", tmpdir.path().display())))?;
     }
@@ -98,15 +98,15 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
         Some(_) => Some(boot::Profile::new(&checked, &paths, tmpdir.path())?),
         None => None,
     };
-    let qemu = memboot_run::qemu_command(
+    let qemu = memboot_tools::run::qemu_command(
         &checked,
         &paths,
         tmpdir.path(),
-        host::tsc_khz(),
+        host_state::tsc_khz(),
         profile.as_ref().map(|p| p.plugin_args.as_str()),
     );
     if args.print_cmd {
-        eprintln!("{}", memboot_run::quote::quote_words(&qemu));
+        eprintln!("{}", memboot_tools::run::quote::quote_words(&qemu));
     }
     if args.dry_run {
         for line in dry_run_lines(&checked) {

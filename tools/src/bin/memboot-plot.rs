@@ -1,5 +1,5 @@
-//! `memboot-plot`: SVG plots of memboot boots (see `memboot_tests::plot`)
-//! and their trace-event files (`memboot_tests::trace`).
+//! `memboot-plot`: SVG plots of memboot boots (see `memboot_tools::plot`)
+//! and their trace-event files (`memboot_tools::trace`).
 //!
 //! ```text
 //! memboot-plot timeline LOG OUT.svg      boot timeline from a serial log
@@ -11,8 +11,8 @@
 //! OUT `-` writes to stdout. Exit codes: 0 written, 1 drawing or
 //! writing failed, 2 unusable input (message on stderr), 64 usage error.
 
-use memboot_tests::plot;
-use memboot_tests::trace::{self, Kernel, Trace};
+use memboot_tools::plot;
+use memboot_tools::trace::{self, Kernel, Trace};
 
 const USAGE: &str = "\
 usage: memboot-plot timeline LOG OUT.svg

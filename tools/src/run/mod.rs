@@ -4,7 +4,7 @@
 //! ([`memboot_contract::options`]), refuses a guest whose host memory
 //! ([`need`]) would not fit this host, builds QEMU's command line
 //! ([`qemu`]), and for a boot waits for the chosen host-memory state
-//! ([`host`]), runs QEMU under the serial tap and maps its status to an
+//! ([`host_state`]), runs QEMU under the serial tap and maps its status to an
 //! exit code ([`boot`]). Messages start `run-qemu.sh: `: the user ran that.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use memboot_contract::options::{self, OptionError};
 pub mod args;
 pub mod boot;
 pub mod cpu_time;
-pub mod host;
+pub mod host_state;
 pub mod need;
 pub mod qemu;
 pub mod qemu_binary;
@@ -73,7 +73,7 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// The repository this tool was built from (`host/`'s parent).
+    /// The repository this tool was built from (`tools/`'s parent).
     pub fn of_this_build() -> Paths {
         let host = Path::new(env!("CARGO_MANIFEST_DIR"));
         Paths {
@@ -147,7 +147,7 @@ fn kernel_of(args: &Args) -> Result<Kernel, Stop> {
 
 /// Check `args` against a host with `available` memory: the node split,
 /// the kernel options and the host-memory refusal.
-pub fn check(args: Args, available: &host::Available) -> Result<Checked, Stop> {
+pub fn check(args: Args, available: &host_state::Available) -> Result<Checked, Stop> {
     let node_mib = qemu::split_nodes(args.mem_mib, args.nodes, &args.mem)?;
     let kernel = kernel_of(&args)?;
     let machine = Machine {

@@ -2,8 +2,11 @@
 //! tests/bench-results/seeds`) against the logs it was made from, and each
 //! of its bench runs' tables against theirs.
 
-use memboot_tests::repo_root;
-use memboot_tests::seeds::{self, Run, SEEDS};
+use memboot_tools::seeds::{self, Run, SEEDS};
+
+fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
 
 #[test]
 fn the_committed_seeds_table_is_rebuilt_from_its_logs() {

@@ -1,8 +1,8 @@
 //! Reading serial logs: the one place that knows how a line of memboot's
-//! (or Linux's, or run-qemu.sh's) log is laid out. The boot tests, the bench
-//! and plot tools use it as `memboot_tests::log`; the kernel's host pipeline
-//! tests include this file by path (kernel/tests/common/mod.rs), as this
-//! crate includes their `model.rs`: one parser, two test suites.
+//! (or Linux's, or run-qemu.sh's) log is laid out. The tap, the bench, the
+//! plots and the boot tests use it as `memboot_tools::serial_log`; the
+//! kernel's host pipeline tests include this file by path
+//! (kernel/tests/common/mod.rs): one parser for both.
 //!
 //! - stamped lines, `[    5.123456] message` ([`parse_stamped`]);
 //! - byte ranges, `… [mem 0xSTART-0xEND] rest` ([`mem_range`]);

@@ -95,9 +95,9 @@ pub struct Row {
 impl Row {
     /// What run-qemu.sh wrote about the boot, beside the kernel's log.
     fn with_host_lines(mut self, text: &str) -> Self {
-        self.host_memory = crate::log::host_memory_state(text);
+        self.host_memory = crate::serial_log::host_memory_state(text);
         (self.entry_latency_us, self.qemu_start_to_ready_us) = crate::tap::host_timing_us(text);
-        self.minor_faults = crate::log::host_minor_faults(text);
+        self.minor_faults = crate::serial_log::host_minor_faults(text);
         self
     }
 }
@@ -133,7 +133,7 @@ fn measured(value: u64) -> Option<u64> {
 fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, String> {
     // The last summary line: a boot whose first was cut writes a whole one
     // after it (`log::summary_json`).
-    let s = crate::log::read_summary(text).map_err(|e| e.to_string())?;
+    let s = crate::serial_log::read_summary(text).map_err(|e| e.to_string())?;
     if s.status != "ok" {
         return Err(format!("the boot failed: status \"{}\"", s.status));
     }
@@ -146,7 +146,7 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         boot_cpu_memmap_ns: s.memmap_boot_ns,
         memmap_ns: s.memmap_boot_ns + s.free_bitmaps_ns + s.buddy_eager_ns + s.deferred_ns,
         allocatable_ns: measured(s.allocatable_ns),
-        host_rss_mib: crate::host_peak_rss_mib(text),
+        host_rss_mib: crate::serial_log::host_peak_rss_mib(text),
         boot_ns: s.total_ns,
         order0_p50_ns: order0(&s, &s.alloc_p50_ns),
         order0_p99_ns: order0(&s, &s.alloc_p99_ns),

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::args::{Accel, Args};
-use crate::{Checked, Stop};
+use crate::run::args::{Accel, Args};
+use crate::run::{Checked, Stop};
 
 /// The environment variable that chooses the QEMU binary when `--qemu`
 /// does not.
@@ -143,7 +143,7 @@ pub fn feature_of_msr(msr: u32) -> Result<&'static str, Stop> {
         .map(|(_, f)| *f)
         .ok_or_else(|| {
             Stop::Setup(format!(
-                "KVM refused MSR {msr:#x} for -cpu host (QEMU: 'failed to set MSR {msr:#x}'), which memboot does not know a CPU feature for: boot under TCG (the default), or name the feature in host/src/qemu_binary.rs REFUSED_MSRS"
+                "KVM refused MSR {msr:#x} for -cpu host (QEMU: 'failed to set MSR {msr:#x}'), which memboot does not know a CPU feature for: boot under TCG (the default), or name the feature in tools/src/run/qemu_binary.rs REFUSED_MSRS"
             ))
         })
 }
@@ -198,7 +198,7 @@ pub fn kvm_features_off(binary: &Path) -> Result<Vec<&'static str>, Stop> {
                 stderr.trim()
             )));
         }
-        crate::note(&format!(
+        crate::run::note(&format!(
             "--accel kvm: this host's KVM refuses MSR {msr:#x} ({feature}) for -cpu host; booting with -cpu {}",
             host_cpu(&[&off[..], &[feature]].concat())
         ));

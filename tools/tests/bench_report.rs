@@ -4,15 +4,18 @@
 
 use std::path::PathBuf;
 
-use memboot_tests::bench::{self, Plan};
+use memboot_tools::bench::{self, Plan};
 
 fn fixture(path: &str) -> String {
-    let full = memboot_tests::repo_root().join(path);
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
 
 fn summary_u64(log: &str, key: &str) -> u64 {
-    let summary = memboot_tests::log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"));
+    let summary =
+        memboot_tools::serial_log::summary(log).unwrap_or_else(|e| panic!("fixture: {e}"));
     summary[key]
         .as_u64()
         .unwrap_or_else(|| panic!("summary key {key}"))
@@ -227,7 +230,7 @@ fn a_failed_boot_is_an_error_naming_the_log() {
     let dir = std::env::temp_dir().join(format!("memboot-bench-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let log = fixture("kernel/tests/fixtures/4g-deferred.log");
-    let cut = &log[..log.find(memboot_tests::log::SUMMARY_PREFIX).unwrap()];
+    let cut = &log[..log.find(memboot_tools::serial_log::SUMMARY_PREFIX).unwrap()];
     std::fs::write(dir.join("4G-deferred-1.log"), cut).unwrap();
     let sizes = vec!["4G".to_string()];
     let entries = vec!["deferred".to_string()];
@@ -320,8 +323,8 @@ fn ratios_to_each_linux_peer() {
 
     // Expectations from the logs through the parser (its own tests check
     // it against the fixtures by hand).
-    let linux = |path: &str| memboot_tests::linux_log::parse(&fixture(path)).unwrap();
-    let memmap_ns = |b: &memboot_tests::linux_log::LinuxBoot| {
+    let linux = |path: &str| memboot_tools::linux_log::parse(&fixture(path)).unwrap();
+    let memmap_ns = |b: &memboot_tools::linux_log::LinuxBoot| {
         (b.early_memmap_ns + b.deferred_ms() * 1_000_000) as f64
     };
     let (old, new) = (linux(LINUX_6_1), linux(LINUX_6_12));
@@ -431,10 +434,10 @@ fn linux_entry_names() {
 #[test]
 fn a_row_is_read_from_the_last_summary_line() {
     let log = fixture("kernel/tests/fixtures/4g-deferred.log");
-    let at = log.find(memboot_tests::log::SUMMARY_PREFIX).unwrap();
+    let at = log.find(memboot_tools::serial_log::SUMMARY_PREFIX).unwrap();
     let (before, summary_line) = (&log[..at], log[at..].lines().next().unwrap());
     let json = summary_line
-        .strip_prefix(memboot_tests::log::SUMMARY_PREFIX)
+        .strip_prefix(memboot_tools::serial_log::SUMMARY_PREFIX)
         .unwrap();
 
     // A cut line, then the whole one: the row is the whole line's.
@@ -453,7 +456,7 @@ fn a_row_is_read_from_the_last_summary_line() {
     failed["status"] = "summary".into();
     let text = format!(
         "{before}{summary_line}\r\n{}{failed}\r\n",
-        memboot_tests::log::SUMMARY_PREFIX
+        memboot_tools::serial_log::SUMMARY_PREFIX
     );
     let err = bench::row_from_log(&text, "4G", "deferred", 1).unwrap_err();
     assert!(err.contains("status \"summary\""), "{err}");

@@ -1,5 +1,7 @@
 //! What memboot's kernel and its host tools agree on, in one place: the
-//! kernel-option grammar and its conflict rules ([`options`]), the
+//! kernel-option grammar and its conflict rules ([`options`]), the values
+//! that name a layout or an algorithm ([`option_values`]), Linux's
+//! `memmap=` forms ([`memmap_forms`]), the
 //! `memboot-summary:` line's schema ([`summary`]) and the host-memory
 //! model's constants ([`host_memory`]). `no_std` for the kernel; the `std`
 //! feature adds what the host reads with (serde).
@@ -9,5 +11,7 @@ extern crate alloc;
 
 pub mod host_memory;
 pub mod json;
+pub mod memmap_forms;
+pub mod option_values;
 pub mod options;
 pub mod summary;

@@ -13,9 +13,8 @@ use core::fmt;
 /// How memory-block devices find each section's block
 /// (`memory_block_lookup=`): `indexed` (the default, Linux since
 /// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
-pub use memmap::memory_block::BlockLookup;
-pub use memmap::page_size::{BuddyStore, StructPageSize};
-pub use memmap::user_map::{Form, FormError, MAX_FORMS};
+use crate::memmap_forms::{self, Form, FormError, MAX_FORMS};
+use crate::option_values::{BlockLookup, BuddyStore, StructPageSize};
 
 /// A fault the kernel raises on purpose, so tests can check that the
 /// exception path reports and exits instead of hanging or rebooting.
@@ -370,7 +369,7 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
         // Linux's memmap= forms may be given many times, beside one mode.
-        if key == "memmap" && memmap::user_map::is_linux_form(value) {
+        if key == "memmap" && memmap_forms::is_linux_form(value) {
             add_user_map_forms(&mut options, token, value)?;
             continue;
         }
@@ -392,7 +391,7 @@ fn add_user_map_forms<'a>(
     token: &'a str,
     value: &'a str,
 ) -> Result<(), OptionError<'a>> {
-    for form in memmap::user_map::parse_value(value) {
+    for form in memmap_forms::parse_value(value) {
         let form = form.map_err(|error| OptionError::MemmapForm { token, error })?;
         options.user_map.push(form);
     }

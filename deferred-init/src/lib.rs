@@ -38,6 +38,7 @@ mod claim_hooks;
 mod clock;
 pub mod faults;
 mod free_bitmap;
+pub use free_bitmap::free_bitmap_bytes;
 pub mod handoff;
 mod page_alloc;
 mod pcp;
@@ -63,7 +64,7 @@ macro_rules! test_suite {
         #[allow(clippy::duplicate_mod)]
         mod $name {
             pub(crate) type TestPage = $page;
-            pub(crate) const TEST_STORE: Option<crate::BuddyStore> = $store;
+            pub(crate) const TEST_STORE: Option<memboot_contract::option_values::BuddyStore> = $store;
             #[path = "pcp_tests.rs"]
             mod pcp_tests;
             #[path = "pool_tests.rs"]
@@ -100,11 +101,11 @@ test_suite!(
     /// (`buddy=bitmaps`): the store measured apart from the page size.
     suite_32_bitmaps,
     memmap::page32::StructPage32,
-    Some(crate::BuddyStore::Bitmaps)
+    Some(memboot_contract::option_values::BuddyStore::Bitmaps)
 );
 
 pub use buddy::{
-    AllocError, BuddyAllocator, BuddyError, BuddyStore, FreeError, ListEnd, ManagedRange, PFN_NONE,
+    AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, PFN_NONE,
 };
 pub use claim_hooks::{ClaimHooks, NoClaimHooks};
 pub use clock::Clock;

@@ -4,7 +4,7 @@
 //! the cache from the buddy store (Linux `rmqueue_bulk`), or to give its
 //! oldest batch back when it holds [`PCP_HIGH`] pages (`free_pcppages_bulk`).
 //! So CPUs allocating from one zone at once do not queue on its lock page
-//! by page, whichever store ([`crate::BuddyStore`]) keeps the free blocks.
+//! by page, whichever store ([`memboot_contract::option_values::BuddyStore`]) keeps the free blocks.
 //!
 //! A cache holds the pages of one (node, zone) at a time, where Linux has
 //! one per zone per CPU: a request or a free of another (node, zone) first

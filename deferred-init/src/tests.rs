@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::vec::Vec;
 
+use memboot_contract::option_values::BuddyStore;
 use memmap::page::PageLayout;
 use memmap::store::{Memmap, VecBacking};
 

@@ -4,6 +4,7 @@
 use std::string::ToString;
 use std::vec::Vec;
 
+use memboot_contract::option_values::BuddyStore;
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
 use memmap::init::{init_memmap, Strategy};
 use memmap::memblock::{Memblock, MemblockConfig};

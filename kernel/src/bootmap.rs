@@ -151,8 +151,7 @@ pub const fn heap_bytes(max_end: u64, nr_cpus: usize) -> u64 {
 /// page's store), over a map ending at `max_end` bytes with `nr_nodes`
 /// nodes.
 pub const fn bitmap_heap_bytes(max_end: u64, nr_nodes: u64) -> u64 {
-    memboot_contract::host_memory::free_bitmap_bytes(max_end >> 12, nr_nodes)
-        .next_multiple_of(2 << 20)
+    deferred_init::free_bitmap_bytes(max_end >> 12, nr_nodes).next_multiple_of(2 << 20)
 }
 
 /// Where the kernel heap of `bytes` goes in `regions` (sorted by start),

@@ -25,14 +25,14 @@ mod common;
 
 use common::model::{Model, VerifyZoneLine, Walk};
 use common::{load, run_on_host, Fixture};
-use memboot_contract::options::StructPageSize;
+use memboot_contract::option_values::BlockLookup;
+use memboot_contract::option_values::StructPageSize;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
 use memboot_kernel::pipeline::host::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{eager_memmap, memblock, memory_blocks, vmemmap, zones};
 use memboot_kernel::smp_error::SmpError;
 use memmap::memblock::Memblock;
-use memmap::memory_block::BlockLookup;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::page8::StructPage8;

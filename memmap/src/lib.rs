@@ -21,7 +21,7 @@ pub mod memory_block;
 pub mod page;
 pub mod page32;
 pub mod page8;
-pub mod page_size;
+mod page_size;
 pub mod pageblock;
 mod region_table;
 pub mod sections;

@@ -488,5 +488,4 @@ fn boundary_events<R: FirmwareRegion>(
 }
 
 #[cfg(test)]
-#[path = "memblock_tests.rs"]
 mod tests;

@@ -28,6 +28,7 @@
 
 use alloc::vec::Vec;
 use core::fmt;
+use memboot_contract::option_values::BlockLookup;
 
 use crate::memblock::Memblock;
 use crate::sections::present_sections;
@@ -168,34 +169,6 @@ impl MemoryBlock {
             pfns: PfnRange::new(start, start + size.nr_pages()),
             nr_present_sections: 1,
             nids: NodeMask::default(),
-        }
-    }
-}
-
-/// How the registry finds each present section's block while it registers
-/// the blocks and links them to their nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum BlockLookup {
-    /// One merge walk over the sorted sections and memory ranges,
-    /// O(sections + blocks): what Linux's xarray (4fb6eabf1037) gives
-    /// ([`MemoryBlocks::new`]).
-    #[default]
-    Indexed,
-    /// Linux before 4fb6eabf1037: a linear search over the blocks
-    /// registered so far for every present section, to register it
-    /// (`init_memory_block()` → `find_memory_block_by_id()`) and to link
-    /// it (`link_mem_sections()` → `bus_find_device()`), O(sections ×
-    /// blocks) ([`MemoryBlocks::new_linear`]).
-    Linear,
-}
-
-impl BlockLookup {
-    pub const ALL: [BlockLookup; 2] = [BlockLookup::Indexed, BlockLookup::Linear];
-    /// The kernel option's value (`memory_block_lookup=`) and summary's.
-    pub const fn name(self) -> &'static str {
-        match self {
-            BlockLookup::Indexed => "indexed",
-            BlockLookup::Linear => "linear",
         }
     }
 }

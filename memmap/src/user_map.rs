@@ -5,183 +5,27 @@
 //! it; `e820__finish_early_params` then sanitises the table
 //! (`e820__update_table`) and prints it as `user-defined physical RAM
 //! map:` followed by `user: [mem …] type` lines (`e820__print_table`).
-//! This module does the same to the firmware map memboot was given:
-//!
-//! | form | Linux | here |
-//! |---|---|---|
-//! | `exactmap` | drop every entry (`nr_entries = 0`) | [`Form::ExactMap`] |
-//! | `nn[KMG]@ss[KMG]` | append usable RAM (`e820__range_add`, type 1) | [`Form::Add`] |
-//! | `nn[KMG]#ss[KMG]` | append ACPI data (type 3) | [`Form::Add`] |
-//! | `nn[KMG]$ss[KMG]` | append reserved (type 2) | [`Form::Add`] |
-//! | `nn[KMG]` | remove RAM from `nn` up (`e820__range_remove`, as `mem=`) | [`Form::Limit`] |
-//! | `nn!ss`, `nn%ss-t+u` | persistent memory, type conversion | refused ([`FormError::Unsupported`]) |
+//! [`apply`] does the same to the firmware map memboot was given, with the
+//! forms the options read (`memboot_contract::memmap_forms`).
 //!
 //! Appending leaves overlaps in the table; sanitising resolves them the
 //! firmware's way: where entries overlap the highest e820 type wins, and
 //! neighbours of one type merge. A limit trims the RAM entries in the table
 //! when it is applied, so a later `@` form adds RAM above it again.
 //!
-//! Numbers are Linux's `memparse`: decimal or `0x` hex, then an optional
-//! `K M G T P E` (either case). A leading `0` before a digit is refused:
-//! Linux reads it as octal, memboot's other options as decimal.
-//!
 //! Unlike Linux, the table has no fixed capacity (Linux drops entries
 //! beyond `E820_MAX_ENTRIES`, 3200 on a `NODES_SHIFT=10` kernel, with
-//! `too many entries; ignoring`); [`MAX_FORMS`] bounds the command line.
+//! `too many entries; ignoring`); the options bound the command line
+//! (`MAX_FORMS`).
 
 use alloc::vec::Vec;
 use core::fmt;
 
+use memboot_contract::memmap_forms::{
+    Form, E820_ACPI, E820_NVS, E820_RAM, E820_RESERVED, E820_UNUSABLE,
+};
+
 use crate::firmware::{FirmwareEntry, RegionKind};
-
-/// e820 types (Linux `enum e820_type`).
-pub const E820_RAM: u32 = 1;
-pub const E820_RESERVED: u32 = 2;
-pub const E820_ACPI: u32 = 3;
-pub const E820_NVS: u32 = 4;
-pub const E820_UNUSABLE: u32 = 5;
-
-/// Most `memmap=` forms one command line may carry: 8192 regions with
-/// their holes and a few more, and a bound on what the kernel heap holds.
-pub const MAX_FORMS: usize = 16_384;
-
-/// One `memmap=` form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Form {
-    /// `exactmap`: drop every entry of the table.
-    ExactMap,
-    /// `size@start` (RAM), `size#start` (ACPI data), `size$start`
-    /// (reserved): append an entry of `kind` (an e820 type).
-    Add { start: u64, size: u64, kind: u32 },
-    /// `size`: remove RAM from `bytes` up.
-    Limit { bytes: u64 },
-}
-
-/// Why a `memmap=` form was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FormError {
-    /// Not `exactmap` and no number where the form starts.
-    NoNumber,
-    /// A number with a leading zero (`010M`).
-    LeadingZero,
-    /// A number beyond 64 bits, or a size suffix that takes it there.
-    Overflow,
-    /// Something after the form (`2G@4Gx`).
-    Trailing,
-    /// A form Linux has that memboot refuses, with why.
-    Unsupported {
-        form: &'static str,
-        why: &'static str,
-    },
-    /// `memmap=0`: would remove every byte of RAM.
-    NoRamLeft,
-}
-
-impl fmt::Display for FormError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FormError::NoNumber => f.write_str(
-                "expected a memmap mode (deferred|regions|perpfn|touch|ondemand), exactmap, or Linux's nn[KMG]@ss[KMG] (RAM), nn[KMG]#ss[KMG] (ACPI data), nn[KMG]$ss[KMG] (reserved) or nn[KMG] (limit)",
-            ),
-            FormError::LeadingZero => f.write_str(
-                "a number starts with 0: Linux reads it as octal, memboot's other options as decimal; write it without the leading zeros, or in hex as 0x…",
-            ),
-            FormError::Overflow => f.write_str("a number does not fit in 64 bits"),
-            FormError::Trailing => f.write_str(
-                "text after the form: each form is size@start, size#start, size$start or size alone (several forms: separate them with commas or give memmap= again)",
-            ),
-            FormError::Unsupported { form, why } => write!(f, "the {form} form is not supported: {why}"),
-            FormError::NoRamLeft => f.write_str(
-                "memmap=0 removes all RAM; give the size to keep (memmap=nn[KMG], as mem=)",
-            ),
-        }
-    }
-}
-
-/// Does `value` read as Linux `memmap=` forms rather than a memboot mode?
-/// Linux's forms start with a number or `exactmap`.
-pub fn is_linux_form(value: &str) -> bool {
-    value.starts_with("exactmap") || value.starts_with(|c: char| c.is_ascii_digit())
-}
-
-/// Parse one `memmap=` value: forms separated by commas, as Linux's
-/// `parse_memmap_opt` splits them.
-pub fn parse_value(value: &str) -> impl Iterator<Item = Result<Form, FormError>> + '_ {
-    value.split(',').map(parse_form)
-}
-
-/// Parse one form (no commas).
-pub fn parse_form(form: &str) -> Result<Form, FormError> {
-    if let Some(rest) = form.strip_prefix("exactmap") {
-        return if rest.is_empty() {
-            Ok(Form::ExactMap)
-        } else {
-            Err(FormError::Trailing)
-        };
-    }
-    let (size, rest) = memparse(form)?;
-    let Some(op) = rest.chars().next() else {
-        if size == 0 {
-            return Err(FormError::NoRamLeft);
-        }
-        return Ok(Form::Limit { bytes: size });
-    };
-    let kind = match op {
-        '@' => E820_RAM,
-        '#' => E820_ACPI,
-        '$' => E820_RESERVED,
-        '!' => {
-            return Err(FormError::Unsupported {
-                form: "nn!ss (persistent memory, e820 type 12)",
-                why: "memboot initialises no persistent memory; mark the range reserved with nn$ss",
-            })
-        }
-        '%' => {
-            return Err(FormError::Unsupported {
-                form: "nn%ss-t+u (change a range's type)",
-                why: "add the range with the type it should have (@ RAM, # ACPI data, $ reserved) instead",
-            })
-        }
-        _ => return Err(FormError::Trailing),
-    };
-    let (start, rest) = memparse(&rest[1..])?;
-    if !rest.is_empty() {
-        return Err(FormError::Trailing);
-    }
-    Ok(Form::Add { start, size, kind })
-}
-
-/// Linux's `memparse`: a number (decimal or `0x` hex) and an optional
-/// binary suffix; the rest of the text after it.
-fn memparse(text: &str) -> Result<(u64, &str), FormError> {
-    let (radix, digits_from) = match text.get(..2) {
-        Some("0x" | "0X") => (16, 2),
-        _ => (10, 0),
-    };
-    let body = &text[digits_from..];
-    let len = body
-        .find(|c: char| !c.is_digit(radix))
-        .unwrap_or(body.len());
-    if len == 0 {
-        return Err(FormError::NoNumber);
-    }
-    if radix == 10 && len > 1 && body.starts_with('0') {
-        return Err(FormError::LeadingZero);
-    }
-    let n = u64::from_str_radix(&body[..len], radix).map_err(|_| FormError::Overflow)?;
-    let rest = &body[len..];
-    let shift = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => 10,
-        Some('M') => 20,
-        Some('G') => 30,
-        Some('T') => 40,
-        Some('P') => 50,
-        Some('E') => 60,
-        _ => return Ok((n, rest)),
-    };
-    let bytes = n.checked_mul(1 << shift).ok_or(FormError::Overflow)?;
-    Ok((bytes, &rest[1..]))
-}
 
 /// One e820 entry: `[addr, addr + size)` of e820 type `kind` (0 for an
 /// entry Linux's range removal zeroed: still counted, never printed).
@@ -531,5 +375,4 @@ fn covered_by_ram(e820: &[E820Entry], mut start: u64, end: u64) -> bool {
 }
 
 #[cfg(test)]
-#[path = "user_map_tests.rs"]
 mod tests;

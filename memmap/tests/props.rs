@@ -3,12 +3,13 @@
 //! Reference models here are deliberately naive (elementary intervals,
 //! per-PFN arrays, linear scans) so they share no code with the crate.
 
+use memboot_contract::option_values::BlockLookup;
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind};
 use memmap::init::{
     init_memmap, init_pfn_range, sections_to_back, split_deferred, Strategy as InitStrategy,
 };
 use memmap::memblock::{Memblock, MemblockConfig, MemblockRegion, NUMA_NO_NODE};
-use memmap::memory_block::{probe_memory_block_size, BlockLookup, MemoryBlockSize, MemoryBlocks};
+use memmap::memory_block::{probe_memory_block_size, MemoryBlockSize, MemoryBlocks};
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::page8::StructPage8;

@@ -47,8 +47,8 @@
 
 use alloc::vec::Vec;
 
+use memboot_contract::option_values::BuddyStore;
 use memmap::page::{ListHead, PageLayout, MAX_NUMNODES};
-pub use memmap::page_size::BuddyStore;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, NR_ORDERS};
 

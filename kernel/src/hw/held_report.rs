@@ -24,12 +24,13 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use alloc::vec::Vec;
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
+use memboot_contract::memmap_forms::E820_RAM;
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{BootloaderLine, E820Line};
 use memboot_kernel::node_ram;
 use memmap::firmware::FirmwareEntry;
-use memmap::user_map::{E820Entry, UserLine, E820_RAM, USER_MAP_HEADING};
+use memmap::user_map::{E820Entry, UserLine, USER_MAP_HEADING};
 
 use crate::hw::serial;
 

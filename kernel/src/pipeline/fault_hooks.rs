@@ -15,7 +15,8 @@ use core::fmt;
 
 use deferred_init::faults::{self, DoubleInit};
 use deferred_init::ClaimHooks;
-use deferred_init::{BuddyStore, DeferredInit};
+use deferred_init::DeferredInit;
+use memboot_contract::option_values::BuddyStore;
 use memboot_contract::options::TestFault;
 use memmap::init::EagerRange;
 use memmap::memblock::Memblock;

@@ -7,10 +7,9 @@
 //! what the allocator holds (Linux's `Memory:` line).
 
 use deferred_init::{DeferredInit, PageAllocator};
+use memboot_contract::option_values::BlockLookup;
 use memmap::memblock::Memblock;
-use memmap::memory_block::{
-    probe_memory_block_size, BlockError, BlockLookup, MemoryBlockSize, MemoryBlocks,
-};
+use memmap::memory_block::{probe_memory_block_size, BlockError, MemoryBlockSize, MemoryBlocks};
 use memmap::page::MAX_NUMNODES;
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;

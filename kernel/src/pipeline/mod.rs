@@ -54,12 +54,12 @@ pub mod vmemmap;
 pub mod zones;
 
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
+use memboot_contract::option_values::StructPageSize;
 use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
 use memmap::page8::StructPage8;
-use memmap::page_size::StructPageSize;
 use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;

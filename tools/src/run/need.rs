@@ -3,13 +3,13 @@
 //! that needs more than the host has available is refused before QEMU
 //! starts ([`refusal`]).
 
+use deferred_init::free_bitmap_bytes;
 use memboot_contract::host_memory::{
-    free_bitmap_bytes, LINUX_BASE_MIB, LINUX_PER_TIB_MIB, LOW_ZONES_MIB, QEMU_BASE_MIB,
-    QEMU_PER_TIB_MIB, SECTION_MIB, WINDOW_MIB,
+    LINUX_BASE_MIB, LINUX_PER_TIB_MIB, LOW_ZONES_MIB, QEMU_BASE_MIB, QEMU_PER_TIB_MIB, SECTION_MIB,
+    WINDOW_MIB,
 };
-use memboot_contract::options::{
-    BuddyStore, Drain, MemmapMode, Options, StructPageSize, ALLOC_TEST_DEFAULT_BYTES,
-};
+use memboot_contract::option_values::{BuddyStore, StructPageSize};
+use memboot_contract::options::{Drain, MemmapMode, Options, ALLOC_TEST_DEFAULT_BYTES};
 
 /// The virtual machine: its RAM per NUMA node and its vCPUs.
 #[derive(Clone, Copy, Debug)]

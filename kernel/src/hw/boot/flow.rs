@@ -8,7 +8,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use bootloader_api::info::MemoryRegion;
-use memboot_contract::options::{self, BuddyStore, Console, Options};
+use memboot_contract::option_values::BuddyStore;
+use memboot_contract::options::{self, Console, Options};
 use memboot_kernel::acpi;
 use memboot_kernel::boot_error::BootError;
 use memboot_kernel::boot_input::BootInput;

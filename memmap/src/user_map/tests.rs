@@ -2,93 +2,11 @@ use super::*;
 use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec;
+use memboot_contract::memmap_forms::{parse_form, parse_value, E820_ACPI};
 use proptest::prelude::*;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
-
-#[test]
-fn parses_linux_forms() {
-    assert_eq!(parse_form("exactmap"), Ok(Form::ExactMap));
-    assert_eq!(
-        parse_form("2G@4G"),
-        Ok(Form::Add {
-            start: 4 * GIB,
-            size: 2 * GIB,
-            kind: E820_RAM
-        })
-    );
-    assert_eq!(
-        parse_form("64k#0x7fff0000"),
-        Ok(Form::Add {
-            start: 0x7fff_0000,
-            size: 64 << 10,
-            kind: E820_ACPI
-        })
-    );
-    assert_eq!(
-        parse_form("1m$1t"),
-        Ok(Form::Add {
-            start: 1 << 40,
-            size: MIB,
-            kind: E820_RESERVED
-        })
-    );
-    assert_eq!(parse_form("3G"), Ok(Form::Limit { bytes: 3 * GIB }));
-    assert_eq!(parse_form("4096"), Ok(Form::Limit { bytes: 4096 }));
-    assert_eq!(
-        parse_form("0@0"),
-        Ok(Form::Add {
-            start: 0,
-            size: 0,
-            kind: E820_RAM
-        })
-    );
-    let forms: Vec<_> = parse_value("exactmap,640K@0,1G@1M").collect();
-    assert_eq!(forms.len(), 3);
-    assert!(forms.iter().all(Result::is_ok));
-}
-
-#[test]
-fn refuses_what_linux_would_misread_or_memboot_does_not_do() {
-    assert_eq!(parse_form("010M"), Err(FormError::LeadingZero));
-    assert_eq!(parse_form("1M@010M"), Err(FormError::LeadingZero));
-    assert_eq!(parse_form("x"), Err(FormError::NoNumber));
-    assert_eq!(parse_form("1M@"), Err(FormError::NoNumber));
-    assert_eq!(parse_form("0x"), Err(FormError::NoNumber));
-    assert_eq!(parse_form("1M@1Gx"), Err(FormError::Trailing));
-    assert_eq!(parse_form("1Mq"), Err(FormError::Trailing));
-    assert_eq!(parse_form("exactmapx"), Err(FormError::Trailing));
-    assert_eq!(parse_form("16E"), Err(FormError::Overflow));
-    assert_eq!(parse_form("99999999999999999999"), Err(FormError::Overflow));
-    assert_eq!(parse_form("0"), Err(FormError::NoRamLeft));
-    assert!(matches!(
-        parse_form("1G!4G"),
-        Err(FormError::Unsupported { .. })
-    ));
-    assert!(matches!(
-        parse_form("1G%4G-1+2"),
-        Err(FormError::Unsupported { .. })
-    ));
-    // Every refusal says what to write instead.
-    for e in [
-        FormError::LeadingZero,
-        FormError::Trailing,
-        FormError::NoNumber,
-    ] {
-        assert!(e.to_string().len() > 40, "{e}");
-    }
-}
-
-#[test]
-fn linux_forms_are_told_from_modes_by_their_first_character() {
-    for v in ["exactmap", "2G@4G", "0x100$0", "3G"] {
-        assert!(is_linux_form(v), "{v}");
-    }
-    for v in ["deferred", "regions", "perpfn", "touch", "ondemand", ""] {
-        assert!(!is_linux_form(v), "{v}");
-    }
-}
 
 #[test]
 fn user_lines_are_linux_bytes() {

@@ -14,7 +14,7 @@
 //!    processors in the kernel), or a caller's own per-CPU job calls
 //!    [`DeferredInit::run_cpu_workers`] (the kernel's boot CPU creates the
 //!    memory blocks first). Workers claim chunks
-//!    through a lock-free per-node cursor (`run.rs` explains the protocol).
+//!    through a lock-free per-node cursor (`run/mod.rs` explains the protocol).
 //! 3. Initialised pages are freed into a per-(node, zone) [`BuddyAllocator`]
 //!    in the largest aligned blocks (`buddy/mod.rs` explains the list encoding),
 //!    which its owner creates and lends to deferred init.

@@ -147,7 +147,7 @@ impl NodePlan {
     }
     /// The block windows of chunk `chunk`: `MAX_ORDER`-aligned runs of 1024
     /// pages from the one holding its first piece to the one holding its
-    /// last, the unit growers and workers claim (see `run.rs`).
+    /// last, the unit growers and workers claim (see `run/mod.rs`).
     pub fn chunk_windows(&self, chunk: usize) -> ChunkWindows {
         let pieces = self.chunk_pieces(chunk);
         let (Some(first), Some(last)) = (pieces.first(), pieces.last()) else {

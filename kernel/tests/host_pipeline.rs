@@ -627,7 +627,7 @@ fn every_test_fault_is_caught_by_verification() {
 }
 
 /// The allocation test records a phase per (CPU, node) up to
-/// `alloc_test::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
+/// `alloc_workload::MAX_NODE_SPANS` (1024) of them, and one per CPU over all
 /// nodes beyond: 16G over 4 nodes (CPUs on nodes 0 and 1, as booted) with
 /// 256 CPUs is 1024 spans, with 257 CPUs it folds. The folded summary is
 /// whole JSON with a lane's worth of phases per CPU.

@@ -14,7 +14,7 @@
 //! | [`buddy_handoff`] | deferred ranges → worker plan; the buddy free lists, which `run` owns; eager free pages → the lists; deferred init set up as their client and growth source, and the `PageAllocator` the later steps allocate from |
 //! | [`deferred_workers`] or [`ondemand_pool`] | workers on each node's CPUs initialise the rest, or it goes to the allocator untouched; memory is ready. Either has the boot CPU create the memory blocks meanwhile ([`memory_blocks::create_timed`]) |
 //! | [`memory_blocks`] | the memory-block devices reported, and Linux's `Memory:` line |
-//! | [`alloc_test`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
+//! | [`alloc_workload`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
 //! | [`pool_after_boot`] | `ondemand_drain=on`'s drain; what the pool and growth came to |
 //! | [`vmemmap::report_first_use`] | how much of the vmemmap first use mapped (`ondemand`) |
 //! | [`verify`] | every initialised page, the pool, the lists and the counts checked |
@@ -33,7 +33,7 @@
 //! supplies the seams for real hardware, the host tests supply `std`
 //! threads and an `mmap` area.
 
-pub mod alloc_test;
+pub mod alloc_workload;
 pub mod buddy_handoff;
 pub mod context;
 pub mod deferred_workers;
@@ -155,7 +155,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     start(StartCpus::WhenMemoryReady)?;
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
-    alloc_test::run(cx, pages, &di, layout)?;
+    alloc_workload::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
     vmemmap::report_first_use(cx, &memmap, &sections)?;
     let verified = verify::run(cx, pages, &memmap, &mb, layout, &di, &outcome);

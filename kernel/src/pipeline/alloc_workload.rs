@@ -1,5 +1,6 @@
-//! The allocation test, once memory is ready: what allocations pay for how memory was
-//! initialised. On every node, in turn, all CPUs at once allocate the
+//! The allocation workload, once memory is ready (`alloc_test=`, whose
+//! name its log lines and summary phase keep): what allocations pay for
+//! how memory was initialised. On every node, in turn, all CPUs at once allocate the
 //! node's share in a mix of orders (0, 3, 9 and 10: 4 MiB of each per
 //! round of 16 MiB, interleaved), timing every allocation, then free
 //! everything back. Each CPU allocates and frees order-0 pages through its

@@ -27,6 +27,15 @@
 //! 5. [`DeferredInit::report`] gives per-node and per-worker statistics and
 //!    the dmesg-equivalent lines (`stats.rs`).
 //!
+//! Why the allocator lives in this crate: deferred init and the allocator
+//! are one protocol, not a layer on a layer. Workers free into the buddy
+//! lists under the lock an allocation takes; an allocation that finds a
+//! zone short claims deferred init's windows to grow it (Linux's
+//! `deferred_grow_zone`), racing the workers for the same claims; and
+//! verification checks both at once (every page initialised exactly once
+//! and in exactly one free block). Split into two crates, each would have
+//! to export its internals to the other.
+//!
 //! `no_std` + `alloc`; allocation happens only while building the plan and the
 //! allocator, never in the workers' loop.
 #![cfg_attr(not(any(test, feature = "std")), no_std)]
@@ -52,26 +61,22 @@ mod verify;
 #[cfg(any(test, feature = "std"))]
 pub mod host;
 
-/// One unit-test suite: the test modules read and write pages only
-/// through `PageLayout`, so one source runs at each struct-page size and
-/// store, `TestPage` and `TEST_STORE` saying which (the same files on
-/// purpose, compiled once per suite).
+/// One unit-test suite (the files in `src/suite/`): the test modules read
+/// and write pages only through `PageLayout`, so one source runs at each
+/// struct-page size and store, `TestPage` and `TEST_STORE` saying which
+/// (the same files on purpose, compiled once per suite).
 macro_rules! test_suite {
     ($(#[$doc:meta])* $name:ident, $page:ty, $store:expr) => {
         $(#[$doc])*
         #[cfg(test)]
-        #[path = "."]
+        #[path = "suite"]
         #[allow(clippy::duplicate_mod)]
         mod $name {
             pub(crate) type TestPage = $page;
             pub(crate) const TEST_STORE: Option<memboot_contract::option_values::BuddyStore> = $store;
-            #[path = "pcp_tests.rs"]
             mod pcp_tests;
-            #[path = "pool_tests.rs"]
             mod pool_tests;
-            #[path = "tests.rs"]
             pub(crate) mod tests;
-            #[path = "verify_tests.rs"]
             mod verify_tests;
         }
     };

@@ -148,7 +148,7 @@ struct NodeRuntime {
 }
 
 impl NodeRuntime {
-    fn new(plan: &crate::NodePlan) -> Self {
+    fn new(plan: &crate::plan::NodePlan) -> Self {
         let mut nr_windows = [0; NR_ZONES];
         for zone in ZoneType::ALL {
             nr_windows[zone as usize] = plan

@@ -23,8 +23,8 @@ use memmap::user_map::{UserMap, UserMapError};
 use memmap::NodeId;
 
 use crate::image_sizes::ImageSizes;
-use crate::pipeline::memblock::EarlyReservation;
-use crate::pipeline::Input;
+use crate::pipeline::input::EarlyReservation;
+use crate::pipeline::input::Input;
 use memboot_contract::json::JsonObject;
 use memboot_contract::options::Options;
 

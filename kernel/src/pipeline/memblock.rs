@@ -10,8 +10,8 @@ use memmap::memblock::{FirmwareReport, Memblock, MemblockConfig};
 use super::context::Ctx;
 use super::error::{MemblockStageError, PipelineError};
 use super::facts::Phase;
+use super::input::{EarlyReservation, Input};
 use super::seams::Log;
-use super::Input;
 
 /// Build memblock from the input, log it, record its time.
 pub fn run(cx: &Ctx<'_>, input: &Input<'_>) -> Result<Memblock, PipelineError> {
@@ -27,15 +27,6 @@ pub fn run(cx: &Ctx<'_>, input: &Input<'_>) -> Result<Memblock, PipelineError> {
     log(cx.log, &mb, &report, memblock_ns);
     cx.facts.record(|f| f.memblock_ns = memblock_ns);
     Ok(mb)
-}
-
-/// A range to reserve before anything is allocated from memblock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EarlyReservation {
-    pub base: u64,
-    pub size: u64,
-    /// What it is, for messages ("low 1 MiB", "kernel heap").
-    pub what: &'static str,
 }
 
 /// Build memblock. `affinity` is `None` without SRAT: then all memory is

@@ -43,6 +43,7 @@ pub mod facts;
 pub mod fault_hooks;
 #[cfg(feature = "host")]
 pub mod host;
+pub mod input;
 pub mod memblock;
 pub mod memory_blocks;
 pub mod mode;
@@ -55,7 +56,6 @@ pub mod zones;
 
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memboot_contract::option_values::StructPageSize;
-use memmap::firmware::{FirmwareEntry, NodeAffinity};
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
@@ -64,30 +64,14 @@ use memmap::store::{Memmap, VmemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
-use crate::image_sizes::ImageSizes;
 use context::Ctx;
 use error::PipelineError;
 use facts::Facts;
 use fault_hooks::FaultHooks;
-use memblock::EarlyReservation;
-use memboot_contract::options::{Console, Options};
+use input::Input;
+use memboot_contract::options::Console;
 use mode::{Deferral, ModePlan, StartCpus};
 use seams::{Clock, CpuBringup, Executor, Log, VmemmapMapper};
-
-/// What the pipeline starts from.
-pub struct Input<'a> {
-    pub opts: &'a Options,
-    /// The firmware memory map.
-    pub map: &'a [FirmwareEntry],
-    /// SRAT memory affinity; `None` without SRAT (all memory is node 0).
-    pub affinity: Option<&'a [NodeAffinity]>,
-    pub phys_addr_bits: u32,
-    /// CPUID's hypervisor bit (Linux sizes memory blocks by it).
-    pub under_hypervisor: bool,
-    pub reserve: &'a [EarlyReservation],
-    /// The kernel image's parts, for Linux's `Memory:` line.
-    pub image: ImageSizes,
-}
 
 /// The hardware the pipeline runs on.
 pub struct Machine<'a, M> {

@@ -20,7 +20,7 @@ use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::FaultHooks;
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
-use memboot_kernel::pipeline::memblock::EarlyReservation;
+use memboot_kernel::pipeline::input::EarlyReservation;
 use memboot_kernel::pipeline::{self, Input, Machine};
 use memboot_kernel::smp_error::SmpError;
 

@@ -62,7 +62,7 @@ fn run(argv0: &str, argv: &[String], steps_only: bool) -> Result<u8, Stop> {
     };
     let booting = !(steps_only || checked.args.dry_run || checked.args.build_only);
     let qemu_version = if booting {
-        Some(qemu_binary::prepare(&mut checked)?)
+        Some(checked.prepare_qemu()?)
     } else {
         None
     };

@@ -12,10 +12,13 @@ use std::process::{Command, Stdio};
 
 use memboot_contract::host_memory::LARGE_GUEST_MIB;
 
-use crate::run::args::BootPath;
-use crate::run::qemu_binary::{self, Version};
-use crate::run::quote::{quote, quote_words};
-use crate::run::{cpu_time, exit, host_state, note, Checked, Paths, Stop};
+use super::args::BootPath;
+use super::check::Checked;
+use super::paths::Paths;
+use super::qemu_binary::{self, Version};
+use super::quote::{quote, quote_words};
+use super::stop::{exit, note, Stop};
+use super::{cpu_time, host_state};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::run::note;
+use super::stop::note;
 
 /// Overrides MemAvailable, in MiB (for tests of the refusal).
 pub const AVAILABLE_ENV: &str = "MEMBOOT_HOST_AVAILABLE_MIB";
@@ -209,8 +209,8 @@ fn wait_cold(idle_s: u64) -> String {
 
 /// Bring the host's memory to the chosen state (waiting for cold); the
 /// lines every log records after `run-qemu.sh: host memory: `.
-pub fn memory_state(state: Option<crate::run::args::HostMemory>, cold_idle_s: u64) -> Vec<String> {
-    use crate::run::args::HostMemory;
+pub fn memory_state(state: Option<super::args::HostMemory>, cold_idle_s: u64) -> Vec<String> {
+    use super::args::HostMemory;
     let mut lines = vec![match state {
         Some(HostMemory::Prefault) => "prefault: all guest RAM backed before the guest starts (memory-backend-ram prealloc=on)".to_string(),
         Some(HostMemory::Cold) => wait_cold(cold_idle_s),

@@ -7,173 +7,26 @@
 //! ([`host_state`]), runs QEMU under the serial tap and maps its status to an
 //! exit code ([`boot`]). Messages start `run-qemu.sh: `: the user ran that.
 
-use std::path::{Path, PathBuf};
-
-use memboot_contract::options::{self, OptionError};
+use std::path::Path;
 
 pub mod args;
 pub mod boot;
+mod check;
 pub mod cpu_time;
 pub mod host_state;
 pub mod need;
+mod paths;
 pub mod qemu;
 pub mod qemu_binary;
 pub mod quote;
+mod stop;
 
-use args::{Accel, Args, BootPath, HostMemory};
-use need::{Kernel, Machine, Need};
+pub use check::{check, Checked};
+pub use paths::Paths;
+pub use stop::{exit, note, Stop};
 
-/// run-qemu.sh's exit codes (README "Exit codes").
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const KERNEL: u8 = 1;
-    pub const QEMU: u8 = 2;
-    pub const TIMEOUT: u8 = 3;
-    pub const SETUP: u8 = 4;
-    pub const ABOVE_BASELINE: u8 = 5;
-    pub const USAGE: u8 = 64;
-}
-
-/// A message to the user, on standard error.
-pub fn note(message: &str) {
-    eprintln!("run-qemu.sh: {message}");
-}
-
-/// Why run-qemu.sh stops before QEMU: a usage error (or a guest this host
-/// cannot hold), or a setup failure.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Stop {
-    Usage(String),
-    Setup(String),
-}
-
-impl Stop {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Stop::Usage(_) => exit::USAGE,
-            Stop::Setup(_) => exit::SETUP,
-        }
-    }
-    pub fn message(&self) -> &str {
-        match self {
-            Stop::Usage(m) | Stop::Setup(m) => m,
-        }
-    }
-}
-
-impl From<args::Usage> for Stop {
-    fn from(u: args::Usage) -> Self {
-        Stop::Usage(u.0)
-    }
-}
-
-/// Where the repository's build outputs are.
-pub struct Paths {
-    pub root: PathBuf,
-}
-
-impl Paths {
-    /// The repository this tool was built from (`tools/`'s parent).
-    pub fn of_this_build() -> Paths {
-        let host = Path::new(env!("CARGO_MANIFEST_DIR"));
-        Paths {
-            root: host.parent().unwrap_or(host).to_path_buf(),
-        }
-    }
-    /// The kernel ELF with its debug info (symbols for --profile).
-    pub fn kernel_elf(&self) -> PathBuf {
-        self.root
-            .join("target/kernel/x86_64-unknown-none/release/memboot-kernel")
-    }
-    pub fn image_dir(&self) -> PathBuf {
-        self.root.join("target/images")
-    }
-    /// The stripped copy QEMU's -kernel loads and the disk images carry.
-    pub fn boot_elf(&self) -> PathBuf {
-        self.image_dir().join("memboot-kernel.elf")
-    }
-    /// A host tool of the release build (memboot-tap, memboot-plot, …).
-    pub fn tool(&self, name: &str) -> PathBuf {
-        self.root.join("target/release").join(name)
-    }
-    /// --profile's TCG plugin.
-    pub fn profile_plugin(&self) -> PathBuf {
-        self.tool("libmemboot_profile.so")
-    }
-}
-
-/// A command line, checked: the machine's shape, what boots, and the host
-/// memory it needs.
-pub struct Checked {
-    pub args: Args,
-    /// The RAM of each NUMA node, in MiB ([`qemu::split_nodes`]).
-    pub node_mib: Vec<u64>,
-    pub kernel: Kernel,
-    pub need: Need,
-    pub available_mib: u64,
-    /// Under KVM, the CPU features `-cpu host` leaves off (found by
-    /// [`qemu_binary::kvm_features_off`] before the boot).
-    pub kvm_off: Vec<&'static str>,
-}
-
-impl Checked {
-    pub fn machine(&self) -> Machine<'_> {
-        Machine {
-            node_mib: &self.node_mib,
-            smp: self.args.smp,
-        }
-    }
-}
-
-/// The kernel options after `--`, read as the kernel reads them: joined
-/// by spaces into the one command line it gets (fw_cfg) and parsed with its
-/// grammar. A repeated key is a usage error here; any other line the kernel
-/// refuses is left to it: it fails the boot (bad_option, exit 1) before it
-/// writes any struct page. --linux does not read them: they are Linux's,
-/// where repeats are legal.
-fn kernel_of(args: &Args) -> Result<Kernel, Stop> {
-    if args.linux.is_some() {
-        return Ok(Kernel::Linux);
-    }
-    let line = args.kernel_opts.join(" ");
-    match options::parse(&line) {
-        Ok(o) => Ok(Kernel::Memboot(o)),
-        Err(e @ OptionError::Repeated { key }) => Err(Stop::Usage(format!(
-            "kernel option '{key}' given twice: the kernel would refuse the command line (bad_option: {e}); give it once"
-        ))),
-        Err(e) => Ok(Kernel::MembootRefusing(e.to_string())),
-    }
-}
-
-/// Check `args` against a host with `available` memory: the node split,
-/// the kernel options and the host-memory refusal.
-pub fn check(args: Args, available: &host_state::Available) -> Result<Checked, Stop> {
-    let node_mib = qemu::split_nodes(args.mem_mib, args.nodes, &args.mem)?;
-    let kernel = kernel_of(&args)?;
-    let machine = Machine {
-        node_mib: &node_mib,
-        smp: args.smp,
-    };
-    let prefault = args.host_memory == Some(HostMemory::Prefault);
-    let need = need::need(&machine, &kernel, prefault);
-    if need.total_mib > available.mib {
-        let have = format!(
-            "this host has {} MiB available ({})",
-            available.mib, available.source
-        );
-        return Err(Stop::Usage(need::refusal(
-            &machine, &kernel, &need, &args.mem, &have,
-        )));
-    }
-    Ok(Checked {
-        args,
-        node_mib,
-        kernel,
-        need,
-        available_mib: available.mib,
-        kvm_off: Vec::new(),
-    })
-}
+use args::{Accel, Args, BootPath};
+use need::Kernel;
 
 /// memboot's kernel options for a checked boot: those after `--`, and
 /// under TCG the TSC rate Linux gets as tsc_early_khz=, unless the options

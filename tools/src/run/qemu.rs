@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::run::args::{Accel, Args, BootPath, HostMemory, Linux, Usage};
-use crate::run::qemu_binary::{host_cpu, MACHINE_TYPE};
+use super::args::{Accel, Args, BootPath, HostMemory, Linux, Usage};
+use super::qemu_binary::{host_cpu, MACHINE_TYPE};
 
 /// Linux wants node borders 8 MiB-aligned (QEMU's `numa_mem_align_shift`
 /// 23).
@@ -46,7 +46,7 @@ pub fn phys_bits(mem_mib: u64) -> u32 {
 /// Everything that defines the virtual machine but not what it boots, so
 /// every guest of the same shape gets the same machine, on every QEMU
 /// version. `kvm_off`: the CPU features `-cpu host` leaves off under KVM
-/// ([`crate::run::qemu_binary::kvm_features_off`]).
+/// ([`super::qemu_binary::kvm_features_off`]).
 pub fn machine_args(args: &Args, node_mib: &[u64], kvm_off: &[&str]) -> Vec<String> {
     let mem_mib: u64 = node_mib.iter().sum();
     let smp = args.smp.to_string();

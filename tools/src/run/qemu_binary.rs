@@ -7,8 +7,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::run::args::{Accel, Args};
-use crate::run::{Checked, Stop};
+use super::args::Args;
+use super::stop::{note, Stop};
 
 /// The environment variable that chooses the QEMU binary when `--qemu`
 /// does not.
@@ -198,25 +198,12 @@ pub fn kvm_features_off(binary: &Path) -> Result<Vec<&'static str>, Stop> {
                 stderr.trim()
             )));
         }
-        crate::run::note(&format!(
+        note(&format!(
             "--accel kvm: this host's KVM refuses MSR {msr:#x} ({feature}) for -cpu host; booting with -cpu {}",
             host_cpu(&[&off[..], &[feature]].concat())
         ));
         off.push(feature);
     }
-}
-
-/// The QEMU `c` boots with, before it boots: its version read and
-/// checked, and under KVM the CPU features this host's KVM refuses left off
-/// (`c.kvm_off`).
-pub fn prepare(c: &mut Checked) -> Result<Version, Stop> {
-    let binary = binary(&c.args);
-    let version = version_of(&binary)?;
-    version.check(&binary)?;
-    if c.args.accel == Accel::Kvm {
-        c.kvm_off = kvm_features_off(&binary)?;
-    }
-    Ok(version)
 }
 
 #[cfg(test)]

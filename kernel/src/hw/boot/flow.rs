@@ -16,7 +16,7 @@ use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::bootmap;
 use memboot_kernel::image_sizes::ImageSizes;
 use memboot_kernel::pipeline::fault_hooks::{CpuTraps, FaultHooks};
-use memboot_kernel::pipeline::memblock::EarlyReservation;
+use memboot_kernel::pipeline::input::EarlyReservation;
 use memboot_kernel::pipeline::{self, Machine};
 use memmap::firmware::FirmwareEntry;
 

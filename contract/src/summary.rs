@@ -10,6 +10,7 @@
 
 use alloc::borrow::Cow;
 use core::fmt::{self, Write};
+use core::marker::PhantomData;
 
 use crate::json::JsonObject;
 
@@ -128,36 +129,95 @@ impl<'de> serde::Deserialize<'de> for TscMhz {
     }
 }
 
-/// How one field of [`Summary`] goes into the line.
+/// The value of a key a line lacks, per field type: 0, `""` or empty.
+/// Inherent constants, not a trait's: the compiler does not look into a
+/// trait's constant, so it could not tell that [`Summary::ZERO`] owns
+/// nothing to drop, and a constant built from it with `..` (the kernel's
+/// empty facts) would not compile.
+struct Zero<T>(PhantomData<T>);
+
+impl Zero<u64> {
+    const VALUE: u64 = 0;
+}
+
+impl Zero<TscMhz> {
+    const VALUE: TscMhz = TscMhz { khz: 0 };
+}
+
+impl<'a> Zero<Cow<'a, str>> {
+    const VALUE: Cow<'a, str> = Cow::Borrowed("");
+}
+
+impl<'a, T: Clone> Zero<Cow<'a, [T]>> {
+    const VALUE: Cow<'a, [T]> = Cow::Borrowed(&[]);
+}
+
+/// What [`Summary`] needs of a field's type: a borrowing copy, and how it
+/// goes into the line.
 trait SummaryValue {
+    /// The field's type in a summary borrowing this one.
+    type Borrowed<'b>
+    where
+        Self: 'b;
+    /// The same value, its text and arrays borrowed: no allocation.
+    fn borrowed(&self) -> Self::Borrowed<'_>;
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result;
 }
 
 impl SummaryValue for u64 {
+    type Borrowed<'b> = u64;
+    fn borrowed(&self) -> u64 {
+        *self
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.u64(key, *self)
     }
 }
 
 impl SummaryValue for TscMhz {
+    type Borrowed<'b> = TscMhz;
+    fn borrowed(&self) -> TscMhz {
+        *self
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.fixed(key, self.khz, 3)
     }
 }
 
 impl SummaryValue for Cow<'_, str> {
+    type Borrowed<'b>
+        = Cow<'b, str>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.str(key, self)
     }
 }
 
 impl SummaryValue for Cow<'_, [u64]> {
+    type Borrowed<'b>
+        = Cow<'b, [u64]>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, [u64]> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.u64_array(key, self.iter().copied())
     }
 }
 
 impl SummaryValue for Cow<'_, [PhaseSpan]> {
+    type Borrowed<'b>
+        = Cow<'b, [PhaseSpan]>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, [PhaseSpan]> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.objects(key, self.iter(), |p, span| {
             p.str("phase", span.phase.name())?;
@@ -175,7 +235,8 @@ impl SummaryValue for Cow<'_, [PhaseSpan]> {
 }
 
 /// The struct below is the schema: its fields, in order, are the line's
-/// keys, so the writer and [`Summary::KEYS`] cannot disagree with it.
+/// keys, so the writer, [`Summary::KEYS`], [`Summary::ZERO`] and
+/// [`Summary::borrowed`] cannot disagree with it.
 macro_rules! summary_schema {
     (
         $(#[$meta:meta])*
@@ -188,9 +249,28 @@ macro_rules! summary_schema {
             $( $(#[$fmeta])* pub $key: $ty, )*
         }
 
+        impl<$lt> $name<$lt> {
+            /// Every key 0, `""` or empty: what a line lacking a key reads
+            /// it as ([`Default`]), and what the kernel's facts start from.
+            pub const ZERO: Self = $name { $( $key: Zero::<$ty>::VALUE, )* };
+        }
+
+        impl Default for $name<'_> {
+            fn default() -> Self {
+                Self::ZERO
+            }
+        }
+
         impl $name<'_> {
             /// Every key, in the line's order.
             pub const KEYS: &'static [&'static str] = &[$(stringify!($key)),*];
+
+            /// The same summary, its text and arrays borrowed: the kernel
+            /// sets the keys it knows only at the end of the boot on this
+            /// copy, which allocates nothing.
+            pub fn borrowed(&self) -> $name<'_> {
+                $name { $( $key: SummaryValue::borrowed(&self.$key), )* }
+            }
 
             /// The JSON object, streamed into `out`: no buffer, no
             /// allocation.
@@ -206,7 +286,7 @@ macro_rules! summary_schema {
 summary_schema! {
     /// The `memboot-summary:` object. Durations are ns; `*_ns` stamps are
     /// since kernel entry; arrays by node are by node index.
-    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    #[derive(Clone, Debug, PartialEq, Eq)]
     #[cfg_attr(feature = "std", derive(serde::Deserialize))]
     #[cfg_attr(feature = "std", serde(default))]
     pub struct Summary<'a> {

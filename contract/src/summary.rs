@@ -2,14 +2,22 @@
 //! users and the host tools parse.
 //!
 //! [`Summary`] is the schema: one field per key, in the line's order. The
-//! kernel fills it with borrowed values and streams it out without
+//! kernel's memory-init pipeline records its facts straight into one
+//! (`memboot_kernel::pipeline::facts::MmFacts`), sets the boot-level keys
+//! on a borrowed copy ([`Summary::borrowed`]) and streams it out without
 //! allocating ([`Summary::write_line`]), so the panic and exception paths
 //! can still report; the host reads it back with serde (feature `std`).
+//!
 //! Keys are a contract: add them at the end, never rename or drop one, and
-//! bump [`SUMMARY_VERSION`] when adding.
+//! bump [`SUMMARY_VERSION`] when adding. A new key is a field at the end of
+//! [`Summary`], documented there, and a row of the README's key table (a
+//! test finds the row missing); the writer, [`Summary::KEYS`], the host's
+//! reader and the kernel's facts follow from the field, and the pipeline
+//! step that measures the value sets it by the key's name.
 
 use alloc::borrow::Cow;
 use core::fmt::{self, Write};
+use core::marker::PhantomData;
 
 use crate::json::JsonObject;
 
@@ -128,36 +136,95 @@ impl<'de> serde::Deserialize<'de> for TscMhz {
     }
 }
 
-/// How one field of [`Summary`] goes into the line.
+/// The value of a key a line lacks, per field type: 0, `""` or empty.
+/// Inherent constants, not a trait's: the compiler does not look into a
+/// trait's constant, so it could not tell that [`Summary::ZERO`] owns
+/// nothing to drop, and a constant built from it with `..` (the kernel's
+/// empty facts) would not compile.
+struct Zero<T>(PhantomData<T>);
+
+impl Zero<u64> {
+    const VALUE: u64 = 0;
+}
+
+impl Zero<TscMhz> {
+    const VALUE: TscMhz = TscMhz { khz: 0 };
+}
+
+impl<'a> Zero<Cow<'a, str>> {
+    const VALUE: Cow<'a, str> = Cow::Borrowed("");
+}
+
+impl<'a, T: Clone> Zero<Cow<'a, [T]>> {
+    const VALUE: Cow<'a, [T]> = Cow::Borrowed(&[]);
+}
+
+/// What [`Summary`] needs of a field's type: a borrowing copy, and how it
+/// goes into the line.
 trait SummaryValue {
+    /// The field's type in a summary borrowing this one.
+    type Borrowed<'b>
+    where
+        Self: 'b;
+    /// The same value, its text and arrays borrowed: no allocation.
+    fn borrowed(&self) -> Self::Borrowed<'_>;
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result;
 }
 
 impl SummaryValue for u64 {
+    type Borrowed<'b> = u64;
+    fn borrowed(&self) -> u64 {
+        *self
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.u64(key, *self)
     }
 }
 
 impl SummaryValue for TscMhz {
+    type Borrowed<'b> = TscMhz;
+    fn borrowed(&self) -> TscMhz {
+        *self
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.fixed(key, self.khz, 3)
     }
 }
 
 impl SummaryValue for Cow<'_, str> {
+    type Borrowed<'b>
+        = Cow<'b, str>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, str> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.str(key, self)
     }
 }
 
 impl SummaryValue for Cow<'_, [u64]> {
+    type Borrowed<'b>
+        = Cow<'b, [u64]>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, [u64]> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.u64_array(key, self.iter().copied())
     }
 }
 
 impl SummaryValue for Cow<'_, [PhaseSpan]> {
+    type Borrowed<'b>
+        = Cow<'b, [PhaseSpan]>
+    where
+        Self: 'b;
+    fn borrowed(&self) -> Cow<'_, [PhaseSpan]> {
+        Cow::Borrowed(self)
+    }
     fn write<W: Write>(&self, o: &mut JsonObject<'_, W>, key: &str) -> fmt::Result {
         o.objects(key, self.iter(), |p, span| {
             p.str("phase", span.phase.name())?;
@@ -175,7 +242,8 @@ impl SummaryValue for Cow<'_, [PhaseSpan]> {
 }
 
 /// The struct below is the schema: its fields, in order, are the line's
-/// keys, so the writer and [`Summary::KEYS`] cannot disagree with it.
+/// keys, so the writer, [`Summary::KEYS`], [`Summary::ZERO`] and
+/// [`Summary::borrowed`] cannot disagree with it.
 macro_rules! summary_schema {
     (
         $(#[$meta:meta])*
@@ -188,9 +256,28 @@ macro_rules! summary_schema {
             $( $(#[$fmeta])* pub $key: $ty, )*
         }
 
+        impl<$lt> $name<$lt> {
+            /// Every key 0, `""` or empty: what a line lacking a key reads
+            /// it as ([`Default`]), and what the kernel's facts start from.
+            pub const ZERO: Self = $name { $( $key: Zero::<$ty>::VALUE, )* };
+        }
+
+        impl Default for $name<'_> {
+            fn default() -> Self {
+                Self::ZERO
+            }
+        }
+
         impl $name<'_> {
             /// Every key, in the line's order.
             pub const KEYS: &'static [&'static str] = &[$(stringify!($key)),*];
+
+            /// The same summary, its text and arrays borrowed: the kernel
+            /// sets the keys it knows only at the end of the boot on this
+            /// copy, which allocates nothing.
+            pub fn borrowed(&self) -> $name<'_> {
+                $name { $( $key: SummaryValue::borrowed(&self.$key), )* }
+            }
 
             /// The JSON object, streamed into `out`: no buffer, no
             /// allocation.
@@ -205,8 +292,9 @@ macro_rules! summary_schema {
 
 summary_schema! {
     /// The `memboot-summary:` object. Durations are ns; `*_ns` stamps are
-    /// since kernel entry; arrays by node are by node index.
-    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    /// since kernel entry; arrays by node are by node index, an entry per
+    /// node with memory.
+    #[derive(Clone, Debug, PartialEq, Eq)]
     #[cfg_attr(feature = "std", derive(serde::Deserialize))]
     #[cfg_attr(feature = "std", serde(default))]
     pub struct Summary<'a> {
@@ -219,13 +307,17 @@ summary_schema! {
         /// `ok`, or the error's name.
         pub status: Cow<'a, str>,
         pub total_ns: u64,
-        /// The `memmap=` mode (`none` before memory init).
+        /// The `memmap=` mode (`none` before memory init). The key keeps
+        /// the name `strategy`, but it holds the mode: `ondemand` and
+        /// `touch` are modes, not `memmap::Strategy` values.
         pub strategy: Cow<'a, str>,
         pub present_pages: u64,
         pub eager_pages: u64,
+        /// Present pages of every zone below its node's highest zone.
         pub low_zone_pages: u64,
         pub deferred_pages: u64,
         pub reserved_pages: u64,
+        /// Hole pages the boot CPU initialised as reserved (`eager_memmap`).
         pub hole_pages: u64,
         pub memmap_boot_ns: u64,
         pub buddy_eager_ns: u64,
@@ -244,34 +336,72 @@ summary_schema! {
         pub verify: Cow<'a, str>,
         pub verify_ns: u64,
         pub phases: Cow<'a, [PhaseSpan]>,
-        /// Kernel entry → memory ready (0: never).
+        /// Kernel entry → memory is ready (0: never). The one definition,
+        /// in every mode and for the bench's Linux figure (README
+        /// "Output"): memory init has stopped blocking the boot and every
+        /// present, non-reserved page can be had from the allocator,
+        /// initialised or claimable by growth.
+        /// - `deferred`: the boot CPU is back from waiting for the
+        ///   deferred-init workers (Linux: `page_alloc_init_late()` returns
+        ///   from its wait for the `pgdatinit` threads);
+        /// - `regions`, `perpfn`: the boot CPU has handed its pages to the
+        ///   buddy allocator (it did all the work itself);
+        /// - `ondemand`: the untouched pool is handed to the allocator,
+        ///   which grows into it (`ondemand_drain=on` drains it after this
+        ///   point);
+        /// - `touch`: never, it has no allocator: 0, as for a failed boot.
         pub allocatable_ns: u64,
+        /// Present pages still uninitialised at the end (`ondemand`).
         pub pool_pages: u64,
+        /// Pages initialised by drain workers after boot
+        /// (`ondemand_drain=on`).
         pub drained_pages: u64,
+        /// The allocation test: bytes asked for per node, pages allocated
+        /// on all nodes, its wall time and failed allocations.
         pub alloc_test_bytes: u64,
         pub alloc_test_pages: u64,
         pub alloc_test_ns: u64,
         pub alloc_test_failed: u64,
+        /// The orders the allocation test mixes; the arrays after it are
+        /// by order, in this order.
         pub alloc_orders: Cow<'a, [u64]>,
         pub alloc_count: Cow<'a, [u64]>,
         pub alloc_p50_ns: Cow<'a, [u64]>,
         pub alloc_p99_ns: Cow<'a, [u64]>,
         pub alloc_max_ns: Cow<'a, [u64]>,
+        /// Block windows the allocations of each order initialised.
         pub alloc_grow_steps: Cow<'a, [u64]>,
         pub heap_bytes: u64,
         pub heap_peak_bytes: u64,
+        /// Struct pages written when memory was ready: eager pages, hole
+        /// pages initialised as reserved, and whatever workers and growth
+        /// had done by then (0 where `allocatable_ns` is 0).
         pub pages_initialised_at_allocatable: u64,
+        /// Struct pages written by the end of the boot (the same parts).
         pub pages_initialised: u64,
+        /// `ondemand_drain=on`: the drain's first claim → the pool empty,
+        /// over all nodes and per node, and the workers that ran.
         pub drain_ns: u64,
         pub node_drain_ns: Cow<'a, [u64]>,
         pub drain_workers: u64,
+        /// The growth steps the allocation test took (`ondemand`), one
+        /// block window of struct pages each, and their latency.
         pub grow_step_count: u64,
         pub grow_step_p50_ns: u64,
         pub grow_step_p99_ns: u64,
         pub grow_step_max_ns: u64,
+        /// Sections whose struct pages are mapped at the end of the boot:
+        /// all present ones when mapped at boot, those first use needed
+        /// otherwise.
         pub vmemmap_sections_mapped: u64,
+        /// Hole pages a lazy vmemmap initialised with their sections, as
+        /// each was first mapped (`ondemand`, whose boot writes no hole
+        /// page).
         pub hole_pages_on_first_use: u64,
+        /// Bytes per struct page (`struct_page=`).
         pub struct_page_bytes: u64,
+        /// How each section's block was found (`memory_block_lookup=`:
+        /// `indexed` or `linear`; `none` before the blocks were created).
         pub memory_block_lookup: Cow<'a, str>,
         /// `pvh`, `bios` or `uefi`.
         pub entry: Cow<'a, str>,

@@ -6,7 +6,6 @@ use core::fmt::{self, Write};
 
 use memboot_contract::summary::{Summary, SummaryCut, TscMhz, SUMMARY_VERSION};
 
-use crate::pipeline::facts::AllocTestReport;
 use crate::pipeline::facts::MmFacts;
 
 /// `[    5.123456] ` prefix for a time since kernel entry, like dmesg.
@@ -20,8 +19,9 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// The boot-level facts of the summary (the memory-init ones are
-/// [`MmFacts`]).
+/// The keys the boot learns outside the memory-init pipeline ([`MmFacts`]
+/// has the rest): kept apart, so that the line still has them when a
+/// fault left the pipeline's facts locked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BootFacts {
     /// Usable RAM in the bootloader's map (free frames plus the bootloader's).
@@ -40,114 +40,10 @@ pub struct BootFacts {
     pub reset_to_entry_ns: u64,
 }
 
-/// The alloc test's figures by order, as the summary's arrays hold them.
-struct OrderColumns {
-    orders: [u64; 4],
-    count: [u64; 4],
-    p50_ns: [u64; 4],
-    p99_ns: [u64; 4],
-    max_ns: [u64; 4],
-    grow_steps: [u64; 4],
-}
-
-impl OrderColumns {
-    fn of(a: &AllocTestReport) -> Self {
-        Self {
-            orders: a.orders.map(|f| f.order.into()),
-            count: a.orders.map(|f| f.count),
-            p50_ns: a.orders.map(|f| f.p50_ns),
-            p99_ns: a.orders.map(|f| f.p99_ns),
-            max_ns: a.orders.map(|f| f.max_ns),
-            grow_steps: a.orders.map(|f| f.growth_steps),
-        }
-    }
-}
-
-/// The summary of a boot that ended with `status` after `total_ns`,
-/// borrowing everything: building it allocates nothing.
-fn summary<'a>(
-    status: &'a str,
-    total_ns: u64,
-    boot: &'a BootFacts,
-    mm: &'a MmFacts,
-    columns: &'a OrderColumns,
-) -> Summary<'a> {
-    // Clamped, not indexed: an `nr_nodes` beyond the arrays (a bug
-    // elsewhere) must not panic the one path that reports panics.
-    let by_node = |ns: &'a [u64]| ns[..mm.nr_nodes.min(ns.len())].into();
-    let a = &mm.alloc_test;
-    Summary {
-        mem_bytes: boot.mem_bytes,
-        nodes: boot.nodes,
-        cpus: boot.cpus,
-        ap_online: boot.ap_online,
-        tsc_mhz: TscMhz { khz: boot.tsc_khz },
-        status: status.into(),
-        total_ns,
-        strategy: mm.strategy.into(),
-        present_pages: mm.present_pages,
-        eager_pages: mm.eager_pages,
-        low_zone_pages: mm.low_zone_pages,
-        deferred_pages: mm.deferred_pages,
-        reserved_pages: mm.reserved_pages,
-        hole_pages: mm.hole_pages,
-        memmap_boot_ns: mm.memmap_boot_ns,
-        buddy_eager_ns: mm.buddy_eager_ns,
-        deferred_ns: mm.deferred_ns,
-        node_deferred_ns: by_node(&mm.node_deferred_ns),
-        deferred_workers: mm.deferred_workers,
-        grown_pages: mm.grown_pages,
-        memblock_ns: mm.memblock_ns,
-        vmemmap_ns: mm.vmemmap_ns,
-        vmemmap_bytes: mm.vmemmap_bytes,
-        memory_block_ns: mm.memory_block_ns,
-        memory_block_size: mm.memory_block_size,
-        nr_memory_blocks: mm.nr_memory_blocks,
-        free_pages: mm.free_pages,
-        verify: mm.verify.name().into(),
-        verify_ns: mm.verify_ns,
-        phases: mm.phases.as_slice().into(),
-        allocatable_ns: mm.allocatable_ns,
-        pool_pages: mm.pool_pages,
-        drained_pages: mm.drained_pages,
-        alloc_test_bytes: a.bytes_per_node,
-        alloc_test_pages: a.allocated_pages,
-        alloc_test_ns: a.wall_ns,
-        alloc_test_failed: a.failed,
-        alloc_orders: columns.orders.as_slice().into(),
-        alloc_count: columns.count.as_slice().into(),
-        alloc_p50_ns: columns.p50_ns.as_slice().into(),
-        alloc_p99_ns: columns.p99_ns.as_slice().into(),
-        alloc_max_ns: columns.max_ns.as_slice().into(),
-        alloc_grow_steps: columns.grow_steps.as_slice().into(),
-        heap_bytes: boot.heap_bytes,
-        heap_peak_bytes: boot.heap_peak_bytes,
-        pages_initialised_at_allocatable: mm.pages_initialised_at_allocatable,
-        pages_initialised: mm.pages_initialised,
-        drain_ns: mm.drain_ns,
-        node_drain_ns: by_node(&mm.node_drain_ns),
-        drain_workers: mm.drain_workers,
-        grow_step_count: a.growth.count,
-        grow_step_p50_ns: a.growth.p50_ns,
-        grow_step_p99_ns: a.growth.p99_ns,
-        grow_step_max_ns: a.growth.max_ns,
-        vmemmap_sections_mapped: mm.vmemmap_sections_mapped,
-        hole_pages_on_first_use: mm.hole_pages_on_first_use,
-        struct_page_bytes: mm.struct_page_bytes,
-        memory_block_lookup: mm.memory_block_lookup.into(),
-        entry: boot.entry.into(),
-        reset_to_entry_ns: boot.reset_to_entry_ns,
-        summary_version: SUMMARY_VERSION,
-        buddy_store: mm.buddy_store.into(),
-        buddy_index_bytes: mm.buddy_index_bytes,
-        alloc_pcp_batch: mm.alloc_test.pcp_batch,
-        alloc_pcp_high: mm.alloc_test.pcp_high,
-        free_bitmaps_ns: mm.free_bitmaps_ns,
-    }
-}
-
 /// `memboot-summary: {json}` into `line`, streamed without a buffer or an
-/// allocation (the panic path uses it): [`Summary::write_line`].
+/// allocation (the panic path uses it): the memory-init facts `mm` as
+/// recorded, with the keys only the end of the boot knows set on a
+/// borrowed copy ([`Summary::write_line`]).
 pub fn write_summary_line<W: Write>(
     line: &mut W,
     status: &str,
@@ -155,8 +51,22 @@ pub fn write_summary_line<W: Write>(
     boot: &BootFacts,
     mm: &MmFacts,
 ) -> Result<usize, SummaryCut> {
-    let columns = OrderColumns::of(&mm.alloc_test);
-    summary(status, total_ns, boot, mm, &columns).write_line(line)
+    Summary {
+        mem_bytes: boot.mem_bytes,
+        nodes: boot.nodes,
+        cpus: boot.cpus,
+        ap_online: boot.ap_online,
+        tsc_mhz: TscMhz { khz: boot.tsc_khz },
+        heap_bytes: boot.heap_bytes,
+        heap_peak_bytes: boot.heap_peak_bytes,
+        entry: boot.entry.into(),
+        reset_to_entry_ns: boot.reset_to_entry_ns,
+        status: status.into(),
+        total_ns,
+        summary_version: SUMMARY_VERSION,
+        ..mm.borrowed()
+    }
+    .write_line(line)
 }
 
 #[cfg(test)]
@@ -181,9 +91,10 @@ mod tests {
     /// carry.
     fn facts_of(cpus: u32, nodes: u32, fold: bool) -> MmFacts {
         let mut mm = MmFacts::EMPTY;
-        mm.strategy = "ondemand";
-        mm.nr_nodes = nodes as usize;
-        mm.verify = VerifyOutcome::Ok;
+        mm.strategy = "ondemand".into();
+        mm.set_nodes(nodes as usize);
+        mm.verify = VerifyOutcome::Ok.name().into();
+        let phases = mm.phases.to_mut();
         let mut t = 1_000_000_000_000u64;
         let mut span = |phase, cpu, node| {
             t += 1_234_567;
@@ -206,17 +117,17 @@ mod tests {
             Phase::MemoryBlocks,
             Phase::Verify,
         ] {
-            mm.phases.push(span(phase, 0, None));
+            phases.push(span(phase, 0, None));
         }
         let node_of = |cpu: u32| (0..nodes).find(|&n| cpu < ((n + 1) * cpus).div_ceil(nodes));
         for phase in [Phase::DeferredInit, Phase::Drain] {
             for cpu in 0..cpus {
-                mm.phases.push(span(phase, cpu, node_of(cpu)));
+                phases.push(span(phase, cpu, node_of(cpu)));
             }
         }
         if fold {
             for cpu in 0..cpus {
-                mm.phases.push(PhaseSpan {
+                phases.push(PhaseSpan {
                     nodes: Some(nodes),
                     ..span(Phase::AllocTest, cpu, None)
                 });
@@ -224,11 +135,11 @@ mod tests {
         } else {
             for node in 0..nodes {
                 for cpu in 0..cpus {
-                    mm.phases.push(span(Phase::AllocTest, cpu, Some(node)));
+                    phases.push(span(Phase::AllocTest, cpu, Some(node)));
                 }
             }
         }
-        for (i, ns) in mm.node_deferred_ns.iter_mut().enumerate() {
+        for (i, ns) in mm.node_deferred_ns.to_mut().iter_mut().enumerate() {
             *ns = 1_000_000_000 + i as u64;
         }
         mm.deferred_workers = cpus.into();
@@ -362,95 +273,36 @@ mod tests {
         assert_eq!(v["phases"], serde_json::json!([]));
     }
 
-    #[test]
-    fn node_count_beyond_the_array_does_not_panic() {
-        let mut mm = MmFacts::EMPTY;
-        mm.nr_nodes = usize::MAX;
-        let mut line = String::new();
-        write_summary_line(&mut line, "ok", 0, &BootFacts::default(), &mm).unwrap();
-        let v = parse_line(&line);
-        assert_eq!(
-            v["node_deferred_ns"].as_array().unwrap().len(),
-            memmap::page::MAX_NUMNODES as usize
-        );
-    }
-
-    /// `MmFacts` with every summary number a distinct value, and the
-    /// `(key, value)` each must be read back as.
-    fn numbered_mm_facts() -> (MmFacts, Vec<(&'static str, u64)>) {
-        let mut mm = MmFacts::EMPTY;
-        let mm_keys: [(&str, &mut u64); 25] = [
-            ("present_pages", &mut mm.present_pages),
-            ("eager_pages", &mut mm.eager_pages),
-            ("low_zone_pages", &mut mm.low_zone_pages),
-            ("deferred_pages", &mut mm.deferred_pages),
-            ("reserved_pages", &mut mm.reserved_pages),
-            ("hole_pages", &mut mm.hole_pages),
-            ("memmap_boot_ns", &mut mm.memmap_boot_ns),
-            ("buddy_eager_ns", &mut mm.buddy_eager_ns),
-            ("deferred_ns", &mut mm.deferred_ns),
-            ("deferred_workers", &mut mm.deferred_workers),
-            ("grown_pages", &mut mm.grown_pages),
-            ("memblock_ns", &mut mm.memblock_ns),
-            ("vmemmap_ns", &mut mm.vmemmap_ns),
-            ("vmemmap_bytes", &mut mm.vmemmap_bytes),
-            ("memory_block_ns", &mut mm.memory_block_ns),
-            ("memory_block_size", &mut mm.memory_block_size),
-            ("nr_memory_blocks", &mut mm.nr_memory_blocks),
-            ("free_pages", &mut mm.free_pages),
-            ("verify_ns", &mut mm.verify_ns),
-            ("allocatable_ns", &mut mm.allocatable_ns),
-            ("pool_pages", &mut mm.pool_pages),
-            ("drained_pages", &mut mm.drained_pages),
-            ("pages_initialised", &mut mm.pages_initialised),
-            ("drain_ns", &mut mm.drain_ns),
-            ("free_bitmaps_ns", &mut mm.free_bitmaps_ns),
-        ];
-        let mut want = Vec::new();
-        for (i, (key, field)) in mm_keys.into_iter().enumerate() {
-            *field = 1000 + i as u64;
-            want.push((key, 1000 + i as u64));
+    /// Facts with every key a distinct value, by its place in
+    /// [`Summary::KEYS`]: numbers `1000 + i`, text `"key i"`, arrays
+    /// `[1000 + i, 1001 + i]`, and a phase; with those values by key.
+    fn numbered_mm_facts() -> (MmFacts, serde_json::Map<String, serde_json::Value>) {
+        use serde_json::json;
+        let mut empty = String::new();
+        MmFacts::EMPTY.write_json(&mut empty).unwrap();
+        let empty: serde_json::Value = serde_json::from_str(&empty).unwrap();
+        let mut numbered = serde_json::Map::new();
+        for (i, key) in Summary::KEYS.iter().enumerate() {
+            let n = 1000 + i as u64;
+            let value = match &empty[key] {
+                serde_json::Value::Number(_) => json!(n),
+                serde_json::Value::String(_) => json!(alloc::format!("key {i}")),
+                serde_json::Value::Array(_) if *key == "phases" => {
+                    json!([{"phase": "verify", "cpu": n, "start_ns": n, "end_ns": n + 1}])
+                }
+                serde_json::Value::Array(_) => json!([n, n + 1]),
+                other => panic!("{key}: {other}"),
+            };
+            numbered.insert(String::from(*key), value);
         }
-        mm.pages_initialised_at_allocatable = 77;
-        mm.hole_pages_on_first_use = 78;
-        mm.struct_page_bytes = 79;
-        mm.vmemmap_sections_mapped = 80;
-        mm.drain_workers = 81;
-        mm.alloc_test.bytes_per_node = 82;
-        mm.alloc_test.allocated_pages = 83;
-        mm.alloc_test.wall_ns = 84;
-        mm.alloc_test.failed = 85;
-        mm.alloc_test.growth.count = 86;
-        mm.alloc_test.growth.p50_ns = 87;
-        mm.alloc_test.growth.p99_ns = 88;
-        mm.alloc_test.growth.max_ns = 89;
-        mm.alloc_test.orders[2].count = 90;
-        mm.alloc_test.orders[3].p99_ns = 91;
-        mm.alloc_test.pcp_batch = 1100;
-        mm.alloc_test.pcp_high = 1101;
-        want.extend([
-            ("pages_initialised_at_allocatable", 77),
-            ("hole_pages_on_first_use", 78),
-            ("struct_page_bytes", 79),
-            ("vmemmap_sections_mapped", 80),
-            ("drain_workers", 81),
-            ("alloc_test_bytes", 82),
-            ("alloc_test_pages", 83),
-            ("alloc_test_ns", 84),
-            ("alloc_test_failed", 85),
-            ("grow_step_count", 86),
-            ("grow_step_p50_ns", 87),
-            ("grow_step_p99_ns", 88),
-            ("grow_step_max_ns", 89),
-            ("alloc_pcp_batch", 1100),
-            ("alloc_pcp_high", 1101),
-        ]);
-        (mm, want)
+        let mut mm = MmFacts::EMPTY;
+        *mm = serde_json::from_value(numbered.clone().into()).unwrap();
+        (mm, numbered)
     }
 
-    /// `BootFacts` numbered on from `numbered_mm_facts`'s values, and the
-    /// `(key, value)` each must be read back as.
-    fn numbered_boot_facts() -> (BootFacts, Vec<(&'static str, u64)>) {
+    /// `BootFacts` numbered apart from `numbered_mm_facts`'s values, and
+    /// the `(key, value)` each must be read back as.
+    fn numbered_boot_facts() -> (BootFacts, Vec<(&'static str, serde_json::Value)>) {
         let boot = BootFacts {
             mem_bytes: 92,
             nodes: 93,
@@ -463,36 +315,40 @@ mod tests {
             reset_to_entry_ns: 99,
         };
         let want = Vec::from([
-            ("mem_bytes", 92),
-            ("nodes", 93),
-            ("cpus", 94),
-            ("ap_online", 95),
-            ("heap_bytes", 97),
-            ("heap_peak_bytes", 98),
-            ("reset_to_entry_ns", 99),
+            ("mem_bytes", 92.into()),
+            ("nodes", 93.into()),
+            ("cpus", 94.into()),
+            ("ap_online", 95.into()),
+            ("tsc_mhz", 0.096.into()),
+            ("heap_bytes", 97.into()),
+            ("heap_peak_bytes", 98.into()),
+            ("entry", "bios".into()),
+            ("reset_to_entry_ns", 99.into()),
         ]);
         (boot, want)
     }
 
-    /// Each fact lands under its own key: every number distinct, read
-    /// back by key name.
+    /// Each fact lands under its own key: every value distinct, read back
+    /// by key name; the boot facts, status, time and version replace what
+    /// the memory-init facts hold under those keys, and nothing else does.
     #[test]
     fn every_fact_lands_under_its_key() {
         let (mm, mut want) = numbered_mm_facts();
         let (boot, boot_want) = numbered_boot_facts();
-        want.extend(boot_want);
-        let total_ns = 100;
-        want.push(("total_ns", total_ns));
-        let mut line = String::new();
-        write_summary_line(&mut line, "ok", total_ns, &boot, &mm).unwrap();
-        let v = parse_line(&line);
-        for (key, value) in want {
-            assert_eq!(v[key], value, "{key}");
+        for (key, value) in boot_want {
+            assert!(want.insert(key.into(), value).is_some(), "{key}");
         }
-        assert_eq!(v["alloc_count"][2], 90);
-        assert_eq!(v["alloc_p99_ns"][3], 91);
-        assert_eq!(v["tsc_mhz"].as_f64(), Some(0.096));
-        assert_eq!(v["entry"], "bios");
+        let total_ns = 100;
+        want.insert("status".into(), "panic".into());
+        want.insert("total_ns".into(), total_ns.into());
+        want.insert("summary_version".into(), SUMMARY_VERSION.into());
+        let mut line = String::new();
+        write_summary_line(&mut line, "panic", total_ns, &boot, &mm).unwrap();
+        let v = parse_line(&line);
+        assert_eq!(v.as_object().unwrap().len(), Summary::KEYS.len());
+        for key in Summary::KEYS {
+            assert_eq!(v[key], want[*key], "{key}");
+        }
     }
 
     #[test]

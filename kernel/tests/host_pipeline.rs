@@ -231,7 +231,7 @@ fn assert_facts_match_model(fx: &Fixture, mm: &MmFacts, model: &Model) {
         ("memory_block_size", mm.memory_block_size),
         ("nr_memory_blocks", mm.nr_memory_blocks),
         ("free_pages", mm.free_pages),
-        ("nodes", mm.nr_nodes as u64),
+        ("nodes", mm.nr_nodes() as u64),
     ];
     let want = model.facts().by_key();
     assert_eq!(host.map(|h| h.0), want.map(|w| w.0));
@@ -294,7 +294,7 @@ fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
     for (key, value) in host {
         assert_eq!(value, fx.kernel(key), "{}: {key}: host vs kernel", fx.name);
     }
-    assert_eq!(mm.strategy, fx.summary["strategy"], "{}", fx.name);
+    assert_eq!(*mm.strategy, fx.summary["strategy"], "{}", fx.name);
     // The fixtures' logs predate the key: the option they booted with.
     assert_eq!(
         mm.memory_block_lookup,
@@ -302,9 +302,9 @@ fn assert_same_figures(fx: &Fixture, mm: &MmFacts) {
         "{}",
         fx.name
     );
-    assert_eq!(mm.verify.name(), fx.summary["verify"], "{}", fx.name);
+    assert_eq!(*mm.verify, fx.summary["verify"], "{}", fx.name);
     let nodes = fx.summary["node_deferred_ns"].as_array().unwrap().len();
-    assert_eq!(mm.nr_nodes, nodes, "{}: nodes", fx.name);
+    assert_eq!(mm.nr_nodes(), nodes, "{}: nodes", fx.name);
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn every_strategy_at_4g_matches_the_kernel() {
         assert_facts_match_model(&fx, &mm, &model);
         assert_zone_lines_match_model(&fx, &lines, &model);
         let verified = name != "4g-touch";
-        assert_eq!(mm.verify == VerifyOutcome::Ok, verified, "{name}");
+        assert_eq!(mm.verify == VerifyOutcome::Ok.name(), verified, "{name}");
         if verified {
             assert_counts_match_the_scan(&fx, &mm, &lines);
         } else {
@@ -338,7 +338,7 @@ fn deferred_at_64g_matches_the_kernel_and_writes_only_struct_pages_it_owns() {
     assert_same_figures(&fx, &mm);
     assert_facts_match_model(&fx, &mm, &model);
     assert_zone_lines_match_model(&fx, &lines, &model);
-    assert_eq!(mm.verify, VerifyOutcome::Ok);
+    assert_eq!(mm.verify, VerifyOutcome::Ok.name());
     assert_counts_match_the_scan(&fx, &mm, &lines);
     // Every present section's struct pages were written (deferred init is
     // complete) and nothing beyond them: resident ≤ the mapped sections.
@@ -470,21 +470,21 @@ fn ondemand_at_32t_with_16_nodes_matches_the_kernel_and_touches_only_what_it_ini
     assert_same_figures(&fx, &mm);
     assert_facts_match_model(&fx, &mm, &model);
     assert_zone_lines_match_model(&fx, &lines, &model);
-    assert_eq!(mm.verify, VerifyOutcome::Ok);
+    assert_eq!(mm.verify, VerifyOutcome::Ok.name());
     assert_counts_match_the_scan(&fx, &mm, &lines);
-    assert_eq!(mm.nr_nodes, 16);
+    assert_eq!(mm.nr_nodes(), 16);
     // Growth: at most what the allocation test allocated, plus one window
     // per CPU and node that was mid-claim when the lists ran dry, plus the
     // windows holding memblock-reserved pages (the model's reservations).
     let window_pages = 1024;
     let slack = window_pages * fx.input.cpu_nodes.len() as u64 * 16;
     let reserved_slack = window_pages * model.reserved_windows(window_pages);
-    assert!(mm.alloc_test.allocated_pages > 0);
+    assert!(mm.alloc_test_pages > 0);
     assert!(
-        mm.grown_pages <= mm.alloc_test.allocated_pages + slack + reserved_slack,
+        mm.grown_pages <= mm.alloc_test_pages + slack + reserved_slack,
         "grown {} > allocated {} + {slack} + {reserved_slack}",
         mm.grown_pages,
-        mm.alloc_test.allocated_pages
+        mm.alloc_test_pages
     );
     assert_eq!(mm.pool_pages + mm.grown_pages, mm.deferred_pages);
     // Written struct pages: eager, holes (at boot: none; with their
@@ -582,7 +582,7 @@ fn every_test_fault_is_caught_by_verification() {
             other => panic!("{what}: expected a verification failure, got {other:?}\n{lines:#?}"),
         };
         assert_eq!(err.status(), "verify");
-        assert_eq!(mm.verify, VerifyOutcome::Failed, "{what}");
+        assert_eq!(mm.verify, VerifyOutcome::Failed.name(), "{what}");
         let damaged = lines
             .iter()
             .find(|l| l.starts_with("test_fault: "))
@@ -641,7 +641,7 @@ fn alloc_test_phases_fold_per_cpu_past_1024_cpu_node_pairs() {
         // Half the CPUs on node 0, the rest on node 1, BSP first.
         fx.input.cpu_nodes = (0..cpus).map(|c| NodeId::from(c >= cpus / 2)).collect();
         let (mm, _, _) = run_on_host(&fx);
-        assert_eq!(mm.nr_nodes, nodes);
+        assert_eq!(mm.nr_nodes(), nodes);
         let alloc: Vec<_> = mm
             .phases
             .iter()
@@ -859,7 +859,7 @@ fn replay_at<P: PageLayout>(layout: StructPageSize) {
         } else {
             assert_eq!(huge_pages * (2 << 20), mm.vmemmap_bytes, "{name}");
         }
-        if mm.verify == VerifyOutcome::Ok {
+        if mm.verify == VerifyOutcome::Ok.name() {
             assert_counts_match_the_scan(&fx, &mm, &lines);
         } else {
             assert_eq!(name, "4g-touch", "only touch goes unverified");

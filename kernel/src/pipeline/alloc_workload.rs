@@ -48,7 +48,7 @@ pub fn run<B: MemmapBacking>(
     let report = test(pages, di, layout, cx.executor, cx.clock, workload, cx.facts)
         .map_err(PipelineError::AllocTest)?;
     log(cx.log, &report, cx.executor.nr_cpus(), drain);
-    cx.facts.record(|f| f.alloc_test = report);
+    cx.facts.record(|f| f.record_alloc_test(&report));
     Ok(())
 }
 

@@ -61,7 +61,7 @@ pub fn run<'m, B: MemmapBacking>(
     });
     let buddy = buddy.map_err(|e| PipelineError::DeferredInit(DeferredInitError::from(e)))?;
     cx.facts.record(|f| {
-        f.buddy_store = buddy.store().name();
+        f.buddy_store = buddy.store().name().into();
         f.buddy_index_bytes = buddy.index_bytes();
         f.free_bitmaps_ns = free_bitmaps_ns;
     });

@@ -87,7 +87,7 @@ fn record(cx: &Ctx<'_>, report: &DeferredReport, layout: &ZoneLayout) {
     cx.facts.record(|f| {
         f.deferred_ns = report.total_wall_ns;
         f.deferred_workers = report.workers.len() as u64;
-        per_node(&mut f.node_deferred_ns, report, layout);
+        per_node(f.node_deferred_ns.to_mut(), report, layout);
     });
     record_spans(cx, report, Phase::DeferredInit);
 }

@@ -1,7 +1,10 @@
 //! What the pipeline measured, recorded as it goes so that a boot that fails
 //! part-way still reports what was known in its summary line.
 
+use alloc::borrow::Cow;
+use alloc::vec;
 use alloc::vec::Vec;
+use core::ops::{Deref, DerefMut};
 
 use memmap::page::MAX_NUMNODES;
 use memmap::NodeId;
@@ -10,6 +13,7 @@ use deferred_init::DeferredReport;
 
 use memmap::MAX_ORDER;
 
+use memboot_contract::summary::Summary;
 /// The summary's timeline entries: the schema's own types.
 pub use memboot_contract::summary::{Phase, PhaseSpan};
 
@@ -35,90 +39,72 @@ impl VerifyOutcome {
     }
 }
 
-/// Everything the memory-init part of the summary line reports.
+/// Everything the memory-init part of the summary line reports: the
+/// contract's [`Summary`] itself, so that a fact is declared once, as a key
+/// of the schema, and each step records it under the key's name
+/// (`f.free_pages = …`, through `DerefMut`). The keys the pipeline does not
+/// measure (the boot facts, `status`, `total_ns`, `summary_version`) stay
+/// as [`MmFacts::EMPTY`] has them: `report::write_summary_line` sets them
+/// on the line it writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MmFacts {
-    /// The `memmap=` mode (`none` if the boot failed before memory init).
-    /// The summary key keeps the name `strategy` (the summary is a
-    /// contract), but it holds the mode: `ondemand` and `touch` are modes,
-    /// not `memmap::Strategy` values.
-    pub strategy: &'static str,
-    pub present_pages: u64,
-    pub eager_pages: u64,
-    /// Present pages of every zone below its node's highest zone.
-    pub low_zone_pages: u64,
-    pub deferred_pages: u64,
-    pub reserved_pages: u64,
-    /// Hole pages the boot CPU initialised as reserved (`eager_memmap`).
-    pub hole_pages: u64,
-    /// Hole pages a lazy vmemmap initialised with their sections, as each
-    /// was first mapped (`ondemand`, whose boot writes no hole page).
-    pub hole_pages_on_first_use: u64,
-    pub memmap_boot_ns: u64,
-    /// Building the free-block store (the bitmaps) before the hand-off.
-    pub free_bitmaps_ns: u64,
-    pub buddy_eager_ns: u64,
-    pub deferred_ns: u64,
-    /// Nodes with memory; `node_deferred_ns[..nr_nodes]` is by node index.
-    pub nr_nodes: usize,
-    pub node_deferred_ns: [u64; MAX_NUMNODES as usize],
-    pub memblock_ns: u64,
-    pub vmemmap_ns: u64,
-    pub vmemmap_bytes: u64,
-    /// Bytes per struct page (`struct_page=`).
-    pub struct_page_bytes: u64,
-    /// Where the buddy allocator keeps free blocks (`lists`, `bitmaps`;
-    /// `none` before it exists).
-    pub buddy_store: &'static str,
-    /// Bytes of the allocator's structures beyond the struct pages.
-    pub buddy_index_bytes: u64,
-    /// Sections whose struct pages are mapped at the end of the boot: all
-    /// present ones when mapped at boot, those first use needed otherwise.
-    pub vmemmap_sections_mapped: u64,
-    pub memory_block_ns: u64,
-    pub memory_block_size: u64,
-    /// How each section's block was found (`memory_block_lookup=`:
-    /// `indexed` or `linear`; `none` before the blocks were created).
-    pub memory_block_lookup: &'static str,
-    pub nr_memory_blocks: u64,
-    pub free_pages: u64,
-    pub deferred_workers: u64,
-    pub grown_pages: u64,
-    pub verify: VerifyOutcome,
-    pub verify_ns: u64,
-    pub phases: Vec<PhaseSpan>,
-    /// Kernel entry → memory is ready. The one definition, in every mode
-    /// and for the bench's Linux figure (README "Output"): memory init has
-    /// stopped blocking the boot and every present, non-reserved page can
-    /// be had from the allocator, initialised or claimable by growth.
-    /// - `deferred`: the boot CPU is back from waiting for the deferred-init
-    ///   workers (Linux: `page_alloc_init_late()` returns from its wait for
-    ///   the `pgdatinit` threads);
-    /// - `regions`, `perpfn`: the boot CPU has handed its pages to the
-    ///   buddy allocator (it did all the work itself);
-    /// - `ondemand`: the untouched pool is handed to the allocator, which
-    ///   grows into it (`ondemand_drain=on` drains it after this point);
-    /// - `touch`: never, it has no allocator: 0, as for a failed boot.
-    pub allocatable_ns: u64,
-    /// Struct pages written when memory was ready: eager pages, hole pages
-    /// initialised as reserved, and whatever workers and growth had done by
-    /// then (0 where `allocatable_ns` is 0).
-    pub pages_initialised_at_allocatable: u64,
-    /// Struct pages written by the end of the boot (the same three parts).
-    pub pages_initialised: u64,
-    /// `ondemand_drain=on`: the drain's first claim → the pool empty, over
-    /// all nodes / per node (by node index), and the workers that ran.
-    pub drain_ns: u64,
-    pub node_drain_ns: [u64; MAX_NUMNODES as usize],
-    pub drain_workers: u64,
-    /// Present pages still uninitialised at the end (`ondemand`).
-    pub pool_pages: u64,
-    /// Pages initialised by drain workers after boot (`ondemand_drain=on`).
-    pub drained_pages: u64,
-    pub alloc_test: AllocTestReport,
+pub struct MmFacts(Summary<'static>);
+
+impl Deref for MmFacts {
+    type Target = Summary<'static>;
+    fn deref(&self) -> &Summary<'static> {
+        &self.0
+    }
 }
 
+impl DerefMut for MmFacts {
+    fn deref_mut(&mut self) -> &mut Summary<'static> {
+        &mut self.0
+    }
+}
+
+/// [`ORDERS`] as the summary's numbers (`alloc_orders`).
+const ORDERS_U64: [u64; 4] = [
+    ORDERS[0] as u64,
+    ORDERS[1] as u64,
+    ORDERS[2] as u64,
+    ORDERS[3] as u64,
+];
+
+/// A by-order figure of a test that did not run.
+const NONE_BY_ORDER: [u64; 4] = [0; 4];
+
 impl MmFacts {
+    /// The facts of a boot that measured nothing: every number 0, `none`
+    /// for the choices not made yet, and the allocation test's keys as
+    /// [`AllocTestReport::NOT_RUN`] records them.
+    pub const EMPTY: MmFacts = MmFacts(Summary {
+        strategy: Cow::Borrowed("none"),
+        verify: Cow::Borrowed(VerifyOutcome::NotRun.name()),
+        memory_block_lookup: Cow::Borrowed("none"),
+        buddy_store: Cow::Borrowed("none"),
+        alloc_orders: Cow::Borrowed(&ORDERS_U64),
+        alloc_count: Cow::Borrowed(&NONE_BY_ORDER),
+        alloc_p50_ns: Cow::Borrowed(&NONE_BY_ORDER),
+        alloc_p99_ns: Cow::Borrowed(&NONE_BY_ORDER),
+        alloc_max_ns: Cow::Borrowed(&NONE_BY_ORDER),
+        alloc_grow_steps: Cow::Borrowed(&NONE_BY_ORDER),
+        ..Summary::ZERO
+    });
+
+    /// Nodes with memory: the length of the by-node keys.
+    pub fn nr_nodes(&self) -> usize {
+        self.node_deferred_ns.len()
+    }
+
+    /// The by-node keys (`node_deferred_ns`, `node_drain_ns`), 0 for each
+    /// of `nr_nodes` nodes, at most [`MAX_NUMNODES`]: the nodes a struct
+    /// page can name, and all the later steps can have figures for.
+    pub fn set_nodes(&mut self, nr_nodes: usize) {
+        let nr_nodes = nr_nodes.min(MAX_NUMNODES as usize);
+        self.0.node_deferred_ns = vec![0; nr_nodes].into();
+        self.0.node_drain_ns = vec![0; nr_nodes].into();
+    }
+
     /// Struct pages written so far: the boot CPU's (eager pages and the
     /// hole pages it initialised as reserved), the holes a lazy vmemmap
     /// wrote with their sections, and those of deferred-init workers,
@@ -132,48 +118,30 @@ impl MmFacts {
         self.eager_pages + self.hole_pages + self.hole_pages_on_first_use + after_boot_cpu
     }
 
-    pub const EMPTY: MmFacts = MmFacts {
-        strategy: "none",
-        present_pages: 0,
-        eager_pages: 0,
-        low_zone_pages: 0,
-        deferred_pages: 0,
-        reserved_pages: 0,
-        hole_pages: 0,
-        hole_pages_on_first_use: 0,
-        memmap_boot_ns: 0,
-        free_bitmaps_ns: 0,
-        buddy_eager_ns: 0,
-        deferred_ns: 0,
-        nr_nodes: 0,
-        node_deferred_ns: [0; MAX_NUMNODES as usize],
-        memblock_ns: 0,
-        vmemmap_ns: 0,
-        vmemmap_bytes: 0,
-        struct_page_bytes: 0,
-        buddy_store: "none",
-        buddy_index_bytes: 0,
-        vmemmap_sections_mapped: 0,
-        memory_block_ns: 0,
-        memory_block_size: 0,
-        memory_block_lookup: "none",
-        nr_memory_blocks: 0,
-        free_pages: 0,
-        deferred_workers: 0,
-        grown_pages: 0,
-        verify: VerifyOutcome::NotRun,
-        verify_ns: 0,
-        phases: Vec::new(),
-        allocatable_ns: 0,
-        pages_initialised_at_allocatable: 0,
-        pages_initialised: 0,
-        drain_ns: 0,
-        node_drain_ns: [0; MAX_NUMNODES as usize],
-        drain_workers: 0,
-        pool_pages: 0,
-        drained_pages: 0,
-        alloc_test: AllocTestReport::NOT_RUN,
-    };
+    /// The allocation test's figures under their keys: its rows by order
+    /// become the summary's arrays by order.
+    pub fn record_alloc_test(&mut self, a: &AllocTestReport) {
+        let by_order = |figure: fn(&OrderFigures) -> u64| -> Cow<'static, [u64]> {
+            a.orders.iter().map(figure).collect::<Vec<u64>>().into()
+        };
+        let s = &mut self.0;
+        s.alloc_test_bytes = a.bytes_per_node;
+        s.alloc_test_pages = a.allocated_pages;
+        s.alloc_test_ns = a.wall_ns;
+        s.alloc_test_failed = a.failed;
+        s.alloc_orders = by_order(|f| f.order.into());
+        s.alloc_count = by_order(|f| f.count);
+        s.alloc_p50_ns = by_order(|f| f.p50_ns);
+        s.alloc_p99_ns = by_order(|f| f.p99_ns);
+        s.alloc_max_ns = by_order(|f| f.max_ns);
+        s.alloc_grow_steps = by_order(|f| f.growth_steps);
+        s.grow_step_count = a.growth.count;
+        s.grow_step_p50_ns = a.growth.p50_ns;
+        s.grow_step_p99_ns = a.growth.p99_ns;
+        s.grow_step_max_ns = a.growth.max_ns;
+        s.alloc_pcp_batch = a.pcp_batch;
+        s.alloc_pcp_high = a.pcp_high;
+    }
 }
 
 /// The facts behind a lock that is held only for the moment of a record,
@@ -193,7 +161,7 @@ impl Facts {
     /// Record that `phase` ran on `cpu` from `start_ns` to `end_ns`.
     pub fn phase(&self, phase: Phase, cpu: u32, node: Option<NodeId>, start_ns: u64, end_ns: u64) {
         self.record(|f| {
-            f.phases.push(PhaseSpan {
+            f.phases.to_mut().push(PhaseSpan {
                 phase,
                 cpu,
                 node,
@@ -208,7 +176,7 @@ impl Facts {
     /// first starting at `start_ns`, the last ending at `end_ns`.
     pub fn phase_over_nodes(&self, phase: Phase, cpu: u32, nodes: u32, start_ns: u64, end_ns: u64) {
         self.record(|f| {
-            f.phases.push(PhaseSpan {
+            f.phases.to_mut().push(PhaseSpan {
                 phase,
                 cpu,
                 node: None,
@@ -219,7 +187,7 @@ impl Facts {
         });
     }
 
-    /// Memory is ready at `now_ns` (the definition: [`MmFacts::allocatable_ns`]),
+    /// Memory is ready at `now_ns` (the definition: [`Summary::allocatable_ns`]),
     /// with the struct pages `report` says were written by then, and the
     /// `holes_on_first_use` a lazy vmemmap had written. Never inlined: its
     /// first instruction ends the instruction profile's `to_ready` phase.
@@ -329,4 +297,85 @@ impl AllocTestReport {
         pcp_batch: 0,
         pcp_high: 0,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `EMPTY` holds the allocation test's keys as a test that did not run
+    /// records them, so a boot that stops before the test and one that
+    /// skips it report the same arrays.
+    #[test]
+    fn empty_facts_hold_the_keys_of_a_test_that_did_not_run() {
+        let mut facts = MmFacts::EMPTY;
+        facts.record_alloc_test(&AllocTestReport::NOT_RUN);
+        assert_eq!(facts, MmFacts::EMPTY);
+        assert_eq!(*facts.alloc_orders, [0, 3, 9, 10]);
+    }
+
+    /// Each allocation-test figure lands under its key: every number
+    /// distinct, the rows by order as arrays by order.
+    #[test]
+    fn the_alloc_test_figures_land_under_their_keys() {
+        let mut a = AllocTestReport {
+            bytes_per_node: 82,
+            allocated_pages: 83,
+            nr_nodes: 3,
+            failed: 85,
+            growth: GrowthFigures {
+                count: 86,
+                p50_ns: 87,
+                p99_ns: 88,
+                max_ns: 89,
+            },
+            wall_ns: 84,
+            pcp_batch: 1100,
+            pcp_high: 1101,
+            ..AllocTestReport::NOT_RUN
+        };
+        for (i, o) in a.orders.iter_mut().enumerate() {
+            let i = i as u64;
+            (o.count, o.p50_ns, o.p99_ns) = (10 + i, 20 + i, 30 + i);
+            (o.max_ns, o.growth_steps) = (40 + i, 50 + i);
+        }
+        let mut f = MmFacts::EMPTY;
+        f.record_alloc_test(&a);
+        let numbers = [
+            ("alloc_test_bytes", f.alloc_test_bytes, 82),
+            ("alloc_test_pages", f.alloc_test_pages, 83),
+            ("alloc_test_ns", f.alloc_test_ns, 84),
+            ("alloc_test_failed", f.alloc_test_failed, 85),
+            ("grow_step_count", f.grow_step_count, 86),
+            ("grow_step_p50_ns", f.grow_step_p50_ns, 87),
+            ("grow_step_p99_ns", f.grow_step_p99_ns, 88),
+            ("grow_step_max_ns", f.grow_step_max_ns, 89),
+            ("alloc_pcp_batch", f.alloc_pcp_batch, 1100),
+            ("alloc_pcp_high", f.alloc_pcp_high, 1101),
+        ];
+        for (key, got, want) in numbers {
+            assert_eq!(got, want, "{key}");
+        }
+        assert_eq!(*f.alloc_orders, [0, 3, 9, MAX_ORDER as u64]);
+        assert_eq!(*f.alloc_count, [10, 11, 12, 13]);
+        assert_eq!(*f.alloc_p50_ns, [20, 21, 22, 23]);
+        assert_eq!(*f.alloc_p99_ns, [30, 31, 32, 33]);
+        assert_eq!(*f.alloc_max_ns, [40, 41, 42, 43]);
+        assert_eq!(*f.alloc_grow_steps, [50, 51, 52, 53]);
+    }
+
+    /// The by-node keys get an entry per node, never more than struct
+    /// pages can name (a count beyond must not exhaust the heap).
+    #[test]
+    fn the_by_node_keys_have_an_entry_per_node_up_to_max_numnodes() {
+        let mut f = MmFacts::EMPTY;
+        assert_eq!(f.nr_nodes(), 0);
+        f.set_nodes(3);
+        assert_eq!(*f.node_deferred_ns, [0; 3]);
+        assert_eq!(*f.node_drain_ns, [0; 3]);
+        assert_eq!(f.nr_nodes(), 3);
+        f.set_nodes(usize::MAX);
+        assert_eq!(f.node_drain_ns.len(), MAX_NUMNODES as usize);
+        assert_eq!(f.nr_nodes(), MAX_NUMNODES as usize);
+    }
 }

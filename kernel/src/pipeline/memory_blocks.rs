@@ -74,7 +74,7 @@ pub fn run<B: MemmapBacking>(
     cx.facts.record(|f| {
         f.memory_block_ns = end_ns - start_ns;
         f.memory_block_size = blocks.block_size().bytes();
-        f.memory_block_lookup = lookup.name();
+        f.memory_block_lookup = lookup.name().into();
         f.nr_memory_blocks = blocks.len() as u64;
         f.free_pages = free_pages;
     });

@@ -158,7 +158,7 @@ fn context<'a, M>(
     faults: &'a FaultHooks,
 ) -> Ctx<'a> {
     facts.record(|f| {
-        f.strategy = input.opts.memmap.name();
+        f.strategy = input.opts.memmap.name().into();
         f.struct_page_bytes = input.opts.struct_page.bytes();
     });
     Ctx {

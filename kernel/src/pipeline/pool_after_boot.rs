@@ -55,7 +55,7 @@ fn drain<B: MemmapBacking>(
     cx.facts.record(|f| {
         f.drain_ns = report.total_wall_ns;
         f.drain_workers = report.workers.len() as u64;
-        deferred_workers::per_node(&mut f.node_drain_ns, &report, layout);
+        deferred_workers::per_node(f.node_drain_ns.to_mut(), &report, layout);
     });
     deferred_workers::record_spans(cx, &report, Phase::Drain);
     cx.log.line(format_args!(

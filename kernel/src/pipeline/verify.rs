@@ -43,7 +43,8 @@ pub fn run<B: MemmapBacking>(
             "memmap=touch writes no Linux state"
         };
         cx.log.line(format_args!("verify: off ({why})"));
-        cx.facts.record(|f| f.verify = VerifyOutcome::Off);
+        cx.facts
+            .record(|f| f.verify = VerifyOutcome::Off.name().into());
         return Ok(());
     }
     cx.faults
@@ -64,11 +65,12 @@ pub fn run<B: MemmapBacking>(
         Ok(verified)
     });
     cx.facts.record(|f| {
-        f.verify = if verdict.is_ok() {
+        let outcome = if verdict.is_ok() {
             VerifyOutcome::Ok
         } else {
             VerifyOutcome::Failed
         };
+        f.verify = outcome.name().into();
         f.verify_ns = verify_ns;
     });
     let verified = verdict.map_err(PipelineError::Verify)?;

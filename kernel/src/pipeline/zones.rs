@@ -17,7 +17,7 @@ pub fn run(cx: &Ctx<'_>, mb: &Memblock) -> ZoneLayout {
     cx.facts.record(|f| {
         f.present_pages = layout.present_pages();
         f.low_zone_pages = layout.low_zone_pages();
-        f.nr_nodes = layout.nodes().len().min(f.node_deferred_ns.len());
+        f.set_nodes(layout.nodes().len());
     });
     layout
 }

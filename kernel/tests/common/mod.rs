@@ -21,7 +21,8 @@ use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::FaultHooks;
 use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
 use memboot_kernel::pipeline::input::EarlyReservation;
-use memboot_kernel::pipeline::{self, Input, Machine};
+use memboot_kernel::pipeline::input::Input;
+use memboot_kernel::pipeline::{self, Machine};
 use memboot_kernel::smp_error::SmpError;
 
 /// A boot as its serial log describes it.

@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::ascii::Ascii;
-use super::*;
+use super::limits::*;
 
 /// Why a table (or one entry of it) could not be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::ascii::Ascii;
-use super::*;
+use super::error::AcpiWarning;
 
 /// A validated table from the root table (or the root table itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,9 +2,11 @@
 
 use alloc::vec::Vec;
 
+use super::error::TableProblem;
 use super::error::{Limit, Warnings};
+use super::info::AcpiCpu;
+use super::limits::*;
 use super::tables::*;
-use super::*;
 
 pub(super) struct Madt {
     pub(super) lapic_addr: u64,

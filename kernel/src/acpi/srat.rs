@@ -2,9 +2,11 @@
 
 use alloc::vec::Vec;
 
+use super::error::TableProblem;
 use super::error::{Limit, Warnings};
+use super::info::{CpuAffinity, MemAffinity};
+use super::limits::*;
 use super::tables::*;
-use super::*;
 
 /// Dense node ids for proximity domains, in order of first use.
 #[derive(Default)]

@@ -4,7 +4,16 @@
 use alloc::vec::Vec;
 
 use super::error::Warnings;
-use super::*;
+use super::error::{AcpiError, TableProblem};
+use super::info::TableInfo;
+use super::limits::*;
+
+/// Read-only access to physical memory.
+pub trait PhysMemory {
+    /// Copy `buf.len()` bytes from physical address `phys`; Err if not
+    /// readable/out of range.
+    fn read(&self, phys: u64, buf: &mut [u8]) -> Result<(), AcpiError>;
+}
 
 pub(super) fn array_at<const N: usize>(b: &[u8], offset: usize) -> Option<[u8; N]> {
     b.get(offset..offset.checked_add(N)?)?.try_into().ok()

@@ -128,6 +128,6 @@ pub use stats::{DeferredReport, NodeStats, WorkerStats};
 pub use verify::{
     alloc_free_selftest, check_all, verify_buddy, verify_buddy_with_pool, verify_pages,
     verify_scan_range, BuddyFailure, BuddyMismatch, BuddySummary, Expected, HeadProblem,
-    ListProblem, PageCheck, PageMismatch, PageWords, PoolCheck, Problem, ScanRange, SelftestError,
+    ListProblem, PageCheck, PageMismatch, PoolCheck, Problem, ScanRange, SelftestError,
     SelftestReport, Verified, ZoneCheck, ZoneSummary, MAX_RECORDED_MISMATCHES, SELFTEST_ORDERS,
 };

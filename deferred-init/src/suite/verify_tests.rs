@@ -8,7 +8,7 @@ use memboot_contract::option_values::BuddyStore;
 use memmap::firmware::{FirmwareEntry, NodeAffinity, RegionKind::*};
 use memmap::init::{init_memmap, Strategy};
 use memmap::memblock::{Memblock, MemblockConfig};
-use memmap::page::PageLayout;
+use memmap::page::{PageLayout, PageWords};
 use memmap::pageblock::PageblockMaps;
 use memmap::store::Memmap;
 use memmap::zones::ZoneLayout;

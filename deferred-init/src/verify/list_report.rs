@@ -7,8 +7,9 @@ use core::fmt;
 
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, NR_ORDERS};
 
-use super::{PageWords, MAX_RECORDED_MISMATCHES};
+use super::pages::MAX_RECORDED_MISMATCHES;
 use crate::buddy::PFN_NONE;
+use memmap::page::PageWords;
 
 /// Verified numbers of one (node, zone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,9 @@ use memmap::NR_ORDERS;
 use super::list_report::{
     BuddyFailure, BuddyMismatch, BuddySummary, HeadProblem, ListProblem, ZoneSummary,
 };
-use super::{PageCheck, PageWords, PoolCheck, ZoneCheck};
+use super::pages::{PageCheck, ZoneCheck};
+use super::pool::PoolCheck;
+use memmap::page::PageWords;
 
 /// Check the free lists against the struct pages and `pages` (the merged
 /// [`verify_pages`] result over all of `layout.present_section_ranges()`),

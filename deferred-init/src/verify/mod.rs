@@ -75,8 +75,8 @@ pub use list_report::{
 };
 pub use lists::{verify_buddy, verify_buddy_with_pool};
 pub use pages::{
-    verify_pages, verify_scan_range, Expected, PageCheck, PageMismatch, PageWords, Problem,
-    ScanRange, ZoneCheck, MAX_RECORDED_MISMATCHES,
+    verify_pages, verify_scan_range, Expected, PageCheck, PageMismatch, Problem, ScanRange,
+    ZoneCheck, MAX_RECORDED_MISMATCHES,
 };
 pub use pool::PoolCheck;
 pub use selftest::{alloc_free_selftest, SelftestError, SelftestReport, SELFTEST_ORDERS};

@@ -21,7 +21,7 @@ pub const MAX_RECORDED_MISMATCHES: usize = 16;
 
 const MAX_BLOCK_NR_PAGES: u64 = 1 << MAX_ORDER;
 
-pub use memmap::page::PageWords;
+use memmap::page::PageWords;
 
 /// What a page should have been.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,8 @@ use memmap::{NodeId, Pfn, PfnRange, ZoneType};
 use crate::buddy::slot;
 use crate::run::DeferredInit;
 
-use super::{BuddyMismatch, ScanRange};
+use super::list_report::BuddyMismatch;
+use super::pages::ScanRange;
 
 /// The untouched pool as verification sees it, built in O(chunks) from the
 /// claim counters without reading a struct page: which PFNs must not be

@@ -12,7 +12,7 @@ use crate::buddy::{AllocError, BuddyAllocator, FreeError};
 use crate::run::DeferredInit;
 use memmap::NR_ORDERS;
 
-use super::PageWords;
+use memmap::page::PageWords;
 
 /// Orders [`alloc_free_selftest`] allocates, in this order.
 pub const SELFTEST_ORDERS: [u32; 3] = [0, 3, MAX_ORDER];

@@ -445,76 +445,85 @@ pub fn check(root: &Path, readme: &str) -> Vec<Problem> {
             .filter(|f| !root.join(f).is_dir())
             .collect();
         if files.is_empty() {
-            // Table cells count too: a table of figures is a measurement.
-            let measured: Vec<String> = figures(&block)
-                .iter()
-                .filter(|f| !is_constant(f))
-                .map(|f| format!("{} {}", f.text, f.unit))
-                .collect();
-            if !measured.is_empty() {
+            problems.extend(unsourced(line, &block));
+        } else {
+            problems.extend(check_sourced(root, line, &block, &files));
+        }
+    }
+    problems
+}
+
+/// A block that names no committed file: any measured figure in it
+/// (table cells count too: a table of figures is a measurement).
+fn unsourced(line: usize, block: &str) -> Option<Problem> {
+    let measured: Vec<String> = figures(block)
+        .iter()
+        .filter(|f| !is_constant(f))
+        .map(|f| format!("{} {}", f.text, f.unit))
+        .collect();
+    (!measured.is_empty()).then(|| Problem {
+        line,
+        what: format!(
+            "{} quoted, but the block names no committed file under {RESULTS_DIR}: link the file the figures came from, drop figures no committed run holds, or add a design constant to readme_figures::CONSTANTS",
+            measured.join(", ")
+        ),
+    })
+}
+
+/// A block that names `files`: each figure it quotes is in them.
+fn check_sourced(root: &Path, line: usize, block: &str, files: &[String]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut texts = Vec::new();
+    for f in files {
+        let path: PathBuf = root.join(f);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => texts.push(t),
+            Err(e) => problems.push(Problem {
+                line,
+                what: format!("{f}: {e}"),
+            }),
+        }
+    }
+    let numbers: Vec<f64> = texts.iter().flat_map(|t| source_numbers(t)).collect();
+    // A table whose header row is a named file's is a copy of that
+    // file's table (a bench.md), row for row; any other table is the
+    // README's own summary, whose figures must each be in the files.
+    let rows = table_rows(block);
+    let in_files = |row: &str| texts.iter().any(|t| t.lines().any(|l| l == row));
+    let copied = rows.first().is_some_and(|header| in_files(header));
+    for row in &rows {
+        if copied {
+            if !in_files(row) {
                 problems.push(Problem {
                     line,
-                    what: format!(
-                        "{} quoted, but the block names no committed file under {RESULTS_DIR}: link the file the figures came from, drop figures no committed run holds, or add a design constant to readme_figures::CONSTANTS",
-                        measured.join(", ")
-                    ),
+                    what: format!("table row not in {}: {row}", files.join(", ")),
                 });
             }
             continue;
         }
-        let mut texts = Vec::new();
-        for f in &files {
-            let path: PathBuf = root.join(f);
-            match std::fs::read_to_string(&path) {
-                Ok(t) => texts.push(t),
-                Err(e) => problems.push(Problem {
-                    line,
-                    what: format!("{f}: {e}"),
-                }),
-            }
+        for fig in figures(row).iter().filter(|f| !supported(f, &numbers)) {
+            problems.push(Problem {
+                line,
+                what: format!(
+                    "{} {} (table row {row}) is in none of {}",
+                    fig.text,
+                    fig.unit,
+                    files.join(", ")
+                ),
+            });
         }
-        let numbers: Vec<f64> = texts.iter().flat_map(|t| source_numbers(t)).collect();
-        // A table whose header row is a named file's is a copy of that
-        // file's table (a bench.md), row for row; any other table is the
-        // README's own summary, whose figures must each be in the files.
-        let rows = table_rows(&block);
-        let in_files = |row: &str| texts.iter().any(|t| t.lines().any(|l| l == row));
-        let copied = rows.first().is_some_and(|header| in_files(header));
-        for row in &rows {
-            if copied {
-                if !in_files(row) {
-                    problems.push(Problem {
-                        line,
-                        what: format!("table row not in {}: {row}", files.join(", ")),
-                    });
-                }
-                continue;
-            }
-            for fig in figures(row).iter().filter(|f| !supported(f, &numbers)) {
-                problems.push(Problem {
-                    line,
-                    what: format!(
-                        "{} {} (table row {row}) is in none of {}",
-                        fig.text,
-                        fig.unit,
-                        files.join(", ")
-                    ),
-                });
-            }
-        }
-        let prose = prose_of(&block);
-        for fig in figures(&prose) {
-            if !supported(&fig, &numbers) {
-                problems.push(Problem {
-                    line,
-                    what: format!(
-                        "{} {} is in none of {}",
-                        fig.text,
-                        fig.unit,
-                        files.join(", ")
-                    ),
-                });
-            }
+    }
+    for fig in figures(&prose_of(block)) {
+        if !supported(&fig, &numbers) {
+            problems.push(Problem {
+                line,
+                what: format!(
+                    "{} {} is in none of {}",
+                    fig.text,
+                    fig.unit,
+                    files.join(", ")
+                ),
+            });
         }
     }
     problems

@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use deferred_init::host::{StdClock, ThreadExecutor};
+use deferred_init::std_seams::{StdClock, ThreadExecutor};
 use deferred_init::{BuddyAllocator, DeferredInit, DeferredPlan, InitMode, NodeCpus, PlanOptions};
 use memmap::store::{Memmap, VecBacking};
 use memmap::{DeferredRange, PfnRange, ZoneType, PAGES_PER_SECTION};

@@ -10,7 +10,7 @@
 //!    section-aligned chunks, marks reserved pieces, and assigns workers to
 //!    CPUs (`plan.rs` explains chunking and the choice of CPUs).
 //! 2. [`DeferredInit::run`] runs each CPU's workers through an [`Executor`]
-//!    (`std::thread` on the host: `host::ThreadExecutor`; application
+//!    (`std::thread` on the host: `std_seams::ThreadExecutor`; application
 //!    processors in the kernel), or a caller's own per-CPU job calls
 //!    [`DeferredInit::run_cpu_workers`] (the kernel's boot CPU creates the
 //!    memory blocks first). Workers claim chunks
@@ -59,7 +59,7 @@ mod test_damage;
 mod verify;
 
 #[cfg(any(test, feature = "std"))]
-pub mod host;
+pub mod std_seams;
 
 /// One unit-test suite (the files in `src/suite/`): the test modules read
 /// and write pages only through `PageLayout`, so one source runs at each

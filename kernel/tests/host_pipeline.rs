@@ -29,7 +29,7 @@ use memboot_contract::option_values::BlockLookup;
 use memboot_contract::option_values::StructPageSize;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{MmFacts, VerifyOutcome};
-use memboot_kernel::pipeline::host::{HostMapper, VecLog};
+use memboot_kernel::pipeline::host_seams::{HostMapper, VecLog};
 use memboot_kernel::pipeline::{eager_memmap, memblock, memory_blocks, vmemmap, zones};
 use memboot_kernel::smp_error::SmpError;
 use memmap::memblock::Memblock;

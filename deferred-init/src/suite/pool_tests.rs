@@ -17,7 +17,7 @@ use super::tests::{
     assert_fully_merged, cpus, dr, is_reserved_pfn, memmap_for, new_di, proptest_cases,
     race_loop_done, span_of, with_counter, InitCounter, TestBacking, TestPage, TEST_CPUS,
 };
-use crate::host::{StdClock, ThreadExecutor};
+use crate::std_seams::{StdClock, ThreadExecutor};
 use crate::*;
 
 const S: u64 = PAGES_PER_SECTION;

@@ -20,7 +20,7 @@ use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PE
 use proptest::prelude::*;
 
 use crate::buddy::{max_blocks, PFN_NONE};
-use crate::host::{StdClock, ThreadExecutor};
+use crate::std_seams::{StdClock, ThreadExecutor};
 use crate::test_damage::TestDamage;
 use crate::*;
 

@@ -15,7 +15,7 @@ use memmap::zones::ZoneLayout;
 use memmap::{DeferredRange, NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER, PAGES_PER_SECTION};
 
 use super::tests::{cpus, dr, memmap_for, new_di, TestBacking, TestPage, TEST_CPUS};
-use crate::host::{StdClock, ThreadExecutor};
+use crate::std_seams::{StdClock, ThreadExecutor};
 use crate::test_damage::TestDamage;
 use crate::*;
 

@@ -310,7 +310,7 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
 mod tests {
 
     use super::*;
-    use crate::host::{StdClock, ThreadExecutor};
+    use crate::std_seams::{StdClock, ThreadExecutor};
     use crate::plan::{DeferredPlan, PlanOptions};
     use crate::run::InitMode;
     use crate::suite_64::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};

@@ -12,7 +12,7 @@ use super::limits::*;
 pub enum TableProblem {
     /// The root table lists physical address 0.
     NullAddress,
-    /// [`PhysMemory::read`] failed somewhere inside the table.
+    /// [`PhysMemory::read`](crate::acpi::PhysMemory::read) failed somewhere inside the table.
     Unreadable,
     /// `length` is < 36, > [`MAX_TABLE_LEN`], or too short for the table's
     /// fixed fields.

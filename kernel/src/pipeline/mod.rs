@@ -42,7 +42,7 @@ pub mod error;
 pub mod facts;
 pub mod fault_hooks;
 #[cfg(feature = "host")]
-pub mod host;
+pub mod host_seams;
 pub mod input;
 pub mod memblock;
 pub mod memory_blocks;

@@ -12,14 +12,14 @@ pub mod model_input;
 
 use std::sync::Mutex;
 
-use deferred_init::host::{StdClock, ThreadExecutor};
+use deferred_init::std_seams::{StdClock, ThreadExecutor};
 use deferred_init::{CpuId, Executor};
 use memboot_contract::options::Options;
 use memboot_kernel::boot_input::BootInput;
 use memboot_kernel::pipeline::error::PipelineError;
 use memboot_kernel::pipeline::facts::{Facts, MmFacts};
 use memboot_kernel::pipeline::fault_hooks::FaultHooks;
-use memboot_kernel::pipeline::host::{HostMapper, NotedBringup, VecLog};
+use memboot_kernel::pipeline::host_seams::{HostMapper, NotedBringup, VecLog};
 use memboot_kernel::pipeline::input::EarlyReservation;
 use memboot_kernel::pipeline::input::Input;
 use memboot_kernel::pipeline::{self, Machine};

@@ -2,7 +2,7 @@
 //! area is one anonymous `mmap` with `MAP_NORESERVE`, so only the struct
 //! pages the pipeline writes cost memory, as in a guest whose untouched
 //! memory costs the host nothing; CPUs are `std` threads
-//! ([`deferred_init::host::ThreadExecutor`]); the log is a `Vec`.
+//! ([`deferred_init::std_seams::ThreadExecutor`]); the log is a `Vec`.
 
 use std::collections::HashSet;
 use std::fmt;

@@ -310,9 +310,9 @@ pub fn alloc_free_selftest<B: MemmapBacking>(
 mod tests {
 
     use super::*;
-    use crate::std_seams::{StdClock, ThreadExecutor};
     use crate::plan::{DeferredPlan, PlanOptions};
     use crate::run::InitMode;
+    use crate::std_seams::{StdClock, ThreadExecutor};
     use crate::suite_64::tests::{cpus, dr, memmap_for, new_di, TEST_CPUS};
 
     /// A block overlapping an earlier one from either side, or containing

@@ -25,7 +25,7 @@
 //!   needs one. Only holes and their bookkeeping are written at boot,
 //!   and with a lazy vmemmap (the one `ondemand` runs on) not even those:
 //!   the backing writes a section's holes when it first maps the section
-//!   ([`crate::holes::init_holes_in`], [`MemmapBacking::initialises_holes`]).
+//!   (`holes::init_holes_in`, [`MemmapBacking::initialises_holes`]).
 //!
 //! All then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised

@@ -186,7 +186,7 @@ pub struct DeferralSplit {
 /// First PFN `defer_init()` defers in the node's highest zone, or `None`
 /// when the zone never passes a section's worth of pages followed by a
 /// section-aligned present PFN.
-pub fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Option<Pfn> {
+pub(crate) fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Option<Pfn> {
     let zone = layout.highest_zone(nid)?;
     let mut initialised = 0u64;
     for (range, _) in mb.mem_pfn_ranges(Some(nid)) {

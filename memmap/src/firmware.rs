@@ -55,7 +55,7 @@ impl RegionKind {
     }
 
     /// Is this RAM that must also be put in `memblock.reserved`?
-    pub const fn is_reserved_ram(self) -> bool {
+    pub(crate) const fn is_reserved_ram(self) -> bool {
         matches!(self, RegionKind::Bootloader)
     }
 }

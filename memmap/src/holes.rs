@@ -11,7 +11,7 @@ use crate::{Pfn, PfnRange};
 /// layout lists them) inside `pfns`, whose struct pages are `pages` (the
 /// first is `pfns.start`'s): what a lazy vmemmap writes when it maps a
 /// section. Returns the number of pages written.
-pub fn init_holes_in<P: PageLayout>(
+pub(crate) fn init_holes_in<P: PageLayout>(
     pages: &mut [P],
     pfns: PfnRange,
     holes: &[UnavailableRange],

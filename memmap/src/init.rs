@@ -25,7 +25,7 @@
 //!   needs one. Only holes and their bookkeeping are written at boot,
 //!   and with a lazy vmemmap (the one `ondemand` runs on) not even those:
 //!   the backing writes a section's holes when it first maps the section
-//!   ([`crate::holes::init_holes_in`], [`MemmapBacking::initialises_holes`]).
+//!   (`holes::init_holes_in`, [`MemmapBacking::initialises_holes`]).
 //!
 //! All then fill the gaps of [`ZoneLayout::unavailable_ranges`] with
 //! reserved pages (`init_unavailable_range()`), mark each initialised
@@ -186,7 +186,7 @@ pub struct DeferralSplit {
 /// First PFN `defer_init()` defers in the node's highest zone, or `None`
 /// when the zone never passes a section's worth of pages followed by a
 /// section-aligned present PFN.
-pub fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Option<Pfn> {
+pub(crate) fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId) -> Option<Pfn> {
     let zone = layout.highest_zone(nid)?;
     let mut initialised = 0u64;
     for (range, _) in mb.mem_pfn_ranges(Some(nid)) {

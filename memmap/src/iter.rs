@@ -161,7 +161,7 @@ impl Memblock {
     }
 
     /// The memory region holding `pfn`, by binary search.
-    pub fn memory_region_of(&self, pfn: Pfn) -> Option<&MemblockRegion> {
+    pub(crate) fn memory_region_of(&self, pfn: Pfn) -> Option<&MemblockRegion> {
         let regions = self.memory().regions();
         let i = regions.partition_point(|r| r.pfns().end <= pfn);
         regions.get(i).filter(|r| r.pfns().start <= pfn)

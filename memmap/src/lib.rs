@@ -13,7 +13,7 @@
 extern crate alloc;
 
 pub mod firmware;
-pub mod holes;
+mod holes;
 pub mod init;
 pub mod iter;
 pub mod memblock;
@@ -42,9 +42,9 @@ pub const MAX_ORDER: u32 = 10;
 /// Buddy orders, `0..=MAX_ORDER`: the free lists (or bitmap words) per zone.
 pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 /// Pageblock order (2 MiB pageblocks of 512 pages), Linux `pageblock_order` on x86_64.
-pub const PAGEBLOCK_ORDER: u32 = 9;
+pub(crate) const PAGEBLOCK_ORDER: u32 = 9;
 /// Pages per pageblock (512).
-pub const PAGEBLOCK_NR_PAGES: u64 = 1 << PAGEBLOCK_ORDER;
+pub(crate) const PAGEBLOCK_NR_PAGES: u64 = 1 << PAGEBLOCK_ORDER;
 
 /// A page frame number: physical address >> 12.
 pub type Pfn = u64;
@@ -149,7 +149,7 @@ impl ZoneType {
             ZoneType::Normal
         }
     }
-    pub const fn from_index(i: u64) -> Option<ZoneType> {
+    pub(crate) const fn from_index(i: u64) -> Option<ZoneType> {
         match i {
             0 => Some(ZoneType::Dma),
             1 => Some(ZoneType::Dma32),

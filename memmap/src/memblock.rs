@@ -44,11 +44,11 @@ pub const NUMA_NO_NODE: NodeId = u32::MAX;
 
 /// Linux `MAX_PHYSMEM_BITS` on x86_64 with 4-level paging: the default
 /// physical address width.
-pub const DEFAULT_PHYS_ADDR_BITS: u32 = 46;
+pub(crate) const DEFAULT_PHYS_ADDR_BITS: u32 = 46;
 
 /// Default per-table region cap; a 1 TiB machine's e820 map has tens of
 /// entries, and SRAT splitting at most doubles that per node.
-pub const DEFAULT_MAX_REGIONS: usize = 8192;
+pub(crate) const DEFAULT_MAX_REGIONS: usize = 8192;
 
 /// Limits applied while building and editing memblock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Default for MemblockConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FirmwareReport {
     /// Entries read.
-    pub entries: usize,
+    pub(crate) entries: usize,
     /// Entries of length 0.
     pub zero_length_entries: usize,
     /// Bytes covered by more than one entry (resolved to the least usable kind).
@@ -264,7 +264,7 @@ impl Memblock {
     }
 
     /// One past the highest byte the CPU can address.
-    pub fn phys_limit_bytes(&self) -> u64 {
+    pub(crate) fn phys_limit_bytes(&self) -> u64 {
         1u64 << self.phys_addr_bits
     }
 
@@ -354,7 +354,7 @@ impl Memblock {
 
     /// [`alloc`](Self::alloc) within bytes `[min_addr, max_addr)`
     /// (`memblock_alloc_range_nid()`).
-    pub fn alloc_range(
+    pub(crate) fn alloc_range(
         &mut self,
         size: u64,
         align: u64,
@@ -416,7 +416,8 @@ impl Memblock {
     }
 
     /// Is any byte of `[base, base + size)` reserved?
-    pub fn is_region_reserved(&self, base: u64, size: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_region_reserved(&self, base: u64, size: u64) -> bool {
         self.reserved.overlaps(base, base.saturating_add(size))
     }
 
@@ -438,7 +439,7 @@ impl Memblock {
     }
 
     /// `[lowest, highest)` PFN of node `nid`'s memory (`get_pfn_range_for_nid()`).
-    pub fn node_span(&self, nid: NodeId) -> Option<PfnRange> {
+    pub(crate) fn node_span(&self, nid: NodeId) -> Option<PfnRange> {
         let mut it = self.memory.regions().iter().filter(|r| r.nid == nid);
         let first = it.next()?;
         let last = it.next_back().unwrap_or(first);

@@ -37,11 +37,11 @@ use crate::{
 };
 
 /// `MIN_MEMORY_BLOCK_SIZE`: one section.
-pub const MIN_MEMORY_BLOCK_BYTES: u64 = 1 << SECTION_SIZE_BITS;
+pub(crate) const MIN_MEMORY_BLOCK_BYTES: u64 = 1 << SECTION_SIZE_BITS;
 /// x86 `MAX_BLOCK_SIZE`.
-pub const MAX_MEMORY_BLOCK_BYTES: u64 = 2 << 30;
+pub(crate) const MAX_MEMORY_BLOCK_BYTES: u64 = 2 << 30;
 /// x86 `MEM_SIZE_FOR_LARGE_BLOCK`.
-pub const MEM_SIZE_FOR_LARGE_BLOCK_BYTES: u64 = 64 << 30;
+pub(crate) const MEM_SIZE_FOR_LARGE_BLOCK_BYTES: u64 = 64 << 30;
 
 /// A probed block size, printable as Linux prints it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,10 +64,10 @@ impl MemoryBlockSize {
     pub const fn bytes(&self) -> u64 {
         self.bytes
     }
-    pub const fn nr_pages(&self) -> u64 {
+    pub(crate) const fn nr_pages(&self) -> u64 {
         self.bytes >> PAGE_SHIFT
     }
-    pub const fn sections_per_block(&self) -> u64 {
+    pub(crate) const fn sections_per_block(&self) -> u64 {
         self.bytes >> SECTION_SIZE_BITS
     }
 }
@@ -125,13 +125,13 @@ impl fmt::Display for BlockError {
 pub struct NodeMask(pub u64);
 
 impl NodeMask {
-    pub fn set(&mut self, nid: NodeId) {
+    pub(crate) fn set(&mut self, nid: NodeId) {
         self.0 |= 1 << (nid % 64);
     }
     pub const fn contains(&self, nid: NodeId) -> bool {
         nid < 64 && self.0 & (1 << nid) != 0
     }
-    pub fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..64).filter(|&n| self.contains(n))
     }
 }

@@ -38,17 +38,17 @@ use core::fmt;
 use crate::{pfn_to_section_nr, NodeId, Pfn, ZoneType};
 
 /// Bits of the flags word holding the section number.
-pub const SECTIONS_WIDTH: u32 = 19;
+pub(crate) const SECTIONS_WIDTH: u32 = 19;
 /// Bits holding the node id (`CONFIG_NODES_SHIFT = 6`: up to 64 nodes).
-pub const NODES_WIDTH: u32 = 6;
+pub(crate) const NODES_WIDTH: u32 = 6;
 /// Bits holding the zone number.
-pub const ZONES_WIDTH: u32 = 2;
+pub(crate) const ZONES_WIDTH: u32 = 2;
 /// Shift of the section field (`SECTIONS_PGSHIFT`).
-pub const SECTIONS_PGSHIFT: u32 = 64 - SECTIONS_WIDTH;
+pub(crate) const SECTIONS_PGSHIFT: u32 = 64 - SECTIONS_WIDTH;
 /// Shift of the node field (`NODES_PGSHIFT`).
 pub const NODES_PGSHIFT: u32 = SECTIONS_PGSHIFT - NODES_WIDTH;
 /// Shift of the zone field (`ZONES_PGSHIFT`).
-pub const ZONES_PGSHIFT: u32 = NODES_PGSHIFT - ZONES_WIDTH;
+pub(crate) const ZONES_PGSHIFT: u32 = NODES_PGSHIFT - ZONES_WIDTH;
 /// Largest node id the flags word can carry.
 pub const MAX_NUMNODES: u32 = 1 << NODES_WIDTH;
 
@@ -57,22 +57,23 @@ const NODES_MASK: u64 = (1 << NODES_WIDTH) - 1;
 const ZONES_MASK: u64 = (1 << ZONES_WIDTH) - 1;
 
 /// Linux 6.1 `enum pageflags` bit numbers used by memboot.
-pub mod pg {
-    pub const LOCKED: u32 = 0;
-    pub const REFERENCED: u32 = 1;
-    pub const UPTODATE: u32 = 2;
-    pub const DIRTY: u32 = 3;
-    pub const LRU: u32 = 4;
-    pub const RESERVED: u32 = 12;
-    pub const PRIVATE: u32 = 13;
+#[allow(dead_code)] // the low bits document the numbering: memboot sets `RESERVED`
+pub(crate) mod pg {
+    pub(crate) const LOCKED: u32 = 0;
+    pub(crate) const REFERENCED: u32 = 1;
+    pub(crate) const UPTODATE: u32 = 2;
+    pub(crate) const DIRTY: u32 = 3;
+    pub(crate) const LRU: u32 = 4;
+    pub(crate) const RESERVED: u32 = 12;
+    pub(crate) const PRIVATE: u32 = 13;
 }
 
 /// Page types live in `_mapcount` (Linux 6.1 `PAGE_TYPE_BASE` / `PG_buddy`):
 /// a page of type T has `_mapcount == (PAGE_TYPE_BASE | ...) & !T`, i.e.
 /// starting from -1 the type bit is cleared.
-pub const PAGE_TYPE_BASE: u32 = 0xf000_0000;
+pub(crate) const PAGE_TYPE_BASE: u32 = 0xf000_0000;
 /// `PG_buddy` page type: the page heads a free block on a buddy free list.
-pub const PG_BUDDY: u32 = 0x0000_0080;
+pub(crate) const PG_BUDDY: u32 = 0x0000_0080;
 
 /// A doubly linked list link (`struct list_head`), holding addresses as Linux
 /// does. An empty list head points at itself.
@@ -89,17 +90,17 @@ pub struct ListHead {
 #[repr(C, align(64))]
 pub struct StructPage {
     /// Zone, node, section and page-flag bits; see the module docs.
-    pub flags: u64,
+    pub(crate) flags: u64,
     /// List link: self-linked after init; a free list link while on a buddy list.
-    pub lru: ListHead,
+    pub(crate) lru: ListHead,
     /// `struct address_space *` (0: anonymous / none).
     pub mapping: u64,
     /// Offset within mapping.
     pub index: u64,
     /// Owner-private word; buddy order while on a free list (`set_buddy_order`).
-    pub private: u64,
+    pub(crate) private: u64,
     /// `_mapcount` (−1: unmapped) or page type.
-    pub mapcount: i32,
+    pub(crate) mapcount: i32,
     /// `_refcount`: 1 after init, 0 while free in the buddy allocator.
     pub refcount: i32,
     /// Memory-cgroup data, always 0 here.
@@ -119,7 +120,7 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 impl StructPage {
     /// An all-zero struct page (`mm_zero_struct_page`).
-    pub const ZERO: StructPage = StructPage {
+    pub(crate) const ZERO: StructPage = StructPage {
         flags: 0,
         lru: ListHead { next: 0, prev: 0 },
         mapping: 0,
@@ -134,7 +135,7 @@ impl StructPage {
 /// The flags word `set_page_links(page, zone, nid, pfn)` produces (the same
 /// encoding in every layout).
 #[inline]
-pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
+pub(crate) const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
     ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
         | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
         | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)
@@ -169,7 +170,7 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// [`links_match`](Self::links_match))?
     const STORES_LINKS: bool = true;
     /// `__init_single_page` with a precomputed flags word (links plus any
-    /// page-flag bits, e.g. `PG_reserved`, from [`page_links`]) and
+    /// page-flag bits, e.g. `PG_reserved`, from `page_links`) and
     /// `_refcount`, as one store of the whole page. Hot loops over one
     /// section compute `flags` once per range: the links are the same for
     /// every page of a section, zone and node. A layout that derives zone

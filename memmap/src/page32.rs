@@ -31,9 +31,9 @@ use crate::page::{
 use crate::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
 /// Linux 6.12 `PGTY_buddy`: the top byte of a free block head's page type.
-pub const PGTY_BUDDY: u32 = 0xf0;
+pub(crate) const PGTY_BUDDY: u32 = 0xf0;
 /// The page type of a page with no type (`UINT_MAX`).
-pub const PAGE_TYPE_NONE: u32 = u32::MAX;
+pub(crate) const PAGE_TYPE_NONE: u32 = u32::MAX;
 /// Bits of `page_type` below the type byte, the type's data.
 const PAGE_TYPE_DATA_MASK: u32 = (1 << 24) - 1;
 
@@ -43,13 +43,13 @@ const PAGE_TYPE_DATA_MASK: u32 = (1 << 24) - 1;
 #[repr(C, align(32))]
 pub struct StructPage32 {
     /// Zone, node, section and page-flag bits; see [`crate::page`].
-    pub flags: u64,
+    pub(crate) flags: u64,
     /// List link: self-linked after init; a free list link while on a buddy list.
-    pub lru: ListHead,
+    pub(crate) lru: ListHead,
     /// `_refcount`: 1 after init, 0 while free in the buddy allocator.
     pub refcount: i32,
     /// The page type (top byte) and its data (the buddy order), or
-    /// [`PAGE_TYPE_NONE`].
+    /// `PAGE_TYPE_NONE`.
     pub page_type: u32,
 }
 
@@ -62,7 +62,7 @@ const _: () = assert!(cfg!(target_endian = "little"));
 const _: () = assert!(MAX_ORDER <= PAGE_TYPE_DATA_MASK);
 
 impl StructPage32 {
-    pub const ZERO: StructPage32 = StructPage32 {
+    pub(crate) const ZERO: StructPage32 = StructPage32 {
         flags: 0,
         lru: ListHead { next: 0, prev: 0 },
         refcount: 0,

@@ -9,12 +9,12 @@
 //! ```
 //! | type | value | data | Linux 6.1 state it stands for |
 //! |---|---:|---|---|
-//! | [`PageType::None`] | 0 | 0 | a zeroed page no init wrote (`mm_zero_struct_page`) |
-//! | [`PageType::Buddy`] | 1 | order | `PageBuddy` head of a free block, `private` = order, `_refcount` 0 |
-//! | [`PageType::Allocated`] | 12 | 0 | `_refcount` 1: after `__init_single_page`, and an allocated block's head |
-//! | [`PageType::Reserved`] | 13 | 0 | `PG_reserved`, `_refcount` 1 (memblock-reserved memory) |
-//! | [`PageType::Hole`] | 14 | 0 | `PG_reserved`, `_refcount` 1, in a hole (`init_unavailable_range`) |
-//! | [`PageType::Tail`] | 15 | 0 | `_refcount` 0, not `PageBuddy`: a page of a block that is not its head |
+//! | `PageType::None` | 0 | 0 | a zeroed page no init wrote (`mm_zero_struct_page`) |
+//! | `PageType::Buddy` | 1 | order | `PageBuddy` head of a free block, `private` = order, `_refcount` 0 |
+//! | `PageType::Allocated` | 12 | 0 | `_refcount` 1: after `__init_single_page`, and an allocated block's head |
+//! | `PageType::Reserved` | 13 | 0 | `PG_reserved`, `_refcount` 1 (memblock-reserved memory) |
+//! | `PageType::Hole` | 14 | 0 | `PG_reserved`, `_refcount` 1, in a hole (`init_unavailable_range`) |
+//! | `PageType::Tail` | 15 | 0 | `_refcount` 0, not `PageBuddy`: a page of a block that is not its head |
 //!
 //! The plan (kernelnewbies "MatthewWilcox/Memdescs", as it read in 2024;
 //! this machine cannot reach the page to pin a revision) reserves the low
@@ -40,13 +40,13 @@ use crate::page::{ListHead, PageLayout, PageWords};
 use crate::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
 /// Bits of the memdesc word holding the type.
-pub const TYPE_BITS: u32 = 4;
+pub(crate) const TYPE_BITS: u32 = 4;
 const TYPE_MASK: u64 = (1 << TYPE_BITS) - 1;
 
 /// The type in the low four bits of an 8-byte struct page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum PageType {
+pub(crate) enum PageType {
     None = 0,
     Buddy = 1,
     Allocated = 12,
@@ -66,7 +66,7 @@ impl PageType {
     ];
 
     /// The type of type number `n`, if memboot has one.
-    pub fn of_number(n: u64) -> Option<PageType> {
+    pub(crate) fn of_number(n: u64) -> Option<PageType> {
         Self::ALL.into_iter().find(|t| *t as u64 == n)
     }
 
@@ -87,11 +87,11 @@ const _: () = assert!(core::mem::align_of::<StructPage8>() == 8);
 const _: () = assert!((MAX_ORDER as u64) < (1 << (64 - TYPE_BITS)));
 
 impl StructPage8 {
-    pub const ZERO: StructPage8 = StructPage8 { memdesc: 0 };
+    pub(crate) const ZERO: StructPage8 = StructPage8 { memdesc: 0 };
 
     /// The page's type, `None` for a number memboot never writes.
     #[inline]
-    pub fn page_type(&self) -> Option<PageType> {
+    pub(crate) fn page_type(&self) -> Option<PageType> {
         PageType::of_number(self.memdesc & TYPE_MASK)
     }
 

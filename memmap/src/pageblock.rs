@@ -16,18 +16,20 @@ use crate::zones::ZoneLayout;
 use crate::{NodeId, Pfn, PfnRange, ZoneType, PAGEBLOCK_NR_PAGES, PAGEBLOCK_ORDER};
 
 /// Bits per pageblock.
-pub const NR_PAGEBLOCK_BITS: u32 = 4;
+pub(crate) const NR_PAGEBLOCK_BITS: u32 = 4;
 /// Mask of the migratetype bits (`MIGRATETYPE_MASK`).
-pub const MIGRATETYPE_MASK: u64 = 0b111;
+pub(crate) const MIGRATETYPE_MASK: u64 = 0b111;
 /// `PB_migrate_skip` (compaction hint).
-pub const PB_MIGRATE_SKIP: u64 = 0b1000;
+#[allow(dead_code)] // documents bit 3: memboot never sets it
+pub(crate) const PB_MIGRATE_SKIP: u64 = 0b1000;
 
 const PAGEBLOCKS_PER_WORD: u64 = 64 / NR_PAGEBLOCK_BITS as u64;
 
 /// Linux 6.1 `enum migratetype` (without CMA, with memory isolation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum MigrateType {
+#[allow(dead_code)] // Linux's numbering in full: boot writes only `Movable`
+pub(crate) enum MigrateType {
     Unmovable = 0,
     Movable = 1,
     Reclaimable = 2,
@@ -36,7 +38,8 @@ pub enum MigrateType {
 }
 
 impl MigrateType {
-    pub const fn from_bits(bits: u64) -> Option<Self> {
+    #[cfg(test)]
+    pub(crate) const fn from_bits(bits: u64) -> Option<Self> {
         match bits {
             0 => Some(MigrateType::Unmovable),
             1 => Some(MigrateType::Movable),
@@ -60,7 +63,7 @@ pub struct PageblockFlags {
 impl PageblockFlags {
     /// A zeroed (all `MIGRATE_UNMOVABLE`) bitmap covering `span`
     /// (`usemap_size()`).
-    pub fn new(span: PfnRange) -> Self {
+    pub(crate) fn new(span: PfnRange) -> Self {
         let base_pfn = span.start & !(PAGEBLOCK_NR_PAGES - 1);
         let nr_pageblocks = span
             .end
@@ -96,13 +99,14 @@ impl PageblockFlags {
     }
 
     /// `get_pageblock_migratetype()`.
-    pub fn get_migratetype(&self, pfn: Pfn) -> Option<MigrateType> {
+    #[cfg(test)]
+    pub(crate) fn get_migratetype(&self, pfn: Pfn) -> Option<MigrateType> {
         MigrateType::from_bits(self.get_bits(pfn)? & MIGRATETYPE_MASK)
     }
 
     /// `set_pageblock_migratetype()`; returns false (and writes nothing) when
     /// `pfn` is outside the zone.
-    pub fn set_migratetype(&self, pfn: Pfn, mt: MigrateType) -> bool {
+    pub(crate) fn set_migratetype(&self, pfn: Pfn, mt: MigrateType) -> bool {
         let Some((word, shift)) = self.locate(pfn) else {
             return false;
         };
@@ -117,7 +121,7 @@ impl PageblockFlags {
 
     /// Mark every pageblock whose first PFN lies in `range` movable, as
     /// memmap init does for the pages it initialises. Returns how many.
-    pub fn mark_movable(&self, range: PfnRange) -> u64 {
+    pub(crate) fn mark_movable(&self, range: PfnRange) -> u64 {
         let mut pfn = range.start.next_multiple_of(PAGEBLOCK_NR_PAGES);
         let mut n = 0;
         while pfn < range.end {
@@ -157,7 +161,8 @@ impl PageblockMaps {
             .find(|(n, z, _)| *n == nid && *z == zone)
             .map(|(_, _, m)| m)
     }
-    pub fn iter(&self) -> impl Iterator<Item = (NodeId, ZoneType, &PageblockFlags)> {
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (NodeId, ZoneType, &PageblockFlags)> {
         self.maps.iter().map(|(n, z, m)| (*n, *z, m))
     }
 }

@@ -13,17 +13,19 @@ use crate::{NodeId, PfnRange, PAGE_SHIFT};
 
 /// Region flags (Linux `enum memblock_flags`); regions merge only when equal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct RegionFlags(pub u32);
+pub struct RegionFlags(pub(crate) u32);
 
 impl RegionFlags {
     /// `MEMBLOCK_NONE`.
-    pub const NONE: RegionFlags = RegionFlags(0);
+    pub(crate) const NONE: RegionFlags = RegionFlags(0);
     /// `MEMBLOCK_HOTPLUG`: hotpluggable memory (SRAT hot-pluggable bit).
     pub const HOTPLUG: RegionFlags = RegionFlags(1);
     /// `MEMBLOCK_MIRROR`: mirrored (reliable) memory.
-    pub const MIRROR: RegionFlags = RegionFlags(2);
+    #[allow(dead_code)] // Linux's flag, not set by memboot
+    pub(crate) const MIRROR: RegionFlags = RegionFlags(2);
     /// `MEMBLOCK_NOMAP`: not to be mapped by the kernel.
-    pub const NOMAP: RegionFlags = RegionFlags(4);
+    #[allow(dead_code)] // Linux's flag, not set by memboot
+    pub(crate) const NOMAP: RegionFlags = RegionFlags(4);
 }
 
 /// One memblock region, in bytes (Linux `struct memblock_region`).
@@ -57,7 +59,7 @@ pub enum TableKind {
 }
 
 impl TableKind {
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             TableKind::Memory => "memory",
             TableKind::Reserved => "reserved",
@@ -345,6 +347,7 @@ impl RegionTable {
     }
 
     /// Does any region overlap `[base, end)`?
+    #[cfg(test)]
     pub(crate) fn overlaps(&self, base: u64, end: u64) -> bool {
         let (first, last) = self.overlapping(base, end);
         first < last

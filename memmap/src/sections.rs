@@ -24,7 +24,7 @@ use crate::memblock::Memblock;
 use crate::{pfn_to_section_nr, section_nr_to_pfn, NodeId, Pfn, PfnRange, PAGES_PER_SECTION};
 
 /// Linux x86_64 `VMEMMAP_START` with 4-level paging and no KASLR.
-pub const VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
+pub(crate) const VMEMMAP_START: u64 = 0xffff_ea00_0000_0000;
 /// The vmemmap's mapping unit: one x86_64 huge page (2 MiB), one
 /// section's memmap at 64 bytes per struct page, two sections' at 32.
 pub const VMEMMAP_HUGE_PAGE_BYTES: u64 = 2 << 20;
@@ -55,7 +55,7 @@ pub fn present_sections(mb: &Memblock) -> impl Iterator<Item = PresentSection> +
 
 /// Present sections as merged PFN ranges (section aligned), ascending.
 /// Unlike [`present_sections`] this is O(regions) even for huge maps.
-pub fn present_section_ranges(mb: &Memblock) -> impl Iterator<Item = PfnRange> + '_ {
+pub(crate) fn present_section_ranges(mb: &Memblock) -> impl Iterator<Item = PfnRange> + '_ {
     let mut ranges = mb.mem_pfn_ranges(None).map(|(pfns, _)| {
         PfnRange::new(
             section_nr_to_pfn(pfn_to_section_nr(pfns.start)),
@@ -78,7 +78,8 @@ pub fn present_section_ranges(mb: &Memblock) -> impl Iterator<Item = PfnRange> +
 }
 
 /// Is section `section_nr` present? (binary search)
-pub fn section_present(mb: &Memblock, section_nr: u64) -> bool {
+#[cfg(test)]
+pub(crate) fn section_present(mb: &Memblock, section_nr: u64) -> bool {
     let start = section_nr_to_pfn(section_nr);
     mb.next_valid_pfn(start)
         .is_some_and(|pfn| pfn < start + PAGES_PER_SECTION)
@@ -118,7 +119,8 @@ impl Vmemmap {
         }
     }
     /// PFN whose struct page contains virtual address `addr` (`page_to_pfn`).
-    pub const fn pfn_of_addr(&self, addr: u64, page_bytes: u64) -> Option<Pfn> {
+    #[cfg(test)]
+    pub(crate) const fn pfn_of_addr(&self, addr: u64, page_bytes: u64) -> Option<Pfn> {
         if addr < self.base {
             None
         } else {
@@ -145,7 +147,8 @@ impl VmemmapRange {
         self.section_nrs.end - self.section_nrs.start
     }
     /// PFNs whose struct pages this range holds.
-    pub fn pfns(&self) -> PfnRange {
+    #[allow(dead_code)] // no caller: kept beside `bytes` and `nr_sections`
+    pub(crate) fn pfns(&self) -> PfnRange {
         PfnRange::new(
             section_nr_to_pfn(self.section_nrs.start),
             section_nr_to_pfn(self.section_nrs.end),

@@ -247,7 +247,8 @@ impl<P: PageLayout> VmemmapBacking<P> {
         }
     }
 
-    pub fn area(&self) -> Vmemmap {
+    #[allow(dead_code)] // no caller: kept beside `mapped`
+    pub(crate) fn area(&self) -> Vmemmap {
         self.area
     }
 
@@ -408,7 +409,7 @@ impl SectionSet {
     }
     /// The first section of `section_nrs` not in the set, if any: a word
     /// (64 sections) at a time.
-    pub fn first_missing(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
+    pub(crate) fn first_missing(&self, section_nrs: core::ops::Range<u64>) -> Option<u64> {
         let mut nr = section_nrs.start;
         while nr < section_nrs.end {
             let bit = nr % 64;

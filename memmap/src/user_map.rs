@@ -31,7 +31,7 @@ use crate::firmware::{FirmwareEntry, RegionKind};
 /// entry Linux's range removal zeroed: still counted, never printed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct E820Entry {
-    pub addr: u64,
+    pub(crate) addr: u64,
     pub size: u64,
     pub kind: u32,
 }
@@ -85,13 +85,13 @@ impl fmt::Display for UserMapError {
 
 /// The e820 table the forms edit, unsanitised between forms as Linux's is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct E820Table {
-    pub entries: Vec<E820Entry>,
+pub(crate) struct E820Table {
+    pub(crate) entries: Vec<E820Entry>,
 }
 
 impl E820Table {
     /// Apply one form (Linux `parse_memmap_one`).
-    pub fn apply(&mut self, form: Form) {
+    pub(crate) fn apply(&mut self, form: Form) {
         match form {
             Form::ExactMap => self.entries.clear(),
             Form::Add { start, size, kind } => self.entries.push(E820Entry {
@@ -107,7 +107,7 @@ impl E820Table {
     /// every RAM entry loses what of it lies in `[start, start + size)`;
     /// an entry wholly inside becomes a zeroed entry, one that straddles
     /// the range keeps its head and gets its tail appended.
-    pub fn remove_ram(&mut self, start: u64, size: u64) {
+    pub(crate) fn remove_ram(&mut self, start: u64, size: u64) {
         let end = start + size.min(u64::MAX - start);
         let mut i = 0;
         while i < self.entries.len() {
@@ -160,7 +160,7 @@ impl E820Table {
 
     /// Linux's `e820__update_table`: sorted, no overlaps (the highest type
     /// wins), neighbours of one type merged, empty entries gone.
-    pub fn sanitize(&self) -> Result<Vec<E820Entry>, UserMapError> {
+    pub(crate) fn sanitize(&self) -> Result<Vec<E820Entry>, UserMapError> {
         if self.entries.len() < 2 {
             return Err(UserMapError::TooFewEntries {
                 entries: self.entries.len(),
@@ -238,7 +238,7 @@ pub const fn e820_type(kind: RegionKind) -> u32 {
 
 /// The firmware map kind of an e820 type (every type not named is
 /// reserved, as `bootmap::region_kind` reads the firmware's).
-pub const fn region_kind(kind: u32) -> RegionKind {
+pub(crate) const fn region_kind(kind: u32) -> RegionKind {
     match kind {
         E820_RAM => RegionKind::Usable,
         E820_ACPI => RegionKind::AcpiReclaimable,

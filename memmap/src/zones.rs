@@ -41,13 +41,13 @@ impl ZoneInfo {
         self.spanned_pages() - self.present_pages
     }
     /// `populated_zone()`.
-    pub const fn is_populated(&self) -> bool {
+    pub(crate) const fn is_populated(&self) -> bool {
         self.present_pages > 0
     }
     /// Linux `calc_memmap_size()` with `CONFIG_SPARSEMEM`: pages of memmap
     /// (struct pages of `page_bytes`) charged to the zone (spanned pages,
     /// or present pages when the span is over 1/16 holes).
-    pub const fn memmap_pages(&self, page_bytes: u64) -> u64 {
+    pub(crate) const fn memmap_pages(&self, page_bytes: u64) -> u64 {
         let present = self.present_pages;
         let pages = if self.spanned_pages() > present + (present >> 4) {
             present
@@ -63,7 +63,7 @@ impl ZoneInfo {
 /// per 1024, at most 1 MiB of pages, then `rounddown_pow_of_two(b + b/2) - 1`.
 /// `managed_pages` is what `free_area_init_core()` leaves the zone at that
 /// point: present pages less the memmap's own pages.
-pub const fn lifo_batch(managed_pages: u64) -> u64 {
+pub(crate) const fn lifo_batch(managed_pages: u64) -> u64 {
     let max_batch = (1 << 20) / PAGE_SIZE;
     let mut batch = managed_pages >> 10;
     if batch > max_batch {
@@ -220,7 +220,7 @@ impl ZoneLayout {
         &self.zones
     }
     /// Zones of one node, in zone order.
-    pub fn node_zones(&self, nid: NodeId) -> impl Iterator<Item = &ZoneInfo> + '_ {
+    pub(crate) fn node_zones(&self, nid: NodeId) -> impl Iterator<Item = &ZoneInfo> + '_ {
         self.zones.iter().filter(move |z| z.nid == nid)
     }
     pub fn zone(&self, nid: NodeId, zone: ZoneType) -> Option<&ZoneInfo> {

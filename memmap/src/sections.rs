@@ -146,14 +146,6 @@ impl VmemmapRange {
     pub fn nr_sections(&self) -> u64 {
         self.section_nrs.end - self.section_nrs.start
     }
-    /// PFNs whose struct pages this range holds.
-    #[allow(dead_code)] // no caller: kept beside `bytes` and `nr_sections`
-    pub(crate) fn pfns(&self) -> PfnRange {
-        PfnRange::new(
-            section_nr_to_pfn(self.section_nrs.start),
-            section_nr_to_pfn(self.section_nrs.end),
-        )
-    }
 }
 
 /// Backing the kernel must map before memmap init: one entry per run of

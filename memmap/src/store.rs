@@ -247,11 +247,6 @@ impl<P: PageLayout> VmemmapBacking<P> {
         }
     }
 
-    #[allow(dead_code)] // no caller: kept beside `mapped`
-    pub(crate) fn area(&self) -> Vmemmap {
-        self.area
-    }
-
     /// The sections that are, or (lazily) may be, mapped.
     pub fn mapped(&self) -> &SectionSet {
         self.lazy.as_ref().map_or(&self.mapped, |l| &l.allowed)

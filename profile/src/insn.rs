@@ -229,6 +229,42 @@ pub fn is_pause(bytes: &[u8]) -> bool {
     bytes == [0xf3, 0x90]
 }
 
+/// The target of a conditional jump (`7x rel8`, `0F 8x rel32`) at
+/// `vaddr`, or `None` for any other instruction.
+pub fn jcc_target(vaddr: u64, bytes: &[u8]) -> Option<u64> {
+    let (len, rel) = match *bytes {
+        [0x70..=0x7f, rel] => (2, i64::from(rel as i8)),
+        [0x0f, 0x80..=0x8f, a, b, c, d] => (6, i64::from(i32::from_le_bytes([a, b, c, d]))),
+        _ => return None,
+    };
+    Some(vaddr.wrapping_add(len).wrapping_add_signed(rel))
+}
+
+/// Instructions a wait loop's re-check may have (a load, a test, the jump).
+const RECHECK_MAX_INSNS: usize = 4;
+
+/// Is the block at `start` (each instruction's address and bytes) the
+/// re-check of a wait loop: a few instructions ending in a conditional
+/// jump back to the two bytes right before the block? QEMU's TCG ends a
+/// block after `pause` (it leaves the CPU loop) and after `hlt`, so a wait
+/// laid out as `pause; recheck: load; test; jne pause` (every
+/// `spin::Mutex` wait) or `sti; hlt; recheck: cli; load; test; jne sti`
+/// (memboot's halting waits) runs as two blocks, and the re-check is as
+/// much the wait as the `pause` is. In memboot's image these jumps go
+/// back to a `pause` or to `sti; hlt`.
+pub fn is_wait_recheck<'a>(
+    start: u64,
+    insns: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
+) -> bool {
+    if insns.len() > RECHECK_MAX_INSNS {
+        return false;
+    }
+    insns
+        .last()
+        .and_then(|(vaddr, bytes)| jcc_target(vaddr, bytes))
+        .is_some_and(|target| target == start.wrapping_sub(2))
+}
+
 /// Instructions a function may start with before its frame: `endbr64`
 /// (IBT kernels) and the nops ftrace patches in (`nopl`, `nopw`, `xchg`).
 pub fn is_entry_padding(bytes: &[u8]) -> bool {
@@ -252,7 +288,10 @@ pub fn is_push_reg(bytes: &[u8]) -> bool {
 mod tests {
     use super::StackOp::{self, *};
     use super::Stores::{self, *};
-    use super::{is_entry_padding, is_pause, is_push_reg, is_rep_string, stores_of};
+    use super::{
+        is_entry_padding, is_pause, is_push_reg, is_rep_string, is_wait_recheck, jcc_target,
+        stores_of,
+    };
 
     /// `pause` is `F3 90` and nothing else: `nop` (90), `rep movsb`
     /// (F3 A4) and `xchg eax, r8d` (41 90) are not spin-waits.
@@ -267,6 +306,39 @@ mod tests {
         ] {
             assert!(!is_pause(other), "{other:x?}");
         }
+    }
+
+    /// The wait loop `spin::Mutex::lock` compiles to in the kernel
+    /// (objdump of memboot-kernel): `pause` at 0x700, then the re-check
+    /// `movzbl (%rbx),%eax; test %al,%al; jne 0x700` from 0x702.
+    #[test]
+    fn the_recheck_after_pause_is_part_of_the_wait() {
+        let recheck: [(u64, &[u8]); 3] = [
+            (0x702, &[0x0f, 0xb6, 0x03]),
+            (0x705, &[0x84, 0xc0]),
+            (0x707, &[0x75, 0xf7]),
+        ];
+        assert!(is_wait_recheck(0x702, recheck.iter().copied()));
+        // The same jump from a block that starts elsewhere, a jump
+        // forward, and a long block are not.
+        assert!(!is_wait_recheck(0x703, recheck[1..].iter().copied()));
+        let forward: [(u64, &[u8]); 1] = [(0x707, &[0x75, 0x10])];
+        assert!(!is_wait_recheck(0x707, forward.iter().copied()));
+        let long: Vec<(u64, &[u8])> = (0..4)
+            .map(|i| (0x702 + i, &[0x90][..]))
+            .chain([(0x706, &[0x75, 0xf8][..])])
+            .collect();
+        assert!(!is_wait_recheck(0x702, long.into_iter()));
+        // rel32 form: `jne` back 8 bytes from 0x706 + 6.
+        let near: [(u64, &[u8]); 1] = [(0x706, &[0x0f, 0x85, 0xf4, 0xff, 0xff, 0xff])];
+        assert_eq!(jcc_target(0x706, near[0].1), Some(0x700));
+        assert!(!is_wait_recheck(0x706, near.iter().copied()));
+        assert!(is_wait_recheck(0x702, near.iter().copied()));
+        assert_eq!(
+            jcc_target(0x700, &[0xeb, 0xfe]),
+            None,
+            "jmp is not conditional"
+        );
     }
 
     /// Each execution's stores, as the manual gives them for each form

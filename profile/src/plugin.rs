@@ -28,10 +28,11 @@
 //!   instruction, and every store in a block where a phase opens after its
 //!   start keep their callbacks.
 //!
-//! A block that holds a `pause` is a spin-wait (a lock's wait loop): its
-//! instructions count in the vCPU's total and in a phase's spin-wait count,
-//! not in the phase's instructions, which then do not depend on how long
-//! the host let another CPU hold the lock.
+//! A block that holds a `pause`, and the re-check TCG runs as a block of
+//! its own after a `pause` or a `hlt` (`insn::is_wait_recheck`), is a
+//! spin-wait (a wait loop): its instructions count in the vCPU's total and in a phase's
+//! spin-wait count, not in the phase's instructions, which then do not
+//! depend on how long the host let another CPU hold the lock.
 //!
 //! Phases follow the stack: callbacks on calls, returns, pops and entry
 //! pushes estimate each vCPU's stack pointer (`tracker`). A phase opens at
@@ -104,7 +105,8 @@ struct BlockMeta {
     /// The block's last instruction is a REP string instruction at this
     /// address (0: it is not).
     rep_last: u64,
-    /// A spin-wait block ([`is_pause`](crate::insn::is_pause)).
+    /// A spin-wait block ([`is_pause`](crate::insn::is_pause),
+    /// [`is_wait_recheck`](crate::insn::is_wait_recheck)).
     spin: bool,
 }
 

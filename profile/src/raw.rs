@@ -15,7 +15,7 @@
 //!
 //! `block` lines: the block's first address, each instruction's offset
 //! from it, how often the block ran, whether it is a spin-wait (holds a
-//! `pause`, `crate::insn::is_pause`), and how often it ran inside each
+//! `pause`, or is a wait loop's re-check: `crate::insn`), and how often it ran inside each
 //! phase (in `phase` line order). A block TCG translated twice is one line.
 //! A phase's `insns` leave out its spin-waits' instructions, which `spin`
 //! counts: how long a CPU waits for another is the host's scheduling.
@@ -55,7 +55,7 @@ pub struct Block {
     pub vaddr: u64,
     pub insn_offsets: Vec<u32>,
     pub execs: u64,
-    /// A spin-wait block (holds a `pause`).
+    /// A spin-wait block (holds a `pause`, or re-checks after one).
     pub spin: bool,
     /// Indexed like `Raw::phases`.
     pub phase_execs: Vec<u64>,

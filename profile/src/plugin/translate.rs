@@ -14,7 +14,8 @@ use super::{
     plugin, BlockInfo, BlockMeta, Plugin, MEM_CALL, MEM_COUNT, MEM_ENTRY_PUSH, MEM_POP, MEM_RET,
 };
 use crate::insn::{
-    is_entry_padding, is_pause, is_push_reg, is_rep_string, stores_of, StackOp, Stores,
+    is_entry_padding, is_pause, is_push_reg, is_rep_string, is_wait_recheck, stores_of, StackOp,
+    Stores,
 };
 
 /// The id of the block at `vaddr` with these instruction offsets (its
@@ -105,7 +106,8 @@ pub(super) extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     };
     let mut counts = BlockCounts {
         insns: n as u64,
-        spin: (0..n).any(|i| is_pause(bytes(i))),
+        spin: (0..n).any(|i| is_pause(bytes(i)))
+            || is_wait_recheck(start, (0..n).map(|i| (vaddrs[i], bytes(i)))),
         ..BlockCounts::default()
     };
     for (i, &insn) in insns.iter().enumerate() {

@@ -109,9 +109,8 @@ test_suite!(
     Some(memboot_contract::option_values::BuddyStore::Bitmaps)
 );
 
-pub use buddy::{
-    AllocError, BuddyAllocator, BuddyError, FreeError, ListEnd, ManagedRange, PFN_NONE,
-};
+pub use buddy::walk::ListEnd;
+pub use buddy::{AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, PFN_NONE};
 pub use claim_hooks::{ClaimHooks, NoClaimHooks};
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};

@@ -6,7 +6,7 @@ use core::fmt;
 use memmap::page::MAX_NUMNODES;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
-use super::ManagedRange;
+use memmap::ZoneRange as ManagedRange;
 
 /// Why the allocator could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -58,10 +58,9 @@ use crate::free_bitmap::FreeBitmaps;
 
 mod bulk;
 mod errors;
-mod walk;
+pub(crate) mod walk;
 
 pub use errors::{AllocError, BuddyError, FreeError};
-pub use walk::ListEnd;
 
 /// End-of-list marker in the PFN-valued `lru` link words.
 pub const PFN_NONE: Pfn = u64::MAX;

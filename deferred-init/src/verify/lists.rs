@@ -12,7 +12,8 @@ use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn, ZoneType, MAX_ORDER};
 
-use crate::buddy::{slot, slot_key, BuddyAllocator, ListEnd, PFN_NONE};
+use crate::buddy::walk::ListEnd;
+use crate::buddy::{slot, slot_key, BuddyAllocator, PFN_NONE};
 use memboot_contract::option_values::BuddyStore;
 use memmap::NR_ORDERS;
 

@@ -5,7 +5,7 @@ use core::ffi::{c_uint, c_void};
 use std::sync::atomic::Ordering;
 
 use super::api::PluginId;
-use super::{plugin, Plugin, Vcpu};
+use super::state::{plugin, Plugin, Vcpu};
 use crate::raw::{self, Raw};
 
 pub(super) extern "C" fn on_exit(_id: PluginId, _udata: *mut c_void) {

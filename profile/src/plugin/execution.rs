@@ -6,7 +6,7 @@ use core::ffi::{c_uint, c_void};
 use std::sync::atomic::Ordering;
 
 use super::api::COUNT_REP_AT;
-use super::{
+use super::state::{
     mask_phases, plugin, BlockMeta, Plugin, Vcpu, MEM_CALL, MEM_COUNT, MEM_ENTRY_PUSH, MEM_POP,
     MEM_RET,
 };

@@ -10,7 +10,7 @@ use super::api::{
     INLINE_ADD_U64, INLINE_STORE_U64, MEM_RW, MEM_W,
 };
 use super::execution::{on_block, on_block_inline, on_entry, on_mem, on_until};
-use super::{
+use super::state::{
     plugin, BlockInfo, BlockMeta, Plugin, MEM_CALL, MEM_COUNT, MEM_ENTRY_PUSH, MEM_POP, MEM_RET,
 };
 use crate::insn::{

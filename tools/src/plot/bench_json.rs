@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::PlotError;
+use super::error::PlotError;
 
 /// One row of `tests/bench.sh`'s JSON (`{"host": {…}, "rows": [row, …]}`;
 /// `host` and unknown keys are ignored). One boot of one size, kernel and

@@ -3,7 +3,7 @@
 
 use memboot_contract::summary::{PhaseSpan, Summary};
 
-use super::PlotError;
+use super::error::PlotError;
 
 /// A bar's label: the phase's name, ` n<node>` if it has a node (` <N>
 /// nodes` if it folds N nodes' spans), its duration in ms.

@@ -10,9 +10,8 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::bench_json::{Bench, Series, SeriesPoint};
 use super::chart_style::{house_style, Area};
-use super::error::draw_err;
+use super::error::{draw_err, PlotError};
 use super::timeline_layout::{LABEL_CHAR_W_PX, LABEL_FONT_SIZE};
-use super::PlotError;
 
 /// Width of a panel's plot; the legend column right of it is as wide as
 /// its longest label needs.

@@ -8,12 +8,11 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::boot_log::{fmt_bytes, fmt_ms, plural, BootLog};
 use super::chart_style::{house_style, Area};
-use super::error::draw_err;
+use super::error::{draw_err, PlotError};
 use super::timeline_layout::{
     Bar, LabelSide, TimelineLayout, BAR_PAD_PX, LABEL_FONT_SIZE, LABEL_GAP_PX, TL_AXIS_H_PX,
     TL_LANE_LABEL_W_PX, TL_MARGIN_PX, TL_TITLE_H_PX,
 };
-use super::PlotError;
 
 /// The fill colour of a phase's bar.
 pub fn phase_colour(name: &str) -> RGBColor {

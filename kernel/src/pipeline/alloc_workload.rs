@@ -369,22 +369,27 @@ pub fn test<B: MemmapBacking>(
     }
     report.wall_ns = clock.now_ns() - start;
     record_folded_spans(&folded, facts);
-    for (slot, order) in ORDERS.into_iter().enumerate() {
-        let h = &histograms[slot];
-        report.orders[slot] = OrderFigures {
-            order,
-            count: h.count(),
-            p50_ns: h.percentile(500),
-            p99_ns: h.percentile(990),
-            max_ns: h.max(),
-            growth_steps: growth_steps[slot].load(Ordering::Relaxed),
-        };
-    }
+    report.orders = order_figures(&histograms, &growth_steps);
     report.growth = growth_figures(&step_histogram);
     match error.0.into_inner() {
         Some(e) => Err(e),
         None => Ok(report),
     }
+}
+
+/// Each order's latencies and growth steps, from the test's histograms.
+fn order_figures(histograms: &[Histogram; 4], growth_steps: &[AtomicU64; 4]) -> [OrderFigures; 4] {
+    core::array::from_fn(|slot| {
+        let h = &histograms[slot];
+        OrderFigures {
+            order: ORDERS[slot],
+            count: h.count(),
+            p50_ns: h.percentile(500),
+            p99_ns: h.percentile(990),
+            max_ns: h.max(),
+            growth_steps: growth_steps[slot].load(Ordering::Relaxed),
+        }
+    })
 }
 
 /// The per-CPU phases, when the test folded its (CPU, node) phases per CPU:

@@ -173,10 +173,13 @@ pub fn console_lines(text: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// What each node's deferred-init line holds (`deferred_line`).
+pub const DEFERRED_LINE: &str = " deferred pages initialised in ";
+
 /// `node N deferred pages initialised in Xms` → (N, X).
 fn deferred_line(msg: &str) -> Option<(u32, u64)> {
     let rest = msg.strip_prefix("node ")?;
-    let (node, rest) = rest.split_once(" deferred pages initialised in ")?;
+    let (node, rest) = rest.split_once(DEFERRED_LINE)?;
     Some((node.parse().ok()?, rest.strip_suffix("ms")?.parse().ok()?))
 }
 

@@ -9,8 +9,11 @@
 //! - **QEMU start to memory ready**: memboot holds its lines back, so the
 //!   host cannot see its ready line arrive; it is the entry line's arrival
 //!   plus the kernel's own `allocatable_ns` (both count from entry). Linux
-//!   prints synchronously by then: the arrival of the line that marks its
-//!   memory ready ([`linux_log::READY_LINE`]).
+//!   prints synchronously by then: the arrival of its last `node N deferred
+//!   pages initialised` line ([`LINUX_READY`]; [`linux_log::READY_LINE`]
+//!   in a boot that deferred nothing). Both are timed from QEMU's start on
+//!   the host's clock, so the bench can set one over the other: Linux's own
+//!   clock starts at its entry, memboot's too, and neither sees firmware.
 //!
 //! The timing is done in [`Tap`], host-tested; the binary only moves bytes.
 
@@ -22,6 +25,12 @@ pub const HOST_TIMING: &str = "run-qemu.sh: host timing: ";
 /// What memboot's entry line (`hw::boot::handoff::entry_line`) holds, after its
 /// version: firmware and bootloader may print before it (OVMF does).
 pub const MEMBOOT_ENTRY: &str = " booting (entry: ";
+/// How [`Tap::ready_us`] says it timed Linux: the arrival of its last
+/// deferred-init line. Logs written before it name [`LINUX_READY_LINE`].
+pub const LINUX_READY: &str = "Linux's last deferred-init line arrived";
+/// How logs made before [`LINUX_READY`] timed Linux, and how a boot that
+/// deferred nothing is timed: the arrival of [`linux_log::READY_LINE`].
+pub const LINUX_READY_LINE: &str = "Linux's ready line arrived";
 
 /// The output seen so far and when it arrived.
 #[derive(Default)]
@@ -51,23 +60,30 @@ impl Tap {
         self.arrivals.get(i).map(|&(_, us)| us)
     }
 
-    /// Where a line holding `needle` starts, before the text `stop` (a
-    /// line of its own) if there is one.
+    /// Where the first line holding `needle` starts, before the text
+    /// `stop` (a line of its own) if there is one.
     fn line_offset(&self, needle: &str, stop: Option<&str>) -> Option<usize> {
+        self.line_offsets(needle, stop).first().copied()
+    }
+
+    /// Where each line holding `needle` starts, up to the text `stop` (a
+    /// line of its own) if there is one.
+    fn line_offsets(&self, needle: &str, stop: Option<&str>) -> Vec<usize> {
         let text = String::from_utf8_lossy(&self.text);
+        let mut offsets = Vec::new();
         let mut offset = 0;
         for line in text.split_inclusive('\n') {
             if stop.is_some_and(|s| line.starts_with(s)) {
-                return None;
+                break;
             }
             if let Some(at) = line.find(needle) {
                 // The line's own start: after anything the firmware left
                 // on the same line (a stamped line begins with '[').
-                return Some(offset + line[..at].rfind('[').unwrap_or(0));
+                offsets.push(offset + line[..at].rfind('[').unwrap_or(0));
             }
             offset += line.len();
         }
-        None
+        offsets
     }
 
     /// The kernel's first serial byte: memboot's entry line, or the first
@@ -88,11 +104,17 @@ impl Tap {
                 "entry + the kernel's allocatable_ns",
             ));
         }
-        let offset = self.line_offset(
-            &format!("] {}", linux_log::READY_LINE),
-            Some(linux_log::DMESG_BEGIN),
-        )?;
-        Some((self.arrival_us(offset)?, "Linux's ready line arrived"))
+        let stop = Some(linux_log::DMESG_BEGIN);
+        if let Some(last) = self
+            .line_offsets(linux_log::DEFERRED_LINE, stop)
+            .last()
+            .copied()
+        {
+            return Some((self.arrival_us(last)?, LINUX_READY));
+        }
+        let ready_line = format!("] {}", linux_log::READY_LINE);
+        let offset = self.line_offset(&ready_line, stop)?;
+        Some((self.arrival_us(offset)?, LINUX_READY_LINE))
     }
 
     /// The tap's lines for the log (without their newlines).
@@ -114,6 +136,16 @@ impl Tap {
         }
         lines
     }
+}
+
+/// Was the log's Linux boot timed at the arrival of its ready line
+/// ([`LINUX_READY_LINE`]) rather than of its last deferred-init line?
+pub fn timed_at_linux_ready_line(log: &str) -> bool {
+    log.lines().any(|l| {
+        l.strip_prefix(HOST_TIMING).is_some_and(|rest| {
+            rest.starts_with("memory ready ") && rest.contains(LINUX_READY_LINE)
+        })
+    })
 }
 
 /// The figures of a log's host-timing lines: (entry latency, QEMU start to
@@ -208,28 +240,41 @@ mod tests {
     }
 
     #[test]
-    fn linux_ready_is_its_ready_line_on_the_console_not_in_the_dmesg_dump() {
+    fn linux_ready_is_its_last_deferred_line_on_the_console_not_in_the_dmesg_dump() {
         let console = format!(
-            "[    0.000000] Linux version 6.1\n[   14.500000] node 0 deferred pages initialised in 900ms\n[   14.600000] {}\n",
+            "[    0.000000] Linux version 6.1\n[   14.400000] node 1 deferred pages initialised in 800ms\n[   14.500000] node 0 deferred pages initialised in 900ms\n[   14.600000] {}\n",
             linux_log::READY_LINE
         );
         let dump = format!(
-            "{}\n[   14.600000] {}\n",
+            "{}\n[   14.700000] node 2 deferred pages initialised in 900ms\n[   14.800000] {}\n",
             linux_log::DMESG_BEGIN,
             linux_log::READY_LINE
         );
+        let node0 = console.find("[   14.5").unwrap();
         let t = tap(&[
             (&console[..20], 330_000),
-            (&console[20..], 15_000_000),
+            (&console[20..node0], 14_900_000),
+            (&console[node0..], 15_000_000),
             (&dump, 16_000_000),
         ]);
         assert_eq!(t.entry_us(), Some(330_000));
-        assert_eq!(
-            t.ready_us(),
-            Some((15_000_000, "Linux's ready line arrived"))
-        );
+        assert_eq!(t.ready_us(), Some((15_000_000, LINUX_READY)));
+        let report = t.report().join("\n");
+        assert!(report.contains(LINUX_READY), "{report}");
+        assert!(!timed_at_linux_ready_line(&report));
         let only_dump = tap(&[(&dump, 16_000_000)]);
         assert_eq!(only_dump.ready_us(), None);
+    }
+
+    #[test]
+    fn linux_that_deferred_nothing_is_ready_at_its_ready_line() {
+        let console = format!(
+            "[    0.000000] Linux version 6.1\n[   14.600000] {}\n",
+            linux_log::READY_LINE
+        );
+        let t = tap(&[(&console[..20], 330_000), (&console[20..], 15_000_000)]);
+        assert_eq!(t.ready_us(), Some((15_000_000, LINUX_READY_LINE)));
+        assert!(timed_at_linux_ready_line(&t.report().join("\n")));
     }
 
     #[test]

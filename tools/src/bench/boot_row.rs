@@ -40,7 +40,8 @@ pub struct Row {
     /// The host-memory state the boot started in (`log::host_memory_state`).
     pub host_memory: Option<String>,
     /// Host-timed (run-qemu.sh's tap): QEMU's start to the kernel's first
-    /// serial byte, and to memory ready.
+    /// serial byte, and to memory ready (Linux: its last deferred-init
+    /// line, [`crate::tap::LINUX_READY`]).
     pub entry_latency_us: Option<u64>,
     pub qemu_start_to_ready_us: Option<u64>,
     pub minor_faults: Option<u64>,
@@ -58,6 +59,26 @@ impl Row {
         self.host_memory = crate::serial_log::host_memory_state(text);
         (self.entry_latency_us, self.qemu_start_to_ready_us) = crate::tap::host_timing_us(text);
         self.minor_faults = crate::serial_log::host_minor_faults(text);
+        self
+    }
+}
+
+impl Row {
+    /// Linux is ready at its last deferred-init line (`tap::LINUX_READY`).
+    /// A log whose tap timed the arrival of the ready line after it (made
+    /// before the tap timed the deferred line) is moved back by the
+    /// printk time between the two, which Linux printed synchronously.
+    fn linux_ready_at_last_deferred_line(
+        mut self,
+        text: &str,
+        boot: &linux_log::LinuxBoot,
+    ) -> Self {
+        if crate::tap::timed_at_linux_ready_line(text) && !boot.node_deferred_ms.is_empty() {
+            let gap_us = boot.allocatable_ns.saturating_sub(boot.last_deferred_ns) / 1000;
+            self.qemu_start_to_ready_us = self
+                .qemu_start_to_ready_us
+                .map(|us| us.saturating_sub(gap_us));
+        }
         self
     }
 }
@@ -166,7 +187,8 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
         deferred_jiffies_ms: Some(boot.deferred_ms()),
         deferred_printk_ns: boot.deferred_printk_ns,
     }
-    .with_host_lines(text))
+    .with_host_lines(text)
+    .linux_ready_at_last_deferred_line(text, &boot))
 }
 
 /// One log → one row; a Linux entry ([`is_linux`]) reads a Linux log.

@@ -85,7 +85,7 @@ pub fn columns(entries: &[String]) -> Vec<String> {
     for peer in ratio_peers(entries) {
         let label = peer.map_or("Linux".to_string(), peer_label);
         out.push(format!("memmap × {label} memmap"));
-        out.push(format!("ready × {label} ready"));
+        out.push(format!("QEMU start → ready × {label}"));
     }
     out.push("memmap × touch memmap".to_string());
     out
@@ -125,8 +125,8 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> 
             " {} | {} |",
             ratio(mean_of(entry, memmap), of_peer(memmap)),
             ratio(
-                mean_of(entry, |r| r.allocatable_ns),
-                of_peer(|r| r.allocatable_ns)
+                mean_of(entry, |r| r.qemu_start_to_ready_us),
+                of_peer(|r| r.qemu_start_to_ready_us)
             ),
         );
     }

@@ -34,9 +34,13 @@
 //! 12's 6.1 without a series: `linux`, `linux-pvh`, `linux-bzimage`, …; they
 //! replay unchanged. The ratio columns divide by each peer entry in the run
 //! (`linux-SERIES`, or the old `linux`; [`is_peer`]), in entry order, one
-//! pair of columns each: "memmap × Linux 6.12 memmap", "ready × Linux 6.12
-//! ready" (the old `linux`'s are "× Linux"). A run with no peer entry keeps
-//! one empty pair.
+//! pair of columns each: "memmap × Linux 6.12 memmap" and "QEMU start →
+//! ready × Linux 6.12" (the old `linux`'s are "× Linux"). The ready ratio
+//! sets the two kernels' host-timed QEMU start → memory ready over each
+//! other (`tap`: memboot's entry + its `allocatable_ns`, Linux's last
+//! deferred-init line): each kernel's own clock starts at its entry, and
+//! Linux's `allocatable_ns` takes in its synchronous SMP bring-up and
+//! initcalls. A run with no peer entry keeps one empty pair.
 //!
 //! By role: what a run compares and what an entry names ([`Plan`],
 //! `entries`), one boot's row from its log ([`row_from_log`],

@@ -19,6 +19,11 @@
 //!   supported by `24890 ms` or `24890123456` (ns), `16.2 GiB` by `16551`
 //!   (MiB).
 //!
+//! A figure can name the one cell or line it quotes (a link whose title
+//! says which, [`cell_refs`]): it is then checked against that cell or line
+//! alone. The README ties every figure so; `docs/` ties some, and the rest
+//! are checked by the pooled rule below.
+//!
 //! The rounding rule accepts any source number that rounds to the figure
 //! after a unit conversion, so a figure can only pass if its file holds a
 //! value that says it; small round numbers (`2 s`) are weaker evidence than
@@ -27,6 +32,9 @@
 //! commands, options and log lines, and a log excerpt's block names its log.
 
 use std::path::{Path, PathBuf};
+
+mod cell_refs;
+pub use cell_refs::{cell_refs, check_cell_refs, untied_figures, CellRef, Source};
 
 /// Where committed measurements live.
 pub const RESULTS_DIR: &str = "tests/bench-results/";
@@ -295,10 +303,14 @@ fn strip_code_and_links(text: &str) -> String {
                 out.push(' ');
             }
             ']' if chars.peek() == Some(&'(') && !in_code => {
-                // Skip a link target `](...)`.
+                // Skip a link target `](...)`, a quoted title with any
+                // `)` in it included.
+                let mut quoted = false;
                 for d in chars.by_ref() {
-                    if d == ')' {
-                        break;
+                    match d {
+                        '"' => quoted = !quoted,
+                        ')' if !quoted => break,
+                        _ => {}
                     }
                 }
                 out.push(' ');
@@ -436,7 +448,7 @@ fn prose_of(block: &str) -> String {
 /// quotes a measured figure names committed results, and what it quotes is
 /// in them.
 pub fn check(root: &Path, readme: &str) -> Vec<Problem> {
-    let mut problems = Vec::new();
+    let mut problems = check_cell_refs(root, readme);
     for (line, block) in blocks(readme) {
         // A directory in a command (`--svg tests/bench-results/1-node`)
         // says where a run wrote, not what a figure came from.
@@ -513,7 +525,9 @@ fn check_sourced(root: &Path, line: usize, block: &str, files: &[String]) -> Vec
             });
         }
     }
-    for fig in figures(&prose_of(block)) {
+    // Figures tied to a cell or line are checked there
+    // (`check_cell_refs`), not against every number of the files.
+    for fig in figures(&cell_refs::strip_tied_links(&prose_of(block))) {
         if !supported(&fig, &numbers) {
             problems.push(Problem {
                 line,

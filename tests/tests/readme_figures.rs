@@ -75,3 +75,16 @@ fn every_committed_bench_table_is_rebuilt_from_its_logs() {
         "no committed bench run with logs under {RESULTS_DIR}"
     );
 }
+
+/// The README ties every figure it quotes to the one cell or line of a
+/// committed file it comes from (`readme_figures::cell_refs`).
+#[test]
+fn every_readme_figure_names_its_cell_or_line() {
+    let root = repo_root();
+    let text = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let untied: Vec<String> = memboot_tests::readme_figures::untied_figures(&text)
+        .into_iter()
+        .map(|p| format!("README.md:{}: {}", p.line, p.what))
+        .collect();
+    assert!(untied.is_empty(), "{}", untied.join("\n"));
+}

@@ -1,0 +1,328 @@
+//! Figures tied to the cell or line they quote. A figure written as a link
+//! whose title names its source,
+//!
+//! ```text
+//! [1.06×](tests/bench-results/memdesc-1t-cold/bench.md "memmap × Linux 6.12 @ 1T | deferred")
+//! [175.3 ms](tests/bench-results/x/logs/1G-deferred-1.log "line: host timing: memory ready")
+//! ```
+//!
+//! is checked against that one place: a table cell (the column's header
+//! as the file writes it, ` @ `, then cells that the row holds, ` | `
+//! between them, each a cell's whole text or `HEADER=TEXT` for the cell
+//! under that header; exactly one row of one table of the file must have
+//! them all) or a line (`line: ` and text that exactly one line of the file
+//! holds). Each number of the link's text must be a number of that cell
+//! or line, rounded as the text rounds it ([`super::supported`]), so a
+//! figure cannot pass on a number that happens to sit elsewhere in the
+//! file.
+
+use std::path::Path;
+
+use super::{figures, prose_of, supported, Problem, RESULTS_DIR};
+
+/// One figure link: where in the document, its text, the file, and what
+/// the title names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellRef {
+    pub line: usize,
+    pub text: String,
+    pub path: String,
+    pub source: Source,
+}
+
+/// The part of the file a [`CellRef`] quotes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A table cell: the column's header and cells of its row.
+    Cell { column: String, row: Vec<String> },
+    /// The one line of the file that holds this text.
+    Line(String),
+}
+
+/// `TITLE` of `[text](path "TITLE")` → what it names; `None` for a title
+/// that is neither form.
+fn source_of(title: &str) -> Option<Source> {
+    if let Some(text) = title.strip_prefix("line: ") {
+        return Some(Source::Line(text.to_string()));
+    }
+    let (column, row) = title.split_once(" @ ")?;
+    let row: Vec<String> = row.split(" | ").map(|c| c.trim().to_string()).collect();
+    (!column.is_empty() && row.iter().all(|c| !c.is_empty())).then(|| Source::Cell {
+        column: column.trim().to_string(),
+        row,
+    })
+}
+
+/// Every link to a file under [`RESULTS_DIR`] with a title, outside code
+/// fences, in `doc`.
+pub fn cell_refs(doc: &str) -> Vec<Result<CellRef, Problem>> {
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    for (i, text) in doc.lines().enumerate() {
+        if text.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        }
+        if in_fence {
+            continue;
+        }
+        let mut rest = text;
+        while let Some(at) = rest.find("](") {
+            let label_start = rest[..at].rfind('[').map_or(0, |s| s + 1);
+            let label = &rest[label_start..at];
+            let target = &rest[at + 2..];
+            rest = &target[target
+                .find(')')
+                .map_or(target.len(), |e| e + 1)
+                .min(target.len())..];
+            let Some((path, title)) = target.split_once(" \"") else {
+                continue;
+            };
+            let Some(title) = title.split_once("\")").map(|(t, _)| t) else {
+                continue;
+            };
+            if !path.starts_with(RESULTS_DIR) && !path.contains(&format!("/{RESULTS_DIR}")) {
+                continue;
+            }
+            let path = path[path.find(RESULTS_DIR).unwrap_or(0)..].to_string();
+            let line = i + 1;
+            out.push(match source_of(title) {
+                Some(source) => Ok(CellRef {
+                    line,
+                    text: label.to_string(),
+                    path,
+                    source,
+                }),
+                None => Err(Problem {
+                    line,
+                    what: format!(
+                        "[{label}]({path} \"{title}\"): a figure's title names its source as \"COLUMN @ ROW CELL | ROW CELL\" or \"line: TEXT\""
+                    ),
+                }),
+            });
+        }
+    }
+    out
+}
+
+/// The markdown tables of a file: each as its header cells and rows.
+fn tables(text: &str) -> Vec<(Vec<String>, Vec<Vec<String>>)> {
+    let cells = |l: &str| -> Vec<String> {
+        l.trim()
+            .trim_start_matches('|')
+            .trim_end_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let rule = lines.get(i + 1).is_some_and(|r| r.starts_with("|---"));
+        if l.starts_with('|') && rule {
+            let rows = lines[i + 2..]
+                .iter()
+                .take_while(|r| r.starts_with('|'))
+                .map(|r| cells(r))
+                .collect();
+            out.push((cells(l), rows));
+        }
+    }
+    out
+}
+
+/// The text a [`Source`] names in `file`, or why there is not exactly one.
+fn quoted(file: &str, source: &Source) -> Result<String, String> {
+    match source {
+        Source::Line(text) => {
+            let found: Vec<&str> = file.lines().filter(|l| l.contains(text.as_str())).collect();
+            match found[..] {
+                [one] => Ok(one.to_string()),
+                [] => Err(format!("no line holds \"{text}\"")),
+                _ => Err(format!("{} lines hold \"{text}\": name one", found.len())),
+            }
+        }
+        Source::Cell { column, row } => {
+            let mut found = Vec::new();
+            for (header, rows) in tables(file) {
+                let Some(at) = header.iter().position(|h| h == column) else {
+                    continue;
+                };
+                let holds = |r: &[String], want: &String| match want.split_once('=') {
+                    Some((h, v)) if header.iter().any(|x| x == h) => {
+                        header.iter().zip(r).any(|(x, c)| x == h && c == v)
+                    }
+                    _ => r.iter().any(|c| c == want),
+                };
+                for r in rows {
+                    if row.iter().all(|want| holds(&r, want)) {
+                        found.push(r.get(at).cloned().unwrap_or_default());
+                    }
+                }
+            }
+            match &found[..] {
+                [one] => Ok(one.clone()),
+                [] => Err(format!(
+                    "no table has a column \"{column}\" with a row holding {}",
+                    row.join(", ")
+                )),
+                _ => Err(format!(
+                    "{} rows under \"{column}\" hold {}: name more of the row",
+                    found.len(),
+                    row.join(", ")
+                )),
+            }
+        }
+    }
+}
+
+/// `text` without its figure links (`[figure](path "title")`, whole).
+pub(super) fn strip_tied_links(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("](") {
+        let target = &rest[at + 2..];
+        let end = target.find("\")").map(|e| e + 2);
+        let titled =
+            end.is_some_and(|e| target[..e].contains(" \"") && !target[..e].contains('\n'));
+        match (rest[..at].rfind('['), end) {
+            (Some(open), Some(e)) if titled => {
+                out.push_str(&rest[..open]);
+                out.push(' ');
+                rest = &target[e..];
+            }
+            _ => {
+                out.push_str(&rest[..at + 2]);
+                rest = target;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Check every figure link of `doc` against the one cell or line it names.
+pub fn check_cell_refs(root: &Path, doc: &str) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for r in cell_refs(doc) {
+        let r = match r {
+            Ok(r) => r,
+            Err(p) => {
+                problems.push(p);
+                continue;
+            }
+        };
+        let problem = |what: String| Problem {
+            line: r.line,
+            what: format!("[{}]({}): {what}", r.text, r.path),
+        };
+        let file = match std::fs::read_to_string(root.join(&r.path)) {
+            Ok(f) => f,
+            Err(e) => {
+                problems.push(problem(e.to_string()));
+                continue;
+            }
+        };
+        let quoted = match quoted(&file, &r.source) {
+            Ok(q) => q,
+            Err(e) => {
+                problems.push(problem(e));
+                continue;
+            }
+        };
+        let numbers = super::source_numbers(&quoted);
+        let figs = figures(&r.text);
+        if figs.is_empty() {
+            problems.push(problem(
+                "the link's text holds no figure with a unit".into(),
+            ));
+        }
+        for f in figs.iter().filter(|f| !supported(f, &numbers)) {
+            problems.push(problem(format!(
+                "{} {} is not in the cell or line it names: {quoted}",
+                f.text, f.unit
+            )));
+        }
+    }
+    problems
+}
+
+/// Figures of `doc`'s prose that no figure link holds: in a document
+/// whose every figure must be tied ([`check_cell_refs`]), each is a
+/// problem. Code and tables are left to the block check.
+pub fn untied_figures(doc: &str) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (line, block) in super::blocks(doc) {
+        let untied = strip_tied_links(&prose_of(&block));
+        for f in figures(&untied) {
+            if !super::is_constant(&f) {
+                problems.push(Problem {
+                    line,
+                    what: format!(
+                        "{} {} is not tied to a cell or line: write it as [{} {}](FILE \"COLUMN @ ROW\")",
+                        f.text, f.unit, f.text, f.unit
+                    ),
+                });
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BENCH: &str = "heading\n\n| size | mode | memmap ms | memmap × Linux 6.12 |\n|---|---|---|---|\n| 1T | deferred | 21837.5 (21060.8–22614.2) | 1.06 (1.04–1.08) |\n| 1T | touch | 20817.6 | 1.01 |\n\nrun-qemu.sh: host timing: memory ready 175.324 ms after QEMU started\n";
+
+    fn with_file(name: &str, text: &str) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("cell-refs-{name}-{}", std::process::id()));
+        let dir = root.join(RESULTS_DIR).join("run");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bench.md"), text).unwrap();
+        root
+    }
+
+    fn problems(doc: &str) -> Vec<String> {
+        let root = with_file("p", BENCH);
+        let out = check_cell_refs(&root, doc)
+            .into_iter()
+            .map(|p| p.what)
+            .collect();
+        std::fs::remove_dir_all(root).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_figure_passes_only_on_the_cell_it_names() {
+        let link = |text: &str, title: &str| {
+            format!("took [{text}](tests/bench-results/run/bench.md \"{title}\") of it\n")
+        };
+        assert!(problems(&link("1.06×", "memmap × Linux 6.12 @ 1T | deferred")).is_empty());
+        assert!(problems(&link("1.04–1.08×", "memmap × Linux 6.12 @ deferred")).is_empty());
+        assert!(problems(&link("21.8 s", "memmap ms @ deferred")).is_empty());
+        // 1.01 is in the file, but in touch's row, not deferred's.
+        let wrong = problems(&link("1.01×", "memmap × Linux 6.12 @ 1T | deferred"));
+        assert!(wrong[0].contains("not in the cell"), "{wrong:?}");
+        // Two rows hold 1T: the title must say which.
+        let ambiguous = problems(&link("1.06×", "memmap × Linux 6.12 @ 1T"));
+        assert!(ambiguous[0].contains("2 rows"), "{ambiguous:?}");
+        // A cell by its header: `mode=touch`.
+        assert!(problems(&link("1.01×", "memmap × Linux 6.12 @ mode=touch")).is_empty());
+        let by_header = problems(&link("1.01×", "memmap × Linux 6.12 @ size=touch"));
+        assert!(by_header[0].contains("no table"), "{by_header:?}");
+        let no_column = problems(&link("1.06×", "memmap × Linux 6.1 @ deferred"));
+        assert!(no_column[0].contains("no table"), "{no_column:?}");
+        let line = problems(&link("175.3 ms", "line: host timing: memory ready"));
+        assert!(line.is_empty(), "{line:?}");
+        let bad = problems(&link("1.06×", "somewhere"));
+        assert!(bad[0].contains("names its source"), "{bad:?}");
+    }
+
+    #[test]
+    fn untied_figures_are_listed() {
+        let doc = "took [1.06×](tests/bench-results/run/bench.md \"memmap × Linux 6.12 @ deferred\") and 0.5× of it\n";
+        let untied: Vec<String> = untied_figures(doc).into_iter().map(|p| p.what).collect();
+        assert_eq!(untied.len(), 1, "{untied:?}");
+        assert!(untied[0].starts_with("0.5 ×"), "{untied:?}");
+    }
+}

@@ -6,6 +6,7 @@
 #
 #   tests/seeds.sh [--svg DIR | --keep DIR] [--rounds N] [--quick]
 #                  [--host-memory prefault|cold] [--only SEED]
+#                  [--counted N] [--qemu PATH]
 #
 #   1 vmware-5.8      1T, one node: memmap=regions vs memmap=deferred
 #   2 power-16-nodes  1T over 16 nodes with 16 vCPUs, one per node:
@@ -38,12 +39,19 @@
 # --rounds: rounds per bench run (default 2). --quick: every boot at 4G,
 # one round, a 64-region sparse map (a 4G guest): checks the pipeline end to end in a
 # few minutes; its table says so (the sizes come from the logs).
+# --counted N (default 2; 0: none): after each seed's timed rounds, every
+# entry boots N more times under the instruction profile
+# (SIZE-ENTRY-counted-K.log and .profile.json, as tests/bench.sh
+# --counted), and the table's counted column compares their guest
+# instructions, the same on any host. --qemu PATH: the QEMU every boot
+# uses (tests/qemu-peer.sh prints a 10.0 whose plugin API counts inline,
+# so counted boots take about twice a plain boot's time, not 6-8 times).
 # --only SEED: run that seed alone into DIR, then the table of DIR (the
 # other seeds' runs must be there already, e.g. the committed ones).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 seeds_args=("$@")
-out="" rounds=2 quick=0 host_memory=cold only=""
+out="" rounds=2 quick=0 host_memory=cold only="" counted=2 qemu=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --svg|--keep) out=$2; shift 2 ;;
@@ -51,11 +59,14 @@ while [ $# -gt 0 ]; do
         --quick) quick=1; shift ;;
         --only) only=$2; shift 2 ;;
         --host-memory) host_memory=$2; shift 2 ;;
+        --counted) counted=$2; shift 2 ;;
+        --qemu) qemu=(--qemu "$2"); shift 2 ;;
         -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "seeds.sh: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "seeds.sh: --rounds must be a positive integer" >&2; exit 64; }
+[[ "$counted" =~ ^[0-9]+$ ]] || { echo "seeds.sh: --counted must be a number of boots (0: none)" >&2; exit 64; }
 say() { echo "seeds: $*" >&2; }
 if [ -z "$out" ]; then out=$(mktemp -d); trap 'rm -rf "$out"' EXIT; fi
 mkdir -p "$out"
@@ -75,7 +86,8 @@ bench() { # bench SEED ARGS...: one bench.sh run into $out/SEED; its table to st
     local seed=$1; shift
     want "$seed" || return 0
     say "seed $seed: tests/bench.sh $*"
-    "$ROOT/tests/bench.sh" --host-memory "$host_memory" "$@" --rounds "$rounds" --svg "$out/$seed" >&2
+    "$ROOT/tests/bench.sh" --host-memory "$host_memory" "${qemu[@]}" --counted "$counted" "$@" \
+        --rounds "$rounds" --svg "$out/$seed" >&2
 }
 bench vmware-5.8 --sizes "$big" --nodes 1 --modes "regions deferred"
 # One vCPU per node, as the reported machine had CPUs on every node: with
@@ -88,16 +100,25 @@ sparse_seed() { # the sparse map as boots: perpfn vs regions, ABBA, verify on
     size=${forms[0]} forms=("${forms[@]:1}")
     say "seed arm64-sparse: $size, ${#forms[@]} memmap= forms (memboot-seeds sparse-boot $regions)"
     mkdir -p "$dir"
+    sparse_boot() { # sparse_boot ENTRY LOG [RUN-QEMU OPTIONS...]
+        local e=$1 log=$2
+        shift 2
+        "$ROOT/run-qemu.sh" --no-build -m "$size" --host-memory "$host_memory" "${qemu[@]}" "$@" \
+            -- "memmap=$e" "${forms[@]}" >"$log" 2>&1 ||
+            { tail -n 20 "$log" >&2; say "arm64-sparse: $e failed"; exit 1; }
+    }
     for ((r = 1; r <= rounds; r++)); do
         if ((r % 2)); then order=(perpfn regions); else order=(regions perpfn); fi
-        for e in "${order[@]}"; do
-            "$ROOT/run-qemu.sh" --no-build -m "$size" --host-memory "$host_memory" \
-                -- "memmap=$e" "${forms[@]}" >"$dir/$size-$e-$r.log" 2>&1 ||
-                { tail -n 20 "$dir/$size-$e-$r.log" >&2; say "arm64-sparse: $e failed"; exit 1; }
+        for e in "${order[@]}"; do sparse_boot "$e" "$dir/$size-$e-$r.log"; done
+    done
+    for ((r = 1; r <= counted; r++)); do
+        for e in perpfn regions; do
+            say "arm64-sparse: counted $r: $e"
+            sparse_boot "$e" "$dir/$size-$e-counted-$r.log" --profile "$dir/$size-$e-counted-$r.profile.json"
         done
     done
     printf '%s\n' "sizes $size" "entries perpfn regions" "rounds $rounds" \
-        "heading sparse boots: TCG, host memory $host_memory, $rounds round(s) in ABBA order, commit $(git -C "$ROOT" rev-parse --short HEAD)" \
+        "heading sparse boots: TCG$([ ${#qemu[@]} -gt 0 ] && echo ", $("${qemu[1]}" --version | head -n 1)"), host memory $host_memory, $rounds round(s) in ABBA order$([ "$counted" -gt 0 ] && echo ", each entry counted $counted times under the memboot-profile plugin after its rounds"), commit $(git -C "$ROOT" rev-parse --short HEAD)" \
         >"$dir/report"
     "$ROOT/target/release/memboot-bench" report "$dir" --sizes "$size" --entries "perpfn regions" \
         --rounds "$rounds" --heading "$(sed -n 's/^heading //p' "$dir/report")" >"$out/arm64-sparse/bench.md"

@@ -75,6 +75,9 @@ pub const PCP_FREE: &str = "pcp_free";
 /// summary's `allocatable_ns`: what runs before a boot can allocate,
 /// counted the same on any host.
 pub const TO_READY: &str = "to_ready";
+/// memboot's memory-block creation (`memory_block_lookup=` decides how each
+/// section finds its block), per boot: one call.
+pub const MEMORY_BLOCKS: &str = "memory_blocks";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -166,6 +169,10 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
     ),
     PhaseDef::all(PCP_ALLOC, &["deferred_init::pcp::PerCpuPages::alloc"]),
     PhaseDef::all(PCP_FREE, &["deferred_init::pcp::PerCpuPages::free"]),
+    PhaseDef::all(
+        MEMORY_BLOCKS,
+        &["memboot_kernel::pipeline::memory_blocks::create"],
+    ),
     PhaseDef {
         name: TO_READY,
         functions: &["memboot_kernel::hw::boot::flow::start"],

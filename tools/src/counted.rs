@@ -36,9 +36,9 @@ const PHASES: [(&str, &str); 4] = [
 const MEMMAP: &str = "whole memmap";
 /// The phases counted per call, with their titles: the page allocator's
 /// entries (Linux's too), memboot's order-0 path through the per-CPU caches,
-/// its buddy store behind them, and memboot's boot CPU from `boot::start`
-/// to memory ready (one call a boot).
-const CALL_PHASES: [(&str, &str); 7] = [
+/// its buddy store behind them, memboot's boot CPU from `boot::start`
+/// to memory ready and its memory-block creation (one call a boot each).
+const CALL_PHASES: [(&str, &str); 8] = [
     ("page_alloc", "page allocation, any order"),
     ("page_free", "page free, any order"),
     ("pcp_alloc", "order 0: per-CPU cache pop"),
@@ -46,6 +46,7 @@ const CALL_PHASES: [(&str, &str); 7] = [
     ("buddy_alloc", "buddy store allocation"),
     ("buddy_free", "buddy store free"),
     ("to_ready", "boot CPU, start to memory ready"),
+    ("memory_blocks", "memory-block creation"),
 ];
 
 fn profile_path(dir: &Path, size: &str, entry: &str, k: u32) -> PathBuf {
@@ -183,6 +184,61 @@ fn boot(profile: &Value, pages_initialised: Option<u64>) -> Boot {
         nodes: nodes(profile),
         calls: CALL_PHASES.iter().map(|(n, _)| calls(profile, n)).collect(),
     }
+}
+
+/// What the seeds table reads of one counted boot: a phase's
+/// instructions (spin-waits left out), and deferred init by node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedCounts {
+    /// Instructions of each phase that ran, by the profile's name.
+    pub phase_insns: Vec<(String, u64)>,
+    /// Each node's deferred-init instructions.
+    pub node_insns: Vec<u64>,
+    /// The largest node's instructions per worker (`critical_path_insns`).
+    pub critical_path_insns: Option<f64>,
+}
+
+impl SeedCounts {
+    pub fn phase(&self, name: &str) -> Option<u64> {
+        self.phase_insns
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, i)| i)
+    }
+}
+
+/// The counted boots of `entry` at `size` in the run directory `dir`
+/// (`SIZE-ENTRY-counted-K.profile.json`, K from 1), in order; none when
+/// the run counted none.
+pub fn seed_counts(dir: &Path, size: &str, entry: &str) -> Result<Vec<SeedCounts>, String> {
+    let mut out = Vec::new();
+    for k in 1.. {
+        let path = profile_path(dir, size, entry, k);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            break;
+        };
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let phase_insns = v["phases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["opens"].as_u64() != Some(0))
+            .filter_map(|p| Some((p["name"].as_str()?.to_string(), p["insns"].as_u64()?)))
+            .collect();
+        let split = &v["deferred_nodes"];
+        out.push(SeedCounts {
+            phase_insns,
+            node_insns: split["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n["insns"].as_u64())
+                .collect(),
+            critical_path_insns: split["critical_path_insns"].as_f64(),
+        });
+    }
+    Ok(out)
 }
 
 /// The counted boots of one (size, entry), in order.

@@ -33,6 +33,8 @@ use serde_json::{json, Value};
 
 use crate::bench::{self, Plan, Results, Row};
 
+mod counted_cells;
+
 /// One seed: what the report said, and where memboot's run of it lives.
 pub struct Seed {
     /// The run's sub-directory.
@@ -67,12 +69,13 @@ pub const SEEDS: [Seed; 4] = [
 ];
 
 /// The table's columns.
-pub const COLUMNS: [&str; 6] = [
+pub const COLUMNS: [&str; 7] = [
     "seed",
     "the report",
     "memboot: the pathology",
     "memboot: the fix",
     "pathology ÷ fix",
+    "counted (guest instructions, the same on any host)",
     "how memboot measured it",
 ];
 
@@ -481,6 +484,41 @@ fn sparse_boot_row(run: &Run) -> Result<[String; 4], String> {
     ])
 }
 
+/// A seed's cells after its report (pathology, fix, their ratio, the
+/// counted figure, how it was measured) and its run's bench heading.
+fn seed_cells(seed: &Seed, sub: &Path) -> Result<([String; 5], String), String> {
+    let run = Run::read(sub)?;
+    let [bad, good, ratio, how] = match seed.dir {
+        "vmware-5.8" => vmware_row(&run),
+        "power-16-nodes" => power_row(&run),
+        "arm64-sparse" => sparse_boot_row(&run),
+        _ => blocks_row(&run),
+    }?;
+    let counted = counted_cell(seed, &run)?;
+    Ok(([bad, good, ratio, counted, how], run.heading))
+}
+
+/// The seed's counted figure ([`counted_cells`]), from the run's counted
+/// boots at its one size.
+fn counted_cell(seed: &Seed, run: &Run) -> Result<String, String> {
+    let size = run.sizes.first().ok_or("no size")?;
+    let logs = &run.logs;
+    match seed.dir {
+        "vmware-5.8" => counted_cells::vmware(logs, size),
+        "power-16-nodes" => counted_cells::power(logs, size),
+        "arm64-sparse" => counted_cells::sparse(logs, size),
+        _ => counted_cells::blocks(logs, size, |bytes, lookup| {
+            run.entries
+                .iter()
+                .find(|e| {
+                    e.contains(&format!("memory_block_size={bytes}"))
+                        && e.contains(&format!("memory_block_lookup={lookup}"))
+                })
+                .cloned()
+        }),
+    }
+}
+
 /// memblock's memory regions and MiB from a boot's `memblock:` line.
 fn memblock_shape(text: &str) -> Option<(u64, u64)> {
     let rest = text
@@ -507,17 +545,9 @@ pub fn table(dir: &Path) -> Result<String, String> {
     let mut headings = Vec::new();
     for (i, seed) in SEEDS.iter().enumerate() {
         let sub = dir.join(seed.dir);
-        let cells = {
-            let run = Run::read(&sub)?;
-            headings.push(format!("{}: {}", seed.dir, run.heading));
-            match seed.dir {
-                "vmware-5.8" => vmware_row(&run),
-                "power-16-nodes" => power_row(&run),
-                "arm64-sparse" => sparse_boot_row(&run),
-                _ => blocks_row(&run),
-            }
-        }
-        .map_err(|e| format!("{}: {e}", sub.display()))?;
+        let (cells, heading) =
+            seed_cells(seed, &sub).map_err(|e| format!("{}: {e}", sub.display()))?;
+        headings.push(format!("{}: {heading}", seed.dir));
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} |",

@@ -21,8 +21,9 @@
 //!
 //! A figure can name the one cell or line it quotes (a link whose title
 //! says which, [`cell_refs`]): it is then checked against that cell or line
-//! alone. The README ties every figure so; `docs/` ties some, and the rest
-//! are checked by the pooled rule below.
+//! alone. Every figure of the README's and `docs/`'s prose is tied so
+//! ([`untied_figures`] lists any that is not); the pooled rule below is
+//! what checks the figures of a summary table (one that is not a copy).
 //!
 //! The rounding rule accepts any source number that rounds to the figure
 //! after a unit conversion, so a figure can only pass if its file holds a

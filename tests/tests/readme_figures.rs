@@ -76,15 +76,20 @@ fn every_committed_bench_table_is_rebuilt_from_its_logs() {
     );
 }
 
-/// The README ties every figure it quotes to the one cell or line of a
-/// committed file it comes from (`readme_figures::cell_refs`).
+/// The README and `docs/` tie every figure they quote to the one cell or
+/// line of a committed file it comes from (`readme_figures::cell_refs`).
 #[test]
-fn every_readme_figure_names_its_cell_or_line() {
+fn every_figure_names_its_cell_or_line() {
     let root = repo_root();
-    let text = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let untied: Vec<String> = memboot_tests::readme_figures::untied_figures(&text)
-        .into_iter()
-        .map(|p| format!("README.md:{}: {}", p.line, p.what))
-        .collect();
+    let mut untied = Vec::new();
+    for doc in documents(&root) {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let name = doc.strip_prefix(&root).unwrap().display().to_string();
+        untied.extend(
+            memboot_tests::readme_figures::untied_figures(&text)
+                .into_iter()
+                .map(|p| format!("{name}:{}: {}", p.line, p.what)),
+        );
+    }
     assert!(untied.is_empty(), "{}", untied.join("\n"));
 }

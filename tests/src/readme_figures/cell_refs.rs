@@ -70,14 +70,17 @@ pub fn cell_refs(doc: &str) -> Vec<Result<CellRef, Problem>> {
             let label_start = rest[..at].rfind('[').map_or(0, |s| s + 1);
             let label = &rest[label_start..at];
             let target = &rest[at + 2..];
-            rest = &target[target
-                .find(')')
-                .map_or(target.len(), |e| e + 1)
-                .min(target.len())..];
-            let Some((path, title)) = target.split_once(" \"") else {
-                continue;
-            };
-            let Some(title) = title.split_once("\")").map(|(t, _)| t) else {
+            // A title starts before the target's first `)`; a link
+            // without one ends there (its path holds no space).
+            let close = target.find(')').unwrap_or(target.len());
+            let titled = target.find(" \"").filter(|&q| q < close);
+            let Some((path, title)) = titled.and_then(|q| {
+                let title = &target[q + 2..];
+                let end = title.find("\")")?;
+                rest = &title[end + 2..];
+                Some((&target[..q], &title[..end]))
+            }) else {
+                rest = &target[(close + 1).min(target.len())..];
                 continue;
             };
             if !path.starts_with(RESULTS_DIR) && !path.contains(&format!("/{RESULTS_DIR}")) {
@@ -181,9 +184,9 @@ pub(super) fn strip_tied_links(text: &str) -> String {
     let mut rest = text;
     while let Some(at) = rest.find("](") {
         let target = &rest[at + 2..];
+        let close = target.find(')').unwrap_or(target.len());
+        let titled = target.find(" \"").is_some_and(|q| q < close);
         let end = target.find("\")").map(|e| e + 2);
-        let titled =
-            end.is_some_and(|e| target[..e].contains(" \"") && !target[..e].contains('\n'));
         match (rest[..at].rfind('['), end) {
             (Some(open), Some(e)) if titled => {
                 out.push_str(&rest[..open]);
@@ -314,6 +317,12 @@ mod tests {
         assert!(no_column[0].contains("no table"), "{no_column:?}");
         let line = problems(&link("175.3 ms", "line: host timing: memory ready"));
         assert!(line.is_empty(), "{line:?}");
+        // An untitled link before a titled one on the same line.
+        let two = format!(
+            "see [log](tests/bench-results/run/x.log), then {}",
+            link("1.06×", "memmap × Linux 6.12 @ 1T | deferred")
+        );
+        assert!(problems(&two).is_empty(), "{:?}", problems(&two));
         let bad = problems(&link("1.06×", "somewhere"));
         assert!(bad[0].contains("names its source"), "{bad:?}");
     }
@@ -324,5 +333,10 @@ mod tests {
         let untied: Vec<String> = untied_figures(doc).into_iter().map(|p| p.what).collect();
         assert_eq!(untied.len(), 1, "{untied:?}");
         assert!(untied[0].starts_with("0.5 ×"), "{untied:?}");
+        // A plain link before a tied one hides nothing between them.
+        let plain = "[log](tests/bench-results/run/x.log) took 2.5 s, then [1.06×](tests/bench-results/run/bench.md \"memmap × Linux 6.12 @ deferred\")\n";
+        let untied: Vec<String> = untied_figures(plain).into_iter().map(|p| p.what).collect();
+        assert_eq!(untied.len(), 1, "{untied:?}");
+        assert!(untied[0].starts_with("2.5 s"), "{untied:?}");
     }
 }

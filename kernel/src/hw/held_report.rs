@@ -30,15 +30,23 @@ use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{BootloaderLine, E820Line};
 use memboot_kernel::node_ram;
 use memmap::firmware::FirmwareEntry;
-use memmap::user_map::{E820Entry, UserLine, USER_MAP_HEADING};
+use memmap::user_map::{E820Entry, LeftOutLine, UserLine, UserMap, USER_MAP_HEADING};
 
 use crate::hw::serial;
 
 /// The firmware map, with the usable RAM in it (bytes) as the boot summed it.
 static MEMORY_MAP: spin::Once<(&'static [MemoryRegion], u64)> = spin::Once::new();
 static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
-/// The user-defined map (`memmap=` forms), with its usable RAM.
-static USER_MAP: spin::Once<(Vec<E820Entry>, u64)> = spin::Once::new();
+/// The user-defined map (`memmap=` forms) as printed.
+struct KeptUserMap {
+    e820: Vec<E820Entry>,
+    /// The declared ranges left out of it.
+    left_out: Vec<(u64, u64)>,
+    /// Its usable RAM.
+    ram: u64,
+}
+
+static USER_MAP: spin::Once<KeptUserMap> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
@@ -47,14 +55,25 @@ pub fn keep_memory_map(regions: &'static [MemoryRegion], mem_bytes: u64) {
     MEMORY_MAP.call_once(|| (regions, mem_bytes));
 }
 
-/// Keep the user-defined map for its lines; returns its usable RAM.
-pub fn keep_user_map(e820: Vec<E820Entry>) -> u64 {
+/// Keep the user-defined map and what was left out of it for their
+/// lines; returns its usable RAM and the map memblock gets.
+pub fn keep_user_map(user: UserMap) -> (u64, Vec<FirmwareEntry>) {
+    let UserMap {
+        e820,
+        map,
+        left_out,
+    } = user;
     let ram = e820
         .iter()
         .filter(|e| e.kind == E820_RAM)
         .map(|e| e.size)
         .sum();
-    USER_MAP.call_once(|| (e820, ram)).1
+    let kept = USER_MAP.call_once(|| KeptUserMap {
+        e820,
+        left_out,
+        ram,
+    });
+    (kept.ram, map)
 }
 
 /// Keep what ACPI said, with the firmware map its node lines sum RAM from;
@@ -76,8 +95,8 @@ pub fn print_once() {
     if let Some(&(regions, mem_bytes)) = MEMORY_MAP.get() {
         print_memory_map(regions, mem_bytes);
     }
-    if let Some((e820, ram)) = USER_MAP.get() {
-        print_user_map(e820, *ram);
+    if let Some(user) = USER_MAP.get() {
+        print_user_map(user);
     }
     if let Some((info, map)) = ACPI.get() {
         print_acpi(info);
@@ -111,13 +130,18 @@ fn print_memory_map(regions: &[MemoryRegion], mem_bytes: u64) {
     );
 }
 
-/// The user-defined map as Linux prints it, and its usable RAM (what the
-/// summary's `mem_bytes` reports then).
-fn print_user_map(e820: &[E820Entry], ram: u64) {
+/// The user-defined map as Linux prints it, a warning for each declared
+/// range left out of it, and its usable RAM (what the summary's
+/// `mem_bytes` reports then).
+fn print_user_map(user: &KeptUserMap) {
     kprintln!("{USER_MAP_HEADING}");
-    for e in e820 {
+    for e in &user.e820 {
         kprintln!("{}", UserLine(e));
     }
+    for &range in &user.left_out {
+        kprintln!("{}", LeftOutLine(range));
+    }
+    let ram = user.ram;
     kprintln!(
         "memboot: {}K usable RAM ({} MiB) in the user-defined map",
         ram >> 10,

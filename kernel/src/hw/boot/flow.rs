@@ -65,9 +65,9 @@ fn keep_user_map(
     let user = memboot_kernel::boot_input::user_map(map, opts, heap.base, heap.size)
         .map_err(|e| BootError::BadOption(format!("{e}")))?;
     Ok(user.map(|user| {
-        let mem_bytes = held_report::keep_user_map(user.e820);
+        let (mem_bytes, map) = held_report::keep_user_map(user);
         BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
-        user.map
+        map
     }))
 }
 

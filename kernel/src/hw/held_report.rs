@@ -1,6 +1,7 @@
 //! The boot report the boot CPU holds back while it works alone: the
 //! firmware's memory map, the ACPI tables and CPUs, the NUMA nodes (the
-//! lines Linux prints at that point of its boot) and the `memboot-input:`
+//! lines Linux prints at that point of its boot), the huge-page
+//! parameters read (`HugeTLB:` lines) and the `memboot-input:`
 //! line (README "Output"), which lets a log replay the boot (kernel/tests).
 //!
 //! Each part is kept as soon as it is known ([`keep_memory_map`],
@@ -24,6 +25,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use alloc::vec::Vec;
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
+use memboot_contract::hugepage_forms::HugePlan;
 use memboot_contract::memmap_forms::E820_RAM;
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_input::{write_input_line, BootInput};
@@ -48,6 +50,8 @@ struct KeptUserMap {
 
 static USER_MAP: spin::Once<KeptUserMap> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
+/// The command line's huge-page parameters, read.
+static HUGETLB: spin::Once<HugePlan> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
 /// Keep the firmware's memory map for its lines.
@@ -82,6 +86,12 @@ pub fn keep_acpi(info: AcpiInfo, map: &[FirmwareEntry]) -> &'static AcpiInfo {
     &ACPI.call_once(|| (info, map.to_vec())).0
 }
 
+/// Keep the huge-page plan for its lines: what was ignored, then a line
+/// per size.
+pub fn keep_hugetlb(plan: HugePlan) {
+    HUGETLB.call_once(|| plan);
+}
+
 /// Keep the pipeline's input for the `memboot-input:` line.
 pub fn keep_input(input: BootInput) -> &'static BootInput {
     INPUT.call_once(|| input)
@@ -101,6 +111,9 @@ pub fn print_once() {
     if let Some((info, map)) = ACPI.get() {
         print_acpi(info);
         print_nodes(info, map);
+    }
+    if let Some(plan) = HUGETLB.get() {
+        print_hugetlb(plan);
     }
     if let Some(input) = INPUT.get() {
         print_input_line(input);
@@ -147,6 +160,18 @@ fn print_user_map(user: &KeptUserMap) {
         ram >> 10,
         ram >> 20
     );
+}
+
+/// What of the huge-page parameters Linux would ignore, in its words, and
+/// what the command line asks of each size: not reserved yet (nothing
+/// acts on the plan so far), which each line says.
+fn print_hugetlb(plan: &HugePlan) {
+    for w in &plan.warnings {
+        kprintln!("{w}");
+    }
+    for size in &plan.sizes {
+        kprintln!("{size}");
+    }
 }
 
 /// The tables, CPUs and SRAT ranges as Linux prints them, and what ACPI

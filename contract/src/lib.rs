@@ -1,7 +1,8 @@
 //! What memboot's kernel and its host tools agree on, in one place: the
 //! kernel-option grammar and its conflict rules ([`options`]), the values
 //! that name a layout or an algorithm ([`option_values`]), Linux's
-//! `memmap=` forms ([`memmap_forms`]), the
+//! `memmap=` forms ([`memmap_forms`]), Linux's huge-page parameters
+//! ([`hugepage_forms`]), the
 //! `memboot-summary:` line's schema ([`summary`]) and the host-memory
 //! model's constants ([`host_memory`]). `no_std` for the kernel; the `std`
 //! feature adds what the host reads with (serde).
@@ -10,6 +11,7 @@
 extern crate alloc;
 
 pub mod host_memory;
+pub mod hugepage_forms;
 pub mod json;
 pub mod memmap_forms;
 pub mod option_values;

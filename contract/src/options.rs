@@ -6,6 +6,17 @@
 //! every value checked: an unknown key, a bad value or a repeated key is an
 //! [`OptionError`] and the boot fails with that message, because a silently
 //! ignored option would make a measurement lie about what it measured.
+//!
+//! Two families of Linux's own parameters are read as Linux reads them
+//! instead. Linux's `memmap=` forms may be given many times beside one
+//! mode ([`crate::memmap_forms`]). The huge-page keys (`hugepagesz=`,
+//! `hugepages=`, `default_hugepagesz=`, `hugetlb_free_vmemmap=`) are the
+//! one exception to the rule on repeated keys: they repeat, their order is
+//! their meaning (a `hugepages=` counts for the `hugepagesz=` before it),
+//! and what Linux ignores with a `HugeTLB:` line is ignored with that line,
+//! not refused; they are collected here in order ([`Options::hugetlb`])
+//! and read by [`crate::hugepage_forms::plan`] once the CPU and the NUMA
+//! nodes are known.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -13,6 +24,7 @@ use core::fmt;
 /// How memory-block devices find each section's block
 /// (`memory_block_lookup=`): `indexed` (the default, Linux since
 /// 4fb6eabf1037) or `linear` (Linux before it: O(sections × blocks)).
+use crate::hugepage_forms::{HugeKey, HugeParam};
 use crate::memmap_forms::{self, Form, FormError, MAX_FORMS};
 use crate::option_values::{BlockLookup, BuddyStore, StructPageSize};
 
@@ -220,6 +232,9 @@ pub struct Options {
     /// `nn`), in command-line order: the firmware map is edited with them
     /// before memblock (`memmap::user_map`). Empty: the firmware's map.
     pub user_map: Vec<Form>,
+    /// Linux's huge-page parameters, in command-line order: their order is
+    /// their meaning ([`crate::hugepage_forms::plan`] reads them).
+    pub hugetlb: Vec<HugeParam>,
 }
 
 impl Options {
@@ -249,6 +264,7 @@ impl Default for Options {
             buddy: None,
             console: Console::default(),
             user_map: Vec::new(),
+            hugetlb: Vec::new(),
         }
     }
 }
@@ -355,7 +371,7 @@ const TEST_FAULTS: &str =
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =
-    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page, buddy, console";
+    "memmap, threads_per_node, memory_block_size, memory_block_lookup, verify, test_fault, ondemand_drain, alloc_test, tsc_khz, struct_page, buddy, console, hugepagesz, hugepages, default_hugepagesz, hugetlb_free_vmemmap";
 
 /// `tsc_khz=` bounds: 1 MHz to 100 GHz, what any x86 TSC could tick at.
 pub const TSC_KHZ_RANGE: core::ops::RangeInclusive<u64> = 1_000..=100_000_000;
@@ -368,6 +384,13 @@ pub fn parse(cmdline: &str) -> Result<Options, OptionError<'_>> {
         let (key, value) = token
             .split_once('=')
             .ok_or(OptionError::Malformed { token })?;
+        // Linux's huge-page keys repeat, in an order that means something,
+        // and Linux ignores a bad value with a message: read in plan().
+        if let Some(key) = HugeKey::of(key) {
+            let value = value.into();
+            options.hugetlb.push(HugeParam { key, value });
+            continue;
+        }
         // Linux's memmap= forms may be given many times, beside one mode.
         if key == "memmap" && memmap_forms::is_linux_form(value) {
             add_user_map_forms(&mut options, token, value)?;

@@ -13,7 +13,11 @@
 //! neighbours of one type merge. A limit trims the RAM entries in the table
 //! when it is applied, so a later `@` form adds RAM above it again.
 //!
-//! Unlike Linux, the table has no fixed capacity (Linux drops entries
+//! Unlike Linux, RAM is only what the firmware's map has as RAM: a range
+//! declared usable keeps the part that is ([`UserMap::left_out`] lists the
+//! rest, which becomes a hole), and one with no firmware RAM in it at all
+//! is refused ([`UserMapError::RamNotInFirmware`]). Unlike Linux too, the
+//! table has no fixed capacity (Linux drops entries
 //! beyond `E820_MAX_ENTRIES`, 3200 on a `NODES_SHIFT=10` kernel, with
 //! `too many entries; ignoring`); the options bound the command line
 //! (`MAX_FORMS`).
@@ -44,10 +48,11 @@ pub enum UserMapError {
     TooFewEntries { entries: usize },
     /// An entry's end runs past 2^64 (Linux panics the same way).
     Wraps { start: u64, size: u64 },
-    /// RAM in the user's map that the firmware's map does not have as RAM:
-    /// Linux trusts the user there, but on a virtual machine that memory
-    /// is not there (QEMU's `-m` decides), and writing struct pages or page
-    /// tables into it loses them.
+    /// A range declared usable (`nn@ss`) with no firmware RAM anywhere in
+    /// it: Linux trusts the user there, but on a virtual machine that
+    /// memory is not there (QEMU's `-m` decides), and writing struct pages
+    /// or page tables into it loses them. (A range that meets firmware RAM
+    /// keeps that part; the rest is left out: [`UserMap::left_out`].)
     RamNotInFirmware { start: u64, end: u64 },
     /// Memory the boot already uses is not usable RAM in the user's map.
     InUseNotRam {
@@ -71,7 +76,7 @@ impl fmt::Display for UserMapError {
             ),
             UserMapError::RamNotInFirmware { start, end } => write!(
                 f,
-                "memmap= declares [mem {start:#018x}-{:#018x}] usable, but the firmware's map has no RAM there (the machine's RAM is what QEMU's -m gave it): declare RAM only inside the firmware's usable ranges",
+                "memmap= declares [mem {start:#018x}-{:#018x}] usable, but the firmware's map has no RAM anywhere in it (the machine's RAM is what QEMU's -m gave it): declare RAM inside the firmware's usable ranges",
                 end - 1
             ),
             UserMapError::InUseNotRam { start, end, what } => write!(
@@ -293,6 +298,27 @@ pub struct UserMap {
     /// firmware's `Bootloader` regions again (memblock resolves the
     /// overlap: in-use RAM wins over usable).
     pub map: Vec<FirmwareEntry>,
+    /// `[start, end)` ranges declared usable that are not RAM in the
+    /// firmware's map, left out of `e820` (neither RAM nor any other type:
+    /// a hole), in address order; the kernel prints a [`LeftOutLine`] for
+    /// each. Linux's kdump form `memmap=exactmap memmap=640K@0 …` declares
+    /// the firmware's EBDA (0x9fc00–0x9ffff on a PC) usable: Linux takes
+    /// it, memboot keeps the boot going without it.
+    pub left_out: Vec<(u64, u64)>,
+}
+
+/// The warning for one left-out range of [`UserMap::left_out`].
+pub struct LeftOutLine(pub (u64, u64));
+
+impl fmt::Display for LeftOutLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (start, end) = self.0;
+        write!(
+            f,
+            "memboot: memmap= declares [mem {start:#018x}-{:#018x}] usable, but the firmware's map has no RAM there: left out of the user-defined map",
+            end - 1
+        )
+    }
 }
 
 /// Apply `forms`, in order, to the firmware map `firmware` (sanitised
@@ -324,19 +350,15 @@ pub fn apply(
         table.entries = sanitize(&table.entries);
     }
     let firmware_e820 = table.entries.clone();
-    for &form in forms {
-        table.apply(form);
-    }
+    let declared = apply_forms(&mut table, forms);
     let e820 = table.sanitize()?;
-    if let Some(e) = e820
+    if let Some(&(start, end)) = declared
         .iter()
-        .find(|e| e.kind == E820_RAM && !covered_by_ram(&firmware_e820, e.addr, e.addr + e.size))
+        .find(|&&(start, end)| !meets_ram(&firmware_e820, start, end))
     {
-        return Err(UserMapError::RamNotInFirmware {
-            start: e.addr,
-            end: e.addr + e.size,
-        });
+        return Err(UserMapError::RamNotInFirmware { start, end });
     }
+    let (e820, left_out) = keep_firmware_ram(e820, &firmware_e820);
     let loader = firmware
         .iter()
         .filter(|e| e.kind == RegionKind::Bootloader)
@@ -357,7 +379,81 @@ pub fn apply(
         .map(|e| FirmwareEntry::new(e.addr, e.size, region_kind(e.kind)))
         .collect();
     map.extend(firmware.iter().filter(|e| e.kind == RegionKind::Bootloader));
-    Ok(UserMap { e820, map })
+    Ok(UserMap {
+        e820,
+        map,
+        left_out,
+    })
+}
+
+/// Apply `forms` to `table` in order; returns the `[start, end)` ranges
+/// the `@` forms declared usable that are still in the table at the end
+/// (an `exactmap` drops those before it, a limit trims them as it trims
+/// every RAM entry).
+fn apply_forms(table: &mut E820Table, forms: &[Form]) -> Vec<(u64, u64)> {
+    let mut declared: Vec<(u64, u64)> = Vec::new();
+    for &form in forms {
+        table.apply(form);
+        match form {
+            Form::ExactMap => declared.clear(),
+            Form::Add {
+                start,
+                size,
+                kind: E820_RAM,
+            } if size > 0 => declared.push((start, start.saturating_add(size))),
+            Form::Add { .. } => {}
+            Form::Limit { bytes } => {
+                declared.retain(|&(start, _)| start < bytes);
+                declared.iter_mut().for_each(|r| r.1 = r.1.min(bytes));
+            }
+        }
+    }
+    declared
+}
+
+/// Does `[start, end)` share any byte with RAM in `e820`?
+fn meets_ram(e820: &[E820Entry], start: u64, end: u64) -> bool {
+    e820.iter().any(|e| {
+        e.kind == E820_RAM && e.size > 0 && e.addr < end && start < e.addr.saturating_add(e.size)
+    })
+}
+
+/// `e820`'s RAM cut to what is RAM in `firmware` (sorted, no overlaps):
+/// the table to use, and the `[start, end)` ranges cut out of it. Every
+/// other type stays as it is.
+fn keep_firmware_ram(
+    e820: Vec<E820Entry>,
+    firmware: &[E820Entry],
+) -> (Vec<E820Entry>, Vec<(u64, u64)>) {
+    let mut kept = Vec::with_capacity(e820.len());
+    let mut left_out = Vec::new();
+    for e in e820 {
+        if e.kind != E820_RAM {
+            kept.push(e);
+            continue;
+        }
+        let end = e.addr + e.size;
+        let mut at = e.addr;
+        for f in firmware.iter().filter(|f| f.kind == E820_RAM) {
+            let (lo, hi) = (f.addr.max(at), f.addr.saturating_add(f.size).min(end));
+            if lo >= hi {
+                continue;
+            }
+            if lo > at {
+                left_out.push((at, lo));
+            }
+            kept.push(E820Entry {
+                addr: lo,
+                size: hi - lo,
+                kind: E820_RAM,
+            });
+            at = hi;
+        }
+        if at < end {
+            left_out.push((at, end));
+        }
+    }
+    (kept, left_out)
 }
 
 /// Is `[start, end)` wholly RAM in `e820` (sorted, no overlaps; an

@@ -23,7 +23,8 @@ enum Op {
 /// The user map Linux's rules give, as `(start, end, type)` runs: at every
 /// address the highest e820 type among the entries that cover it, where a
 /// limit removes RAM from entries present when it is applied and exactmap
-/// drops them all; runs of one type merged.
+/// drops them all; runs of one type merged. Unlike Linux, RAM where the
+/// firmware's map has none is left out.
 fn expected_map(boot: &Boot, ops: &[Op]) -> Vec<(u64, u64, u32)> {
     let firmware: Vec<(u64, u64, u32)> = boot
         .boot_input()
@@ -66,7 +67,9 @@ fn expected_map(boot: &Boot, ops: &[Op]) -> Vec<(u64, u64, u32)> {
                 _ => {}
             }
         }
-        if set == 0 {
+        let firmware_ram = firmware.iter().any(|&(s, e, t)| t == 1 && s <= a && b <= e);
+        // RAM declared where the firmware has none is left out: a hole.
+        if set == 0 || (set == 1 << 1 && !firmware_ram) {
             continue;
         }
         let t = 31 - set.leading_zeros();
@@ -208,4 +211,32 @@ fn exactmap_drops_the_firmware_map_and_the_forms_after_it_are_the_map() {
     ];
     let b = boot(&["-m", "1G"], &forms, Duration::from_secs(300));
     assert_user_map(&b, &ops);
+}
+
+#[test]
+fn the_kdump_form_boots_without_the_ebda_and_says_so() {
+    // Linux's kdump documentation's form: 640K@0 covers the firmware's
+    // reserved 0x9fc00-0x9ffff, which is left out with a warning.
+    let forms = [
+        "memmap=exactmap",
+        "memmap=640K@0",
+        "memmap=1000M@1M",
+        "alloc_test=16M",
+    ];
+    let ops = [
+        Op::Exact,
+        Op::Add(0, 640 * KIB, 1),
+        Op::Add(MIB, 1001 * MIB, 1),
+    ];
+    let b = boot(&["-m", "1G"], &forms, Duration::from_secs(300));
+    assert_user_map(&b, &ops);
+    let warnings: Vec<&str> = b
+        .messages_with("left out of the user-defined map")
+        .collect();
+    assert_eq!(
+        warnings,
+        ["memboot: memmap= declares [mem 0x000000000009fc00-0x000000000009ffff] usable, but the firmware's map has no RAM there: left out of the user-defined map"],
+        "{}",
+        b.describe()
+    );
 }

@@ -101,6 +101,7 @@ fn parses_tsc_khz_and_refuses_what_no_tsc_ticks_at() {
 fn known_keys_are_the_keys_with_a_parser() {
     let mut known: Vec<&str> = KNOWN_KEYS.split(", ").collect();
     let mut parsed: Vec<&str> = SETTERS.iter().map(|(key, _)| *key).collect();
+    parsed.extend(HugeKey::ALL.map(HugeKey::name));
     known.sort_unstable();
     parsed.sort_unstable();
     assert_eq!(known, parsed);
@@ -506,4 +507,31 @@ fn accepts_the_combinations_that_act() {
             assert_eq!(parse(&line).unwrap().test_fault, f, "{line}");
         }
     }
+}
+
+#[test]
+fn huge_page_keys_repeat_in_order_and_are_read_later() {
+    let o = parse(
+        "hugepagesz=1G hugepages=2 verify=off hugepagesz=2M hugepages=0:1,1:2 hugetlb_free_vmemmap=bogus",
+    )
+    .unwrap();
+    let got: Vec<(&str, &str)> = o
+        .hugetlb
+        .iter()
+        .map(|p| (p.key.name(), p.value.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("hugepagesz", "1G"),
+            ("hugepages", "2"),
+            ("hugepagesz", "2M"),
+            ("hugepages", "0:1,1:2"),
+            ("hugetlb_free_vmemmap", "bogus"),
+        ]
+    );
+    // Any value is taken here: Linux ignores the ones it cannot use with
+    // a message, which plan() gives.
+    assert!(parse("hugepagesz=3M hugepages= default_hugepagesz=x").is_ok());
+    assert_eq!(parse("").unwrap().hugetlb, []);
 }

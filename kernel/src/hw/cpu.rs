@@ -58,6 +58,14 @@ pub fn init_udelay_us() -> u64 {
     }
 }
 
+/// Does the CPU have 1 GiB pages (CPUID 0x80000001 EDX bit 26, `pdpe1gb`)?
+/// The PVH entry maps memory with them, and `hugepagesz=1G` needs them.
+pub fn has_1gib_pages() -> bool {
+    cpuid()
+        .get_extended_processor_and_feature_identifiers()
+        .is_some_and(|f| f.has_1gib_pages())
+}
+
 /// Is the kernel running under a hypervisor (CPUID.1:ECX bit 31)? Linux
 /// sizes memory blocks by it.
 pub fn under_hypervisor() -> bool {

@@ -1,6 +1,7 @@
 //! The boot report the boot CPU holds back while it works alone: the
 //! firmware's memory map, the ACPI tables and CPUs, the NUMA nodes (the
-//! lines Linux prints at that point of its boot) and the `memboot-input:`
+//! lines Linux prints at that point of its boot), the huge-page
+//! parameters read (`HugeTLB:` lines) and the `memboot-input:`
 //! line (README "Output"), which lets a log replay the boot (kernel/tests).
 //!
 //! Each part is kept as soon as it is known ([`keep_memory_map`],
@@ -24,22 +25,33 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use alloc::vec::Vec;
 use bootloader_api::info::{MemoryRegion, MemoryRegionKind};
+use memboot_contract::hugepage_forms::HugePlan;
 use memboot_contract::memmap_forms::E820_RAM;
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::boot_input::{write_input_line, BootInput};
 use memboot_kernel::bootmap::{BootloaderLine, E820Line};
 use memboot_kernel::node_ram;
 use memmap::firmware::FirmwareEntry;
-use memmap::user_map::{E820Entry, UserLine, USER_MAP_HEADING};
+use memmap::user_map::{E820Entry, LeftOutLine, UserLine, UserMap, USER_MAP_HEADING};
 
 use crate::hw::serial;
 
 /// The firmware map, with the usable RAM in it (bytes) as the boot summed it.
 static MEMORY_MAP: spin::Once<(&'static [MemoryRegion], u64)> = spin::Once::new();
 static ACPI: spin::Once<(AcpiInfo, Vec<FirmwareEntry>)> = spin::Once::new();
-/// The user-defined map (`memmap=` forms), with its usable RAM.
-static USER_MAP: spin::Once<(Vec<E820Entry>, u64)> = spin::Once::new();
+/// The user-defined map (`memmap=` forms) as printed.
+struct KeptUserMap {
+    e820: Vec<E820Entry>,
+    /// The declared ranges left out of it.
+    left_out: Vec<(u64, u64)>,
+    /// Its usable RAM.
+    ram: u64,
+}
+
+static USER_MAP: spin::Once<KeptUserMap> = spin::Once::new();
 static INPUT: spin::Once<BootInput> = spin::Once::new();
+/// The command line's huge-page parameters, read.
+static HUGETLB: spin::Once<HugePlan> = spin::Once::new();
 static PRINTED: AtomicBool = AtomicBool::new(false);
 
 /// Keep the firmware's memory map for its lines.
@@ -47,20 +59,37 @@ pub fn keep_memory_map(regions: &'static [MemoryRegion], mem_bytes: u64) {
     MEMORY_MAP.call_once(|| (regions, mem_bytes));
 }
 
-/// Keep the user-defined map for its lines; returns its usable RAM.
-pub fn keep_user_map(e820: Vec<E820Entry>) -> u64 {
+/// Keep the user-defined map and what was left out of it for their
+/// lines; returns its usable RAM and the map memblock gets.
+pub fn keep_user_map(user: UserMap) -> (u64, Vec<FirmwareEntry>) {
+    let UserMap {
+        e820,
+        map,
+        left_out,
+    } = user;
     let ram = e820
         .iter()
         .filter(|e| e.kind == E820_RAM)
         .map(|e| e.size)
         .sum();
-    USER_MAP.call_once(|| (e820, ram)).1
+    let kept = USER_MAP.call_once(|| KeptUserMap {
+        e820,
+        left_out,
+        ram,
+    });
+    (kept.ram, map)
 }
 
 /// Keep what ACPI said, with the firmware map its node lines sum RAM from;
 /// returns the kept info (the first call's: there is one per boot).
 pub fn keep_acpi(info: AcpiInfo, map: &[FirmwareEntry]) -> &'static AcpiInfo {
     &ACPI.call_once(|| (info, map.to_vec())).0
+}
+
+/// Keep the huge-page plan for its lines: what was ignored, then a line
+/// per size.
+pub fn keep_hugetlb(plan: HugePlan) {
+    HUGETLB.call_once(|| plan);
 }
 
 /// Keep the pipeline's input for the `memboot-input:` line.
@@ -76,12 +105,15 @@ pub fn print_once() {
     if let Some(&(regions, mem_bytes)) = MEMORY_MAP.get() {
         print_memory_map(regions, mem_bytes);
     }
-    if let Some((e820, ram)) = USER_MAP.get() {
-        print_user_map(e820, *ram);
+    if let Some(user) = USER_MAP.get() {
+        print_user_map(user);
     }
     if let Some((info, map)) = ACPI.get() {
         print_acpi(info);
         print_nodes(info, map);
+    }
+    if let Some(plan) = HUGETLB.get() {
+        print_hugetlb(plan);
     }
     if let Some(input) = INPUT.get() {
         print_input_line(input);
@@ -111,18 +143,35 @@ fn print_memory_map(regions: &[MemoryRegion], mem_bytes: u64) {
     );
 }
 
-/// The user-defined map as Linux prints it, and its usable RAM (what the
-/// summary's `mem_bytes` reports then).
-fn print_user_map(e820: &[E820Entry], ram: u64) {
+/// The user-defined map as Linux prints it, a warning for each declared
+/// range left out of it, and its usable RAM (what the summary's
+/// `mem_bytes` reports then).
+fn print_user_map(user: &KeptUserMap) {
     kprintln!("{USER_MAP_HEADING}");
-    for e in e820 {
+    for e in &user.e820 {
         kprintln!("{}", UserLine(e));
     }
+    for &range in &user.left_out {
+        kprintln!("{}", LeftOutLine(range));
+    }
+    let ram = user.ram;
     kprintln!(
         "memboot: {}K usable RAM ({} MiB) in the user-defined map",
         ram >> 10,
         ram >> 20
     );
+}
+
+/// What of the huge-page parameters Linux would ignore, in its words, and
+/// what the command line asks of each size: not reserved yet (nothing
+/// acts on the plan so far), which each line says.
+fn print_hugetlb(plan: &HugePlan) {
+    for w in &plan.warnings {
+        kprintln!("{w}");
+    }
+    for size in &plan.sizes {
+        kprintln!("{size}");
+    }
 }
 
 /// The tables, CPUs and SRAT ranges as Linux prints them, and what ACPI

@@ -164,13 +164,6 @@ fn early_bytes<const N: usize>(what: &'static str, phys: u64) -> Result<[u8; N],
     Ok(unsafe { core::ptr::read_unaligned(phys as *const [u8; N]) })
 }
 
-/// Does the CPU have 1 GiB pages (CPUID 0x80000001 EDX bit 26)?
-fn has_1gib_pages() -> bool {
-    raw_cpuid::CpuId::new()
-        .get_extended_processor_and_feature_identifiers()
-        .is_some_and(|f| f.has_1gib_pages())
-}
-
 /// Is EFER.NXE on (the stub turns it on where the CPU has it)?
 fn nx_enabled() -> bool {
     use x86_64::registers::model_specific::{Efer, EferFlags};
@@ -192,7 +185,7 @@ fn plan(start_info_phys: u64) -> Result<(Layout, &'static MemoryMap, u64), PvhEr
         *entry = region_of_entry(&early_bytes::<MEMMAP_ENTRY_BYTES>("memory map", at)?);
     }
     let mut map = MemoryMap::from_e820(entries.into_iter());
-    let page = if has_1gib_pages() {
+    let page = if crate::hw::cpu::has_1gib_pages() {
         DirectMapPage::Gib1
     } else {
         DirectMapPage::Mib2

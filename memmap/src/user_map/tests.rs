@@ -130,6 +130,75 @@ fn exactmap_drops_every_entry_and_the_in_use_ranges_must_stay_ram() {
 }
 
 #[test]
+fn the_kdump_form_leaves_out_the_firmwares_ebda_and_boots_on() {
+    // Linux's kdump documentation: exactmap, 640K at 0, RAM above 1 MiB.
+    // The firmware reserves 0x9fc00-0x9ffff (the EBDA): that part of
+    // 640K@0 is not RAM, so it is left out and the rest kept.
+    let m = apply(&pc_map(), &forms("exactmap,640K@0,1000M@1M"), &[]).unwrap();
+    let lines: Vec<String> = m.e820.iter().map(|e| UserLine(e).to_string()).collect();
+    assert_eq!(
+        lines,
+        [
+            "user: [mem 0x0000000000000000-0x000000000009fbff] usable",
+            "user: [mem 0x0000000000100000-0x000000003e8fffff] usable",
+        ]
+    );
+    assert_eq!(m.left_out, [(0x9fc00, 0xa0000)]);
+    assert_eq!(
+        LeftOutLine(m.left_out[0]).to_string(),
+        "memboot: memmap= declares [mem 0x000000000009fc00-0x000000000009ffff] usable, but the firmware's map has no RAM there: left out of the user-defined map"
+    );
+    // A range running past the firmware's RAM keeps the RAM part; without
+    // exactmap the firmware's reserved ranges win over declared RAM and
+    // its holes stay holes.
+    let m = apply(&pc_map(), &forms("exactmap,639K@0,3G@1M"), &[]).unwrap();
+    assert_eq!(m.left_out, [(2 * GIB, 3 * GIB + MIB)]);
+    assert_eq!(m.e820.last().map(|e| e.addr + e.size), Some(2 * GIB));
+    let m = apply(&pc_map(), &forms("1G@0"), &[]).unwrap();
+    assert_eq!(m.left_out, [(0xa0000, 0xf0000)]);
+    assert!(m
+        .e820
+        .iter()
+        .any(|e| e.kind == E820_RESERVED && e.addr == 0x9fc00));
+    // Nothing declared is left out when all of it is firmware RAM.
+    let m = apply(&pc_map(), &forms("exactmap,639K@0,63M@1M"), &[]).unwrap();
+    assert!(m.left_out.is_empty());
+}
+
+#[test]
+fn a_declared_range_without_any_firmware_ram_is_still_refused() {
+    // 2 GiB to 4 GiB is the pc machine's PCI hole: no RAM at all.
+    let err = apply(
+        &pc_map(),
+        &forms("exactmap,639K@0,63M@1M,1G@0x80000000"),
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        UserMapError::RamNotInFirmware {
+            start: 2 * GIB,
+            end: 3 * GIB
+        }
+    );
+    assert!(
+        err.to_string().contains("has no RAM anywhere in it"),
+        "{err}"
+    );
+    // Forms an exactmap drops, or a limit trims away, declare nothing.
+    assert!(apply(&pc_map(), &forms("1G@8G,exactmap,639K@0,63M@1M"), &[]).is_ok());
+    assert!(apply(&pc_map(), &forms("1G@8G,7G"), &[]).is_ok());
+    // A limit trims what it keeps: the refusal names the trimmed range.
+    assert_eq!(
+        apply(&pc_map(), &forms("3G@0x80000000,2560M"), &[]),
+        Err(UserMapError::RamNotInFirmware {
+            start: 2 * GIB,
+            end: 2560 * MIB
+        })
+    );
+}
+
+#[test]
 fn removing_inside_a_ram_entry_splits_it_as_linux_does() {
     let mut t = E820Table {
         entries: vec![
@@ -218,41 +287,55 @@ fn model_apply(firmware: &[FirmwareEntry], forms: &[Form]) -> Result<Vec<E820Ent
         firmware.len()
     };
     let mut units = model_types(fw_runs.iter().map(|e| (e.addr, e.size, e.kind)));
+    // The units each surviving `@` form declared usable, one set per form.
+    let mut declared: Vec<(u64, Vec<bool>)> = Vec::new();
     for &form in forms {
         match form {
             Form::ExactMap => {
                 units.iter_mut().for_each(|u| *u = 0);
+                declared.clear();
                 count = 0;
             }
             Form::Add { start, size, kind } => {
                 for (u, set) in model_types([(start, size, kind)]).into_iter().enumerate() {
                     units[u] |= set;
                 }
+                if kind == E820_RAM && size > 0 {
+                    let mut mine = vec![false; SPACE as usize];
+                    mine[(start / UNIT) as usize..((start + size) / UNIT) as usize].fill(true);
+                    declared.push((start, mine));
+                }
                 count += 1;
             }
             Form::Limit { bytes } => {
                 for u in bytes.div_ceil(UNIT)..SPACE {
                     units[u as usize] &= !(1 << E820_RAM);
+                    declared.iter_mut().for_each(|(_, d)| d[u as usize] = false);
                 }
+                declared.retain(|(_, d)| d.contains(&true));
             }
         }
     }
     if count < 2 {
         return Err(UserMapError::TooFewEntries { entries: count });
     }
+    let fw_units = model_types(fw_runs.iter().map(|e| (e.addr, e.size, e.kind)));
+    let fw_ram = |u: usize| fw_units[u].leading_zeros() == 8 - 1 - E820_RAM;
+    if let Some((start, d)) = declared
+        .iter()
+        .find(|(_, d)| !(0..SPACE as usize).any(|u| d[u] && fw_ram(u)))
+    {
+        let end = (d.iter().rposition(|&b| b).unwrap() as u64 + 1) * UNIT;
+        return Err(UserMapError::RamNotInFirmware { start: *start, end });
+    }
+    // RAM the firmware lacks is left out: a hole.
+    for (u, set) in units.iter_mut().enumerate() {
+        if *set == 1 << E820_RAM && !fw_ram(u) {
+            *set = 0;
+        }
+    }
     let top_is_ram = |u: u64| units[u as usize].leading_zeros() == 8 - 1 - E820_RAM;
     let runs = model_runs(&units);
-    let fw_units = model_types(fw_runs.iter().map(|e| (e.addr, e.size, e.kind)));
-    let fw_ram = |u: u64| fw_units[u as usize].leading_zeros() == 8 - 1 - E820_RAM;
-    if let Some(e) = runs
-        .iter()
-        .find(|e| e.kind == E820_RAM && !(e.addr / UNIT..(e.addr + e.size) / UNIT).all(fw_ram))
-    {
-        return Err(UserMapError::RamNotInFirmware {
-            start: e.addr,
-            end: e.addr + e.size,
-        });
-    }
     let loader = firmware.iter().filter(|e| e.kind == RegionKind::Bootloader);
     if let Some(e) = loader
         .into_iter()

@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use bootloader_api::info::MemoryRegion;
+use memboot_contract::hugepage_forms;
 use memboot_contract::option_values::BuddyStore;
 use memboot_contract::options::{self, Console, Options};
 use memboot_kernel::acpi;
@@ -65,9 +66,9 @@ fn keep_user_map(
     let user = memboot_kernel::boot_input::user_map(map, opts, heap.base, heap.size)
         .map_err(|e| BootError::BadOption(format!("{e}")))?;
     Ok(user.map(|user| {
-        let mem_bytes = held_report::keep_user_map(user.e820);
+        let (mem_bytes, map) = held_report::keep_user_map(user);
         BOOT_FACTS.mem_bytes.store(mem_bytes, Ordering::Relaxed);
-        user.map
+        map
     }))
 }
 
@@ -190,6 +191,20 @@ fn read_acpi(
     Ok(info)
 }
 
+/// Read the command line's huge-page parameters for this CPU and these
+/// nodes, as Linux reads them once `setup_arch()` knows both, and keep the
+/// plan for the held-back report. Nothing reserves the pages yet.
+fn keep_hugetlb_plan(opts: &Options, acpi_info: &acpi::AcpiInfo) {
+    if opts.hugetlb.is_empty() {
+        return;
+    }
+    let machine = hugepage_forms::Machine {
+        has_1g_pages: crate::hw::cpu::has_1gib_pages(),
+        nodes: acpi_info.node_count(),
+    };
+    held_report::keep_hugetlb(hugepage_forms::plan(&opts.hugetlb, machine));
+}
+
 /// Linux's TSC line (arch/x86/kernel/tsc.c), then where the rate came from
 /// and how precise it is.
 fn print_tsc(tsc: &tsc::Calibration) {
@@ -266,6 +281,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
     let pipeline_map = user_map.as_deref().unwrap_or(&map);
 
     let acpi_info = read_acpi(rsdp, phys_offset, regions, pipeline_map)?;
+    keep_hugetlb_plan(&opts, acpi_info);
     let heap = size_heap(pipeline_map, heap, &opts, acpi_info);
     let enabled_cpus = acpi_info.cpus.iter().filter(|c| c.enabled).count();
     let late_ap = faults

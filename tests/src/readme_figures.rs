@@ -170,7 +170,7 @@ pub struct Figure {
     pub unit: &'static str,
 }
 
-const UNITS: [&str; 17] = [
+pub(crate) const UNITS: [&str; 17] = [
     "ns", "µs", "us", "ms", "s", "KiB", "MiB", "GiB", "KB", "MB", "GB", "kHz", "MHz", "GHz", "%",
     "×", "x",
 ];

@@ -170,7 +170,7 @@ pub struct Figure {
     pub unit: &'static str,
 }
 
-const UNITS: [&str; 17] = [
+pub(crate) const UNITS: [&str; 17] = [
     "ns", "µs", "us", "ms", "s", "KiB", "MiB", "GiB", "KB", "MB", "GB", "kHz", "MHz", "GHz", "%",
     "×", "x",
 ];
@@ -499,14 +499,17 @@ fn check_sourced(root: &Path, line: usize, block: &str, files: &[String]) -> Vec
     }
     let numbers: Vec<f64> = texts.iter().flat_map(|t| source_numbers(t)).collect();
     // A table whose header row is a named file's is a copy of that
-    // file's table (a bench.md), row for row; any other table is the
-    // README's own summary, whose figures must each be in the files.
+    // file's table (a bench.md), row for row; so is one that leaves some
+    // of its columns out and whose every row is one of the table's, cut
+    // to its columns. Any other table is the README's own summary, whose
+    // figures must each be in the files.
     let rows = table_rows(block);
     let in_files = |row: &str| texts.iter().any(|t| t.lines().any(|l| l == row));
-    let copied = rows.first().is_some_and(|header| in_files(header));
+    let projected = cell_refs::projected_copy(&texts, &rows);
+    let copied = projected || rows.first().is_some_and(|header| in_files(header));
     for row in &rows {
         if copied {
-            if !in_files(row) {
+            if !projected && !in_files(row) {
                 problems.push(Problem {
                     line,
                     what: format!("table row not in {}: {row}", files.join(", ")),

@@ -86,7 +86,7 @@ fn every_figure_names_its_cell_or_line() {
         let text = std::fs::read_to_string(&doc).unwrap();
         let name = doc.strip_prefix(&root).unwrap().display().to_string();
         untied.extend(
-            memboot_tests::readme_figures::untied_figures(&text)
+            memboot_tests::readme_figures::untied_figures(&root, &text)
                 .into_iter()
                 .map(|p| format!("{name}:{}: {}", p.line, p.what)),
         );

@@ -107,16 +107,72 @@ pub fn cell_refs(doc: &str) -> Vec<Result<CellRef, Problem>> {
     out
 }
 
+/// The cells of a markdown table row, each trimmed.
+pub(super) fn cells(row: &str) -> Vec<String> {
+    row.trim()
+        .trim_start_matches('|')
+        .trim_end_matches('|')
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// The rows of `file`'s tables whose header has `header`'s cells in its
+/// order (every column, or some left out), each cut to those columns;
+/// `None` when no table of `file` has such a header (of two columns or
+/// more).
+pub(super) fn copyable_rows(file: &str, header: &str) -> Option<Vec<Vec<String>>> {
+    let want = cells(header);
+    if want.len() < 2 {
+        return None;
+    }
+    let mut found: Option<Vec<Vec<String>>> = None;
+    for (head, rows) in tables(file) {
+        // `want`'s columns in `head`, in order.
+        let mut at = Vec::new();
+        let mut from = 0;
+        for w in &want {
+            match head[from..].iter().position(|h| h == w) {
+                Some(i) => {
+                    at.push(from + i);
+                    from += i + 1;
+                }
+                None => break,
+            }
+        }
+        if at.len() < want.len() {
+            continue;
+        }
+        found
+            .get_or_insert_with(Vec::new)
+            .extend(rows.iter().map(|r| {
+                at.iter()
+                    .map(|&i| r.get(i).cloned().unwrap_or_default())
+                    .collect()
+            }));
+    }
+    found
+}
+
+/// Is the table `rows` (its header row first) a copy of a table of one
+/// of `files` with some of its columns left out: its header that table's
+/// with columns left out, in the file's order, and each of its rows one
+/// of that table's rows, cut to those columns? (A copy with every column
+/// has the file's header line and is checked row by row as such.)
+pub(super) fn projected_copy(files: &[String], rows: &[&str]) -> bool {
+    let Some((header, body)) = rows.split_first() else {
+        return false;
+    };
+    let copyable: Vec<Vec<String>> = files
+        .iter()
+        .filter_map(|f| copyable_rows(f, header))
+        .flatten()
+        .collect();
+    !copyable.is_empty() && !body.is_empty() && body.iter().all(|r| copyable.contains(&cells(r)))
+}
+
 /// The markdown tables of a file: each as its header cells and rows.
 fn tables(text: &str) -> Vec<(Vec<String>, Vec<Vec<String>>)> {
-    let cells = |l: &str| -> Vec<String> {
-        l.trim()
-            .trim_start_matches('|')
-            .trim_end_matches('|')
-            .split('|')
-            .map(|c| c.trim().to_string())
-            .collect()
-    };
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     for (i, l) in lines.iter().enumerate() {
@@ -233,11 +289,13 @@ pub fn check_cell_refs(root: &Path, doc: &str) -> Vec<Problem> {
             }
         };
         let numbers = super::source_numbers(&quoted);
-        let figs = figures(&r.text);
+        let mut figs = figures(&r.text);
         if figs.is_empty() {
-            problems.push(problem(
-                "the link's text holds no figure with a unit".into(),
-            ));
+            // A table cell's figures carry their unit in its header.
+            figs = bare_numbers(&r.text);
+        }
+        if figs.is_empty() {
+            problems.push(problem("the link's text holds no number".into()));
         }
         for f in figs.iter().filter(|f| !supported(f, &numbers)) {
             problems.push(problem(format!(
@@ -249,14 +307,85 @@ pub fn check_cell_refs(root: &Path, doc: &str) -> Vec<Problem> {
     problems
 }
 
-/// Figures of `doc`'s prose that no figure link holds: in a document
-/// whose every figure must be tied ([`check_cell_refs`]), each is a
-/// problem. Code and tables are left to the block check.
-pub fn untied_figures(doc: &str) -> Vec<Problem> {
+/// The numbers of `text` that stand alone (not inside a word such as
+/// `d3ee62e`, `1G` or `p50`), as figures without a unit.
+fn bare_numbers(text: &str) -> Vec<super::Figure> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit()
+            && (i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '.'));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len()
+            && (chars[j].is_ascii_digit()
+                || (chars[j] == '.' && j + 1 < chars.len() && chars[j + 1].is_ascii_digit()))
+        {
+            j += 1;
+        }
+        let word = j < chars.len() && chars[j].is_alphanumeric();
+        if !word {
+            let num: String = chars[i..j].iter().collect();
+            out.push(super::Figure {
+                value: num.parse().unwrap_or(f64::NAN),
+                decimals: num.split_once('.').map_or(0, |(_, d)| d.len()),
+                text: num,
+                unit: "",
+            });
+        }
+        i = j;
+    }
+    out
+}
+
+/// A summary table's cell that must be tied: figures alone (no words;
+/// units and separators allowed), one of them written with decimals or
+/// with four digits or more (labels such as node counts and sizes are
+/// neither).
+fn measured_cell(cell: &str) -> bool {
+    let words = cell
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|w| !w.is_empty())
+        .all(|w| super::UNITS.contains(&w));
+    words
+        && bare_numbers(cell)
+            .iter()
+            .any(|f| f.decimals > 0 || f.text.len() >= 4)
+}
+
+/// Figures of `doc` that no figure link holds: in its prose, and in the
+/// cells of a table that is not a copy of a file its block names (a
+/// copy is checked row for row by [`super::check`]). Code is not read.
+/// `doc`'s named paths are relative to the repository at `root`.
+pub fn untied_figures(root: &Path, doc: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (line, block) in super::blocks(doc) {
-        let untied = strip_tied_links(&prose_of(&block));
-        for f in figures(&untied) {
+        let mut text = prose_of(&block);
+        let rows = super::table_rows(&block);
+        if !rows.is_empty() && !is_copy(root, &block, &rows) {
+            text.push('\n');
+            text += &rows.join("\n");
+            // A table of measurements names the runs it summarises; one
+            // that names none (options, layouts) holds design values.
+            let measured = !super::named_files(&block).is_empty();
+            for row in rows[1..].iter().filter(|_| measured) {
+                let untied = strip_tied_links(row);
+                for cell in untied.split('|').skip(2).filter(|c| measured_cell(c)) {
+                    problems.push(Problem {
+                        line,
+                        what: format!(
+                            "table cell \"{}\" is not tied to a cell or line: write each number as [N](FILE \"COLUMN @ ROW\") (row {row})",
+                            cell.trim()
+                        ),
+                    });
+                }
+            }
+        }
+        for f in figures(&strip_tied_links(&text)) {
             if !super::is_constant(&f) {
                 problems.push(Problem {
                     line,
@@ -269,6 +398,17 @@ pub fn untied_figures(doc: &str) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// Is the table `rows` (its header row first) a copy of one of the files
+/// `block` names: its header is a line of that file, or it is a
+/// [`projected_copy`] of it?
+fn is_copy(root: &Path, block: &str, rows: &[&str]) -> bool {
+    let texts: Vec<String> = super::named_files(block)
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(root.join(f)).ok())
+        .collect();
+    texts.iter().any(|t| t.lines().any(|l| l == rows[0])) || projected_copy(&texts, rows)
 }
 
 #[cfg(test)]
@@ -330,13 +470,75 @@ mod tests {
     #[test]
     fn untied_figures_are_listed() {
         let doc = "took [1.06×](tests/bench-results/run/bench.md \"memmap × Linux 6.12 @ deferred\") and 0.5× of it\n";
-        let untied: Vec<String> = untied_figures(doc).into_iter().map(|p| p.what).collect();
+        let root = Path::new("/nonexistent");
+        let untied: Vec<String> = untied_figures(root, doc)
+            .into_iter()
+            .map(|p| p.what)
+            .collect();
         assert_eq!(untied.len(), 1, "{untied:?}");
         assert!(untied[0].starts_with("0.5 ×"), "{untied:?}");
         // A plain link before a tied one hides nothing between them.
         let plain = "[log](tests/bench-results/run/x.log) took 2.5 s, then [1.06×](tests/bench-results/run/bench.md \"memmap × Linux 6.12 @ deferred\")\n";
-        let untied: Vec<String> = untied_figures(plain).into_iter().map(|p| p.what).collect();
+        let untied: Vec<String> = untied_figures(root, plain)
+            .into_iter()
+            .map(|p| p.what)
+            .collect();
         assert_eq!(untied.len(), 1, "{untied:?}");
         assert!(untied[0].starts_with("2.5 s"), "{untied:?}");
+        // A summary table's cells are figures too; a copied table's are not.
+        let summary = "From [bench.md](tests/bench-results/run/bench.md):\n\n| size | memmap ms |\n|---|---|\n| 1T | 21837.5 ms |\n";
+        let root = with_file("summary", BENCH);
+        assert_eq!(
+            untied_figures(&root, summary).len(),
+            2,
+            "the cell, and its figure"
+        );
+        // A unitless cell is a figure too; tied, it passes the cell check.
+        let unitless = "From [bench.md](tests/bench-results/run/bench.md):\n\n| size | memmap |\n|---|---|\n| 1T | 21837.5 |\n";
+        assert_eq!(untied_figures(&root, unitless).len(), 1);
+        let tied = "From x:\n\n| size | memmap |\n|---|---|\n| 1T | [21837.5](tests/bench-results/run/bench.md \"memmap ms @ deferred\") |\n";
+        assert!(untied_figures(&root, tied).is_empty());
+        assert!(check_cell_refs(&root, tied).is_empty());
+        let wrong = tied.replace("[21837.5]", "[20817.6]");
+        assert_eq!(check_cell_refs(&root, &wrong).len(), 1);
+        let copy = "From [bench.md](tests/bench-results/run/bench.md):\n\n| size | mode | memmap ms | memmap × Linux 6.12 |\n|---|---|---|---|\n| 1T | touch | 20817.6 | 1.01 |\n";
+        assert!(untied_figures(&root, copy).is_empty());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_copy_may_leave_columns_out() {
+        let root = with_file("projection", BENCH);
+        let cut = |r: &[&str]| r.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            copyable_rows(BENCH, "| mode | memmap ms |"),
+            Some(vec![
+                cut(&["deferred", "21837.5 (21060.8–22614.2)"]),
+                cut(&["touch", "20817.6"])
+            ])
+        );
+        assert_eq!(copyable_rows(BENCH, "| memmap ms | mode |"), None);
+        assert_eq!(copyable_rows(BENCH, "| mode |"), None);
+        // A table with a column of the file's left out, each row the
+        // file's cut to its columns, is a copy: its cells need no ties.
+        let named = "From [bench.md](tests/bench-results/run/bench.md):\n\n";
+        let projected = format!(
+            "{named}| size | mode | memmap × Linux 6.12 |\n|---|---|---|\n| 1T | touch | 1.01 |\n| 1T | deferred | 1.06 (1.04–1.08) |\n"
+        );
+        assert!(untied_figures(&root, &projected).is_empty());
+        let found = super::super::check(&root, &projected);
+        assert!(found.is_empty(), "{found:?}");
+        // A row that is not the file's makes it a summary, whose
+        // measured cells are tied.
+        let wrong = projected.replace("| touch | 1.01 |", "| touch | 1.06 (1.04–1.08) |");
+        let untied = untied_figures(&root, &wrong);
+        assert_eq!(untied.len(), 2, "{untied:?}");
+        // Columns in another order than the file's: a summary, whose
+        // measured cells are tied.
+        let reordered = format!(
+            "{named}| mode | size | memmap ms |\n|---|---|---|\n| touch | 1T | 20817.6 |\n"
+        );
+        assert_eq!(untied_figures(&root, &reordered).len(), 1);
+        std::fs::remove_dir_all(root).unwrap();
     }
 }

@@ -212,9 +212,24 @@ extern "C" fn memboot_wake() {
     crate::hw::apic::eoi();
 }
 
+/// [`WAKEUPS`] when memory was ready ([`note_memory_ready`]).
+static WAKEUPS_AT_READY: AtomicU64 = AtomicU64::new(0);
+
 /// Wake-up IPIs taken so far, on every CPU.
 pub fn wakeups() -> u64 {
     WAKEUPS.load(Ordering::Relaxed)
+}
+
+/// Memory is ready: remember how many wake-ups were taken before it (an
+/// idle AP is only woken for work, and with `regions` there is none before
+/// it: this says so in every boot's log).
+pub fn note_memory_ready() {
+    WAKEUPS_AT_READY.store(wakeups(), Ordering::Relaxed);
+}
+
+/// Wake-up IPIs taken before memory was ready, on every CPU.
+pub fn wakeups_before_ready() -> u64 {
+    WAKEUPS_AT_READY.load(Ordering::Relaxed)
 }
 
 /// Halt this CPU until `done()`: `done` is checked with interrupts off,

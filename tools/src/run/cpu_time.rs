@@ -16,6 +16,18 @@
 //! memboot also says when its bring-up ended (`smp: bring-up ended N us
 //! after entry`: the last AP's first job or halt, the AP that started the
 //! others included), which starts a second window: after bring-up.
+//!
+//! Each window holds only the samples taken wholly inside it
+//! ([`usage_between`]), so neither the vCPUs' start-up before it nor what
+//! follows memory ready (the printer AP writing the log out, the first jobs
+//! posted to every AP) is counted in it. What it cannot resolve: its edges
+//! are host instants derived from the tap's arrival of the kernel's first
+//! byte, later than the kernel's entry by the tap's own wake-up latency (so
+//! both edges may be that much late), the samples are [`SAMPLE_MS`] apart,
+//! and Linux brings a running thread's `schedstat` up to date only at a
+//! scheduler tick or a switch (4 ms apart at `HZ=250`), so a thread that
+//! runs across an edge may have up to a tick counted on the wrong side of
+//! it. A halted vCPU's thread sleeps, and its figure is exact.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,8 +54,11 @@ pub struct ThreadTime {
 /// QEMU's threads at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
-    /// Since QEMU started, ns.
+    /// When reading the threads began, since QEMU started, ns.
     pub at_ns: u64,
+    /// When it ended (the reads take a while, longer when the sampler is
+    /// preempted): a sample is inside a window only if both are.
+    pub done_ns: u64,
     pub threads: Vec<ThreadTime>,
 }
 
@@ -93,9 +108,11 @@ impl Sampler {
                         .ok()
                         .and_then(|p| p.trim().parse::<u32>().ok())
                 });
+                let at_ns = started.elapsed().as_nanos() as u64;
                 if let Some(threads) = pid.and_then(read_threads) {
                     samples.push(Sample {
-                        at_ns: started.elapsed().as_nanos() as u64,
+                        at_ns,
+                        done_ns: started.elapsed().as_nanos() as u64,
                         threads,
                     });
                 }
@@ -113,22 +130,36 @@ impl Sampler {
     }
 }
 
-/// Each thread's CPU time from the first sample at or after `from_ns` to
-/// the first at or after `to_ns` (the last one the thread is in: QEMU's
-/// threads end one by one as it exits), by thread name (threads of one
-/// name summed), and the window covered (ns since QEMU started): inside
-/// `from_ns`, so that what ran before it (the vCPUs' own start-up, which
-/// TCG translates for) stays out. `None` without two samples in it.
+/// Each thread's CPU time from the first sample taken wholly at or after
+/// `from_ns` to the last taken wholly at or before `to_ns` (with the last
+/// sample a thread is in: QEMU's threads end one by one as it exits), by
+/// thread name (threads of one name summed), and the window covered (ns
+/// since QEMU started): inside `from_ns`, so that what ran before it (the
+/// vCPUs' own start-up, which TCG translates for) stays out, and inside
+/// `to_ns`, so that what runs after it stays out too (at memory ready the
+/// printer AP starts writing the log out and the boot CPU posts the APs
+/// their first jobs: up to a sample interval of that used to be counted).
+/// A window too short to hold two samples ends at the first sample at or
+/// after `to_ns` instead, and its end says how far past `to_ns` it reaches
+/// ([`report`] says so). `None` without two samples from `from_ns` on.
 pub fn usage_between(
     samples: &[Sample],
     from_ns: u64,
     to_ns: u64,
 ) -> Option<(BTreeMap<String, u64>, u64, u64)> {
-    let first = samples.iter().find(|s| s.at_ns >= from_ns)?;
-    let end = samples
+    let start = samples.iter().position(|s| s.at_ns >= from_ns)?;
+    let first = &samples[start];
+    let inside = samples[start..]
         .iter()
-        .position(|s| s.at_ns >= to_ns)
-        .unwrap_or(samples.len() - 1);
+        .rposition(|s| s.done_ns <= to_ns)
+        .map(|i| start + i)
+        .filter(|&i| i > start);
+    let end = inside.unwrap_or_else(|| {
+        samples
+            .iter()
+            .position(|s| s.at_ns >= to_ns)
+            .unwrap_or(samples.len() - 1)
+    });
     let last = &samples[end];
     if last.at_ns <= first.at_ns {
         return None;
@@ -157,8 +188,15 @@ pub fn vcpu_index(name: &str) -> Option<u32> {
 }
 
 /// The line for a window: total, each vCPU's share (CPU 0, the boot CPU,
-/// apart from the others together), and QEMU's other threads.
-pub fn usage_line(what: &str, usage: &BTreeMap<String, u64>, from_ns: u64, to_ns: u64) -> String {
+/// apart from the others together), and QEMU's other threads. `past_ns`:
+/// how far the samples reach past the window's end (0 but for a window
+/// too short to hold two samples; see [`usage_between`]).
+pub fn usage_line(
+    what: &str,
+    usage: &BTreeMap<String, u64>,
+    (from_ns, to_ns): (u64, u64),
+    past_ns: u64,
+) -> String {
     let total: u64 = usage.values().sum();
     let share = |ns: u64| {
         if total == 0 {
@@ -179,8 +217,16 @@ pub fn usage_line(what: &str, usage: &BTreeMap<String, u64>, from_ns: u64, to_ns
         .iter()
         .map(|&(i, ns)| format!("{i}: {:.1}", share(ns)))
         .collect();
+    let past = if past_ns == 0 {
+        String::new()
+    } else {
+        format!(
+            "; shorter than two samples, so {:.1} ms past its end",
+            past_ns as f64 / 1e6
+        )
+    };
     format!(
-        "host CPU time {what} ({:.3}–{:.3} s after QEMU started): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]",
+        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{past}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]",
         from_ns as f64 / 1e9,
         to_ns as f64 / 1e9,
         total as f64 / 1e6,
@@ -250,7 +296,7 @@ pub fn report(samples: &[Sample], log: &Path) -> Vec<String> {
     let text = String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
     let mut lines = Vec::new();
     if let Some((usage, from, to)) = usage_between(samples, 0, u64::MAX) {
-        lines.push(usage_line("whole boot", &usage, from, to));
+        lines.push(usage_line("whole boot", &usage, (from, to), 0));
     }
     let entry = host_timing_us(&text, "entry latency ");
     let ready_ns = host_timing_us(&text, "memory ready ").map(|us| us * 1000);
@@ -264,7 +310,12 @@ pub fn report(samples: &[Sample], log: &Path) -> Vec<String> {
         let start_ns = start.zip(entry).map(|(us, entry)| (us + entry) * 1000);
         if let (Some(start), Some(ready)) = (start_ns, ready_ns.filter(|&r| Some(r) > start_ns)) {
             if let Some((usage, from, to)) = usage_between(samples, start, ready) {
-                lines.push(usage_line(what, &usage, from, to));
+                lines.push(usage_line(
+                    what,
+                    &usage,
+                    (from, to),
+                    to.saturating_sub(ready),
+                ));
             }
         }
     }
@@ -288,10 +339,12 @@ mod tests {
         let samples = vec![
             Sample {
                 at_ns: 10_000_000,
+                done_ns: 10_000_000,
                 threads: vec![t(1, "qemu-system-x86", 5), t(2, "CPU 0/TCG", 1)],
             },
             Sample {
                 at_ns: 20_000_000,
+                done_ns: 20_000_000,
                 threads: vec![
                     t(1, "qemu-system-x86", 6),
                     t(2, "CPU 0/TCG", 8),
@@ -300,6 +353,7 @@ mod tests {
             },
             Sample {
                 at_ns: 30_000_000,
+                done_ns: 30_000_000,
                 threads: vec![
                     t(1, "qemu-system-x86", 7),
                     t(2, "CPU 0/TCG", 18),
@@ -312,7 +366,7 @@ mod tests {
         assert_eq!(u["CPU 0/TCG"], 10_000_000);
         assert_eq!(u["CPU 1/TCG"], 1_000_000);
         assert_eq!(u["qemu-system-x86"], 1_000_000);
-        let line = usage_line("after", &u, from, to);
+        let line = usage_line("after", &u, (from, to), 0);
         assert!(line.contains(": 12.0 ms; vCPU 0 83.3 %"), "{line}");
         assert!(
             line.contains("the other 1 vCPUs 8.3 %, QEMU's other threads 8.3 %"),
@@ -325,6 +379,7 @@ mod tests {
         let mut exiting = samples.clone();
         exiting.push(Sample {
             at_ns: 40_000_000,
+            done_ns: 40_000_000,
             threads: vec![t(1, "qemu-system-x86", 8)],
         });
         let (u, _, to) = usage_between(&exiting, 15_000_000, u64::MAX).unwrap();
@@ -333,10 +388,29 @@ mod tests {
             (10_000_000, 2_000_000, 40_000_000)
         );
         assert!(usage_between(&samples[..1], 0, u64::MAX).is_none());
-        // A window that ends before the last sample stops at the first
-        // sample at or after its end.
+        // A window ends at the last sample wholly inside it: what ran
+        // after its end (the printer, the first jobs) stays out.
+        let (u, from, to) = usage_between(&samples, 10_000_000, 25_000_000).unwrap();
+        assert_eq!(
+            (u["CPU 0/TCG"], from, to),
+            (7_000_000, 10_000_000, 20_000_000)
+        );
+        // A sample whose reading ran past the end is not inside it.
+        let mut slow = samples.clone();
+        slow[1].done_ns = 26_000_000;
+        let (_, _, to) = usage_between(&slow, 0, 25_000_000).unwrap();
+        assert_eq!(to, 30_000_000, "falls back to the enclosing samples");
+        // One too short for two samples inside ends at the first sample at
+        // or after its end, and its line says how far past its end.
         let (u, _, to) = usage_between(&samples, 10_000_000, 15_000_000).unwrap();
         assert_eq!((u["CPU 0/TCG"], to), (7_000_000, 20_000_000));
+        let line = usage_line("short", &u, (10_000_000, to), to - 15_000_000);
+        assert!(
+            line.contains(
+                "after QEMU started; shorter than two samples, so 5.0 ms past its end): "
+            ),
+            "{line}"
+        );
         // A window that starts between samples starts at the next one.
         let (_, from, _) = usage_between(&samples, 11_000_000, u64::MAX).unwrap();
         assert_eq!(from, 20_000_000);

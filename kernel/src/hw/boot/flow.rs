@@ -379,8 +379,9 @@ fn run_pipeline(
         HEAP.size_bytes() >> 10
     );
     kprintln!(
-        "smp: idle CPUs halted, woken {} times",
-        crate::hw::interrupts::wakeups()
+        "smp: idle CPUs halted, woken {} times ({} before memory ready)",
+        crate::hw::interrupts::wakeups(),
+        crate::hw::interrupts::wakeups_before_ready()
     );
     if let Some(ns) = crate::hw::smp::bringup_ended_ns() {
         // run-qemu.sh's CPU-time window after bring-up starts here.

@@ -13,6 +13,7 @@ impl Log for SerialLog {
     }
 
     fn memory_ready(&self) {
+        crate::hw::interrupts::note_memory_ready();
         crate::hw::serial::memory_ready();
     }
 }

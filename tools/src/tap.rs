@@ -22,6 +22,14 @@ use crate::serial_log;
 
 /// Lines the tap adds to the log, after the boot's own.
 pub const HOST_TIMING: &str = "run-qemu.sh: host timing: ";
+/// The environment variable run-qemu.sh gives the tap its CPU-time
+/// sampler's clock origin in (ns since the UNIX epoch): the tap's clock
+/// starts later, when it starts QEMU, and says how much later
+/// ([`Tap::clock_offset_us`]), so that the sampler can place the tap's
+/// instants on its own clock.
+pub const CLOCK_ORIGIN_ENV: &str = "MEMBOOT_CLOCK_ORIGIN_NS";
+/// The tap's line saying how far its clock runs behind the sampler's.
+pub const CLOCK_OFFSET: &str = "clock starts ";
 /// What memboot's entry line (`hw::boot::handoff::entry_line`) holds, after its
 /// version: firmware and bootloader may print before it (OVMF does).
 pub const MEMBOOT_ENTRY: &str = " booting (entry: ";
@@ -38,6 +46,9 @@ pub struct Tap {
     text: Vec<u8>,
     /// (end offset in `text`, µs after QEMU started) of each read.
     arrivals: Vec<(usize, u64)>,
+    /// How long after the CPU-time sampler's clock origin this tap's
+    /// clock started, µs, when run-qemu.sh gave it ([`CLOCK_ORIGIN_ENV`]).
+    pub clock_offset_us: Option<u64>,
 }
 
 impl Tap {
@@ -134,8 +145,24 @@ impl Tap {
                 ms(us)
             ));
         }
+        if let Some(us) = self.clock_offset_us {
+            lines.push(format!(
+                "{HOST_TIMING}{CLOCK_OFFSET}{} after the CPU-time sampler's (the tap's clock starts with QEMU)",
+                ms(us)
+            ));
+        }
         lines
     }
+}
+
+/// The tap's clock offset from the CPU-time sampler's, µs, from its line.
+pub fn clock_offset_us(log: &str) -> Option<u64> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix(HOST_TIMING)?.strip_prefix(CLOCK_OFFSET))
+        .find_map(|rest| {
+            let (ms, frac) = rest.split_once(" ms")?.0.split_once('.')?;
+            Some(ms.parse::<u64>().ok()? * 1000 + frac.parse::<u64>().ok()?)
+        })
 }
 
 /// Was the log's Linux boot timed at the arrival of its ready line
@@ -275,6 +302,15 @@ mod tests {
         let t = tap(&[(&console[..20], 330_000), (&console[20..], 15_000_000)]);
         assert_eq!(t.ready_us(), Some((15_000_000, LINUX_READY_LINE)));
         assert!(timed_at_linux_ready_line(&t.report().join("\n")));
+    }
+
+    #[test]
+    fn the_clock_offset_is_reported_and_read_back() {
+        let mut t = tap(&[(ENTRY, 5)]);
+        assert_eq!(clock_offset_us(&t.report().join("\n")), None);
+        t.clock_offset_us = Some(3_250);
+        let report = t.report().join("\n");
+        assert_eq!(clock_offset_us(&report), Some(3_250), "{report}");
     }
 
     #[test]

@@ -9,9 +9,9 @@ use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use memboot_tools::tap::Tap;
+use memboot_tools::tap::{Tap, CLOCK_ORIGIN_ENV};
 
 const EXIT_USAGE: i32 = 64;
 
@@ -32,6 +32,17 @@ fn main() {
     });
 }
 
+/// How long after run-qemu.sh's clock origin ([`CLOCK_ORIGIN_ENV`]) this
+/// tap's clock starts, µs; `None` when not given one.
+fn clock_offset_us() -> Option<u64> {
+    let origin_ns: u128 = std::env::var(CLOCK_ORIGIN_ENV).ok()?.parse().ok()?;
+    let now_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some((now_ns.saturating_sub(origin_ns) / 1000) as u64)
+}
+
 fn usage() -> ! {
     eprintln!("usage: memboot-tap --log FILE -- COMMAND [ARGS...]");
     std::process::exit(EXIT_USAGE);
@@ -43,6 +54,7 @@ fn run(log_path: &str, command: &[String]) -> std::io::Result<i32> {
         .create(true)
         .open(log_path)?;
     let started = Instant::now();
+    let clock_offset_us = clock_offset_us();
     let mut child = Command::new(&command[0])
         .args(&command[1..])
         .stdin(Stdio::null())
@@ -51,6 +63,7 @@ fn run(log_path: &str, command: &[String]) -> std::io::Result<i32> {
     let mut out = child.stdout.take().expect("piped");
     let mut stdout = std::io::stdout().lock();
     let mut tap = Tap::new();
+    tap.clock_offset_us = clock_offset_us;
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match out.read(&mut buf) {

@@ -362,8 +362,15 @@ pub fn run(
     // it from QEMU's start (entry latency, QEMU start to memory ready: the
     // log's last lines).
     let time_file = tmpdir.join("time");
-    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), std::time::Instant::now());
+    // One clock origin for the sampler and the tap's instants: the tap
+    // says how much later its own clock started (`tap::CLOCK_ORIGIN_ENV`).
+    let origin = std::time::Instant::now();
+    let origin_epoch_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin);
     let tap = Command::new(paths.tool("memboot-tap"))
+        .env(crate::tap::CLOCK_ORIGIN_ENV, origin_epoch_ns.to_string())
         .arg("--log")
         .arg(&log)
         .arg("--")

@@ -20,10 +20,12 @@
 //! Each window holds only the samples taken wholly inside it
 //! ([`usage_between`]), so neither the vCPUs' start-up before it nor what
 //! follows memory ready (the printer AP writing the log out, the first jobs
-//! posted to every AP) is counted in it. What it cannot resolve: its edges
-//! are host instants derived from the tap's arrival of the kernel's first
-//! byte, later than the kernel's entry by the tap's own wake-up latency (so
-//! both edges may be that much late), the samples are [`SAMPLE_MS`] apart,
+//! posted to every AP) is counted in it. The edges are the tap's instants
+//! moved onto the sampler's clock (the tap's starts when it starts QEMU and
+//! says how much later, `tap::clock_offset_us`). What it cannot resolve:
+//! the edges derive from the tap's arrival of the kernel's first byte,
+//! later than the kernel's entry by the tap's own wake-up latency (so both
+//! edges may be that much late), the samples are [`SAMPLE_MS`] apart,
 //! and Linux brings a running thread's `schedstat` up to date only at a
 //! scheduler tick or a switch (4 ms apart at `HZ=250`), so a thread that
 //! runs across an edge may have up to a tick counted on the wrong side of
@@ -298,8 +300,11 @@ pub fn report(samples: &[Sample], log: &Path) -> Vec<String> {
     if let Some((usage, from, to)) = usage_between(samples, 0, u64::MAX) {
         lines.push(usage_line("whole boot", &usage, (from, to), 0));
     }
-    let entry = host_timing_us(&text, "entry latency ");
-    let ready_ns = host_timing_us(&text, "memory ready ").map(|us| us * 1000);
+    // The tap's instants count from when it started QEMU, a little after
+    // the sampler's origin: moved onto the sampler's clock.
+    let offset_us = crate::tap::clock_offset_us(&text).unwrap_or(0);
+    let entry = host_timing_us(&text, "entry latency ").map(|us| us + offset_us);
+    let ready_ns = host_timing_us(&text, "memory ready ").map(|us| (us + offset_us) * 1000);
     for (start, what) in [
         (cpus_up_us(&text), "from the last CPU up to memory ready"),
         (

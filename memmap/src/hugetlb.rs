@@ -274,9 +274,15 @@ pub fn compound_head_of<B: MemmapBacking>(
 /// Write every struct page of `page` as Linux's compound page of order 18
 /// (`prep_compound_gigantic_page` + `prep_new_huge_page`, module docs):
 /// the head, then each tail, a section piece at a time. Returns the struct
-/// pages written.
-pub fn prep_gigantic<B: MemmapBacking>(
-    memmap: &mut Memmap<B>,
+/// pages written. Takes the memmap shared, as the deferred workers do:
+/// the pages belong to no chunk, pool or free block, so nothing else
+/// writes them.
+///
+/// # Safety
+/// While it runs, no other reference to a struct page of `page` may exist
+/// or be created.
+pub unsafe fn prep_gigantic<B: MemmapBacking>(
+    memmap: &Memmap<B>,
     page: &HugePage,
 ) -> Result<u64, UnbackedHugePage> {
     let unbacked = |pfn| UnbackedHugePage { pfn };
@@ -285,7 +291,9 @@ pub fn prep_gigantic<B: MemmapBacking>(
     for piece in page.pfns().section_pieces() {
         let zone = ZoneType::of_pfn(piece.start);
         let links = page_links(piece.start, zone, page.nid);
-        let pages = memmap.pages_mut(piece).ok_or(unbacked(piece.start))?;
+        // SAFETY: the caller guarantees no other reference to these pages;
+        // `head` is a copy, not a reference.
+        let pages = unsafe { memmap.pages_mut_unchecked(piece) }.ok_or(unbacked(piece.start))?;
         for (pfn, p) in (piece.start..).zip(pages.iter_mut()) {
             if pfn == head.pfn {
                 p.prep_compound_head(links);

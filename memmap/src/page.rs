@@ -145,7 +145,7 @@ pub(crate) const fn first_tail_word(order: u32) -> u64 {
 /// The flags word `set_page_links(page, zone, nid, pfn)` produces (the same
 /// encoding in every layout).
 #[inline]
-pub(crate) const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
+pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
     ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
         | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
         | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)

@@ -132,8 +132,9 @@ fn compound_pages_in<P: PageLayout>() {
     let page = r.pages[0];
     assert_eq!(page.pfn, GIB >> 12);
     let sections = crate::pfn_to_section_nr(page.pfn)..crate::pfn_to_section_nr(page.pfns().end);
-    let mut mm = Memmap::new(VecBacking::<P>::new(sections));
-    assert_eq!(prep_gigantic(&mut mm, &page), Ok(GIGANTIC_NR_PAGES));
+    let mm = Memmap::new(VecBacking::<P>::new(sections));
+    // SAFETY: nothing else refers to the test's memmap.
+    assert_eq!(unsafe { prep_gigantic(&mm, &page) }, Ok(GIGANTIC_NR_PAGES));
     let head = compound_head_of(&mm, &page).unwrap();
     let links = page_links(page.pfn, ZoneType::Dma32, 0);
     let h = mm.page(page.pfn).unwrap();

@@ -754,3 +754,51 @@ fn scan_from<B: MemmapBacking>(
     }
     out
 }
+
+#[cfg(test)]
+mod huge_page_tests {
+    use super::*;
+    use memmap::hugetlb::{prep_gigantic, reserve_gigantic, Request};
+    use memmap::memblock::MemblockConfig;
+    use memmap::page::StructPage;
+    use memmap::store::VecBacking;
+
+    const GIB: u64 = 1 << 30;
+
+    /// A 1 GiB page written by the huge-page phase passes, counted reserved;
+    /// a stray write to its head or to a tail fails, naming the page.
+    #[test]
+    fn compound_pages_pass_and_corruption_trips() {
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(0, 2 * GIB, 0).unwrap();
+        mb.reserve(0, 1 << 20).unwrap();
+        let huge = reserve_gigantic(&mut mb, &Request::Total(1)).unwrap();
+        let page = huge.pages[0];
+        let layout = ZoneLayout::new(&mb);
+        let sections =
+            memmap::pfn_to_section_nr(page.pfn)..memmap::pfn_to_section_nr(page.pfns().end);
+        let mut mm = Memmap::new(VecBacking::<StructPage>::new(sections));
+        // SAFETY: nothing else refers to the test's memmap.
+        unsafe { prep_gigantic(&mm, &page) }.unwrap();
+        let check = verify_pages(&mm, &mb, &layout, page.pfns());
+        assert!(check.is_ok(), "{check}");
+        let z = check.zone(0, ZoneType::Dma32).unwrap();
+        assert_eq!((z.reserved, z.free), (GIGANTIC_NR_PAGES, 0));
+        for victim in [page.pfn, page.pfn + 1, page.pfn + 70_000] {
+            let saved = *mm.page(victim).unwrap();
+            mm.page_mut(victim).unwrap().corrupt();
+            let check = verify_pages(&mm, &mb, &layout, page.pfns());
+            assert!(!check.is_ok());
+            assert!(
+                check.to_string().contains(&format!("pfn {victim:#x}")),
+                "{check}"
+            );
+            assert!(check.to_string().contains("1 GiB huge page"), "{check}");
+            *mm.page_mut(victim).unwrap() = saved;
+        }
+        // A tail with a refcount it should not have trips too.
+        let tail = page.pfn + 5;
+        mm.page_mut(tail).unwrap().set_refcount(1);
+        assert!(!verify_pages(&mm, &mb, &layout, page.pfns()).is_ok());
+    }
+}

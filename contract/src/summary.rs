@@ -31,7 +31,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 4;
+pub const SUMMARY_VERSION: u64 = 5;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,10 +52,14 @@ pub enum Phase {
     /// Building the buddy allocator's free-block store: the free bitmaps
     /// (`buddy=bitmaps`), before the hand-off. Since version 4.
     FreeBitmaps,
+    /// Writing the 1 GiB huge pages' struct pages as compound pages
+    /// (Linux's `gather_bootmem_prealloc`), after memory is ready. Since
+    /// version 5.
+    Hugetlb,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Memblock,
         Phase::Zones,
         Phase::Vmemmap,
@@ -67,6 +71,7 @@ impl Phase {
         Phase::AllocTest,
         Phase::Drain,
         Phase::FreeBitmaps,
+        Phase::Hugetlb,
     ];
 
     /// The name in the summary (`phases[].phase`).
@@ -83,6 +88,7 @@ impl Phase {
             Phase::AllocTest => "alloc_test",
             Phase::Drain => "drain",
             Phase::FreeBitmaps => "free_bitmaps",
+            Phase::Hugetlb => "hugetlb",
         }
     }
 
@@ -424,6 +430,15 @@ summary_schema! {
         /// (the free bitmaps; next to nothing for lists): part of the
         /// struct-page work before memory is ready. Since version 4.
         pub free_bitmaps_ns: u64,
+        /// 1 GiB huge pages reserved at boot (`hugepagesz=1G hugepages=`),
+        /// by node. Since version 5.
+        pub hugepages_1g_per_node: Cow<'a, [u64]>,
+        /// The huge-page phase: writing their struct pages as compound
+        /// pages on the boot CPU. Since version 5.
+        pub hugetlb_ns: u64,
+        /// Struct pages that phase wrote (262144 per 1 GiB page, head
+        /// included): not in `pages_initialised`. Since version 5.
+        pub hugetlb_struct_pages: u64,
     }
 }
 

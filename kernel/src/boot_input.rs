@@ -64,6 +64,10 @@ pub struct BootInput {
     /// ([`user_map`]), when it has any: what memblock gets instead. Not a
     /// key of the line: the command line carries the forms.
     pub user_map: Option<Vec<FirmwareEntry>>,
+    /// CPUID's 1 GiB pages (`pdpe1gb`), for `hugepagesz=1G`. Not a key of
+    /// the line: a replay takes them as present (the log's `HugeTLB:
+    /// unsupported hugepagesz=1G` line says when they were not).
+    pub has_1g_pages: bool,
 }
 
 impl BootInput {
@@ -98,6 +102,7 @@ impl BootInput {
             affinity: self.srat.as_deref(),
             phys_addr_bits: self.phys_addr_bits,
             under_hypervisor: self.under_hypervisor,
+            has_1g_pages: self.has_1g_pages,
             reserve,
             image: self.image,
         }
@@ -215,6 +220,7 @@ mod tests {
                 bss_bytes: 102_400,
             },
             user_map: None,
+            has_1g_pages: true,
         }
     }
 

@@ -206,22 +206,56 @@ pub(crate) fn first_deferred_pfn(mb: &Memblock, layout: &ZoneLayout, nid: NodeId
 }
 
 /// The region walk in zone order, each piece tagged with its zone: what
-/// `memmap_init()` hands to `memmap_init_zone_range()`.
+/// `memmap_init()` hands to `memmap_init_zone_range()`, less the
+/// `MEMBLOCK_RSRV_NOINIT` reservations, whose struct pages their owner
+/// writes (the 1 GiB huge pages, [`crate::hugetlb`]).
 fn region_pieces<'a>(
     mb: &'a Memblock,
     layout: &'a ZoneLayout,
 ) -> impl Iterator<Item = EagerRange> + 'a {
-    mb.mem_pfn_ranges(None).flat_map(move |(range, nid)| {
-        layout
-            .node_zones(nid)
-            .filter(|z| z.is_populated())
-            .filter_map(move |z| {
-                range.intersect(&z.span).map(|pfns| EagerRange {
-                    nid,
-                    zone: z.zone,
-                    pfns,
+    let noinit: Vec<PfnRange> = mb.noinit_ranges().collect();
+    mb.mem_pfn_ranges(None)
+        .flat_map(move |(range, nid)| {
+            layout
+                .node_zones(nid)
+                .filter(|z| z.is_populated())
+                .filter_map(move |z| {
+                    range.intersect(&z.span).map(|pfns| EagerRange {
+                        nid,
+                        zone: z.zone,
+                        pfns,
+                    })
                 })
-            })
+        })
+        .flat_map(move |piece| {
+            without(piece.pfns, &noinit)
+                .map(move |pfns| EagerRange { pfns, ..piece })
+                .collect::<Vec<_>>()
+        })
+}
+
+/// `range` less the ascending, disjoint `cut` ranges, ascending.
+fn without(range: PfnRange, cut: &[PfnRange]) -> impl Iterator<Item = PfnRange> + '_ {
+    let first = cut.partition_point(|c| c.end <= range.start);
+    let mut cursor = range.start;
+    let mut rest = cut[first..].iter().take_while(move |c| c.start < range.end);
+    core::iter::from_fn(move || loop {
+        if cursor >= range.end {
+            return None;
+        }
+        match rest.next() {
+            Some(c) if c.start > cursor => {
+                let out = PfnRange::new(cursor, c.start);
+                cursor = c.end;
+                return Some(out);
+            }
+            Some(c) => cursor = cursor.max(c.end),
+            None => {
+                let out = PfnRange::new(cursor, range.end);
+                cursor = range.end;
+                return Some(out);
+            }
+        }
     })
 }
 
@@ -427,8 +461,10 @@ fn init_per_pfn<B: MemmapBacking>(
     pageblocks: &PageblockMaps,
     inits: &mut Vec<ZoneInits>,
 ) -> Result<(), MemmapInitError> {
+    let noinit: Vec<PfnRange> = mb.noinit_ranges().collect();
     for z in layout.zones().iter().filter(|z| z.is_populated()) {
         let mut n = 0;
+        let mut cut = noinit.iter().peekable();
         let pb = pageblocks
             .get(z.nid, z.zone)
             .ok_or(MemmapInitError::NoPageblockMap {
@@ -439,6 +475,11 @@ fn init_per_pfn<B: MemmapBacking>(
             // early_pfn_valid() + early_pfn_in_nid(): one binary search
             // answers both.
             if mb.pfn_to_nid(pfn) != Some(z.nid) {
+                continue;
+            }
+            // Struct pages a NOINIT reservation's owner writes (huge pages).
+            while cut.next_if(|c| c.end <= pfn).is_some() {}
+            if cut.peek().is_some_and(|c| c.start <= pfn) {
                 continue;
             }
             memmap

@@ -14,6 +14,7 @@ extern crate alloc;
 
 pub mod firmware;
 mod holes;
+pub mod hugetlb;
 pub mod init;
 pub mod iter;
 pub mod memblock;

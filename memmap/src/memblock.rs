@@ -319,6 +319,29 @@ impl Memblock {
         )
     }
 
+    /// `memblock_reserve()` then `memblock_reserved_mark_noinit()` over the
+    /// whole range: reserved, and left alone by memmap init (rounded
+    /// outward to pages). The range must not overlap a reservation.
+    pub fn reserve_noinit(&mut self, base: u64, size: u64) -> Result<(), MemblockError> {
+        let end = self.checked_end(base, size)?;
+        self.reserved.insert(
+            page_round_down(base),
+            page_round_up(end),
+            NUMA_NO_NODE,
+            RegionFlags::RSRV_NOINIT,
+        )
+    }
+
+    /// The reserved ranges marked `MEMBLOCK_RSRV_NOINIT`, ascending: memory
+    /// whose struct pages memmap init leaves to their owner.
+    pub fn noinit_ranges(&self) -> impl Iterator<Item = PfnRange> + '_ {
+        self.reserved
+            .regions()
+            .iter()
+            .filter(|r| r.flags == RegionFlags::RSRV_NOINIT)
+            .map(|r| r.pfns())
+    }
+
     /// `memblock_remove(base, size)`: drop memory, rounded outward (any page
     /// the range touches stops being RAM).
     pub fn remove(&mut self, base: u64, size: u64) -> Result<(), MemblockError> {
@@ -382,7 +405,7 @@ impl Memblock {
     /// last fitting candidate is the highest. Like Linux it never hands out
     /// the first page (`start = max(start, PAGE_SIZE)`): address 0 reads as
     /// NULL to every caller.
-    fn find_top_down(
+    pub(crate) fn find_top_down(
         &self,
         size: u64,
         align: u64,

@@ -66,6 +66,8 @@ pub(crate) mod pg {
     pub(crate) const LRU: u32 = 4;
     pub(crate) const RESERVED: u32 = 12;
     pub(crate) const PRIVATE: u32 = 13;
+    /// `PG_head`: the head of a compound page.
+    pub(crate) const HEAD: u32 = 16;
 }
 
 /// Page types live in `_mapcount` (Linux 6.1 `PAGE_TYPE_BASE` / `PG_buddy`):
@@ -132,10 +134,18 @@ impl StructPage {
     };
 }
 
+/// The first tail's word after `compound_head` in Linux 6.1's layout:
+/// `compound_dtor` (`HUGETLB_PAGE_DTOR`), `compound_order`, two bytes of
+/// padding, `compound_mapcount` −1.
+#[inline]
+pub(crate) const fn first_tail_word(order: u32) -> u64 {
+    crate::hugetlb::HUGETLB_PAGE_DTOR as u64 | (order as u64 & 0xff) << 8 | (u32::MAX as u64) << 32
+}
+
 /// The flags word `set_page_links(page, zone, nid, pfn)` produces (the same
 /// encoding in every layout).
 #[inline]
-pub(crate) const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
+pub const fn page_links(pfn: Pfn, zone: ZoneType, nid: NodeId) -> u64 {
     ((pfn_to_section_nr(pfn) & SECTIONS_MASK) << SECTIONS_PGSHIFT)
         | ((nid as u64 & NODES_MASK) << NODES_PGSHIFT)
         | ((zone as u64 & ZONES_MASK) << ZONES_PGSHIFT)
@@ -240,6 +250,22 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// would: flip a node bit of the flags word, or the type of a page
     /// that has only a type. Verification's page scan must catch it.
     fn corrupt(&mut self);
+    /// The head of a compound page (the 1 GiB huge pages,
+    /// [`crate::hugetlb`]), as Linux 6.1's `prep_compound_gigantic_page`
+    /// leaves it: initialised for `links` (from `page_links`) with
+    /// `PG_head` and `_refcount` frozen at 0, one store of the whole page.
+    fn prep_compound_head(&mut self, links: u64);
+    /// Tail `index` (1 to 2^order − 1) of the compound page `head`,
+    /// initialised for `links`: `compound_head` names the head, `_refcount`
+    /// 0, no `PG_reserved`; the first tail also holds the folio's order and
+    /// destructor where the layout has room. One store of the whole page,
+    /// which depends on nothing but the arguments, so a check can build
+    /// the expected page and compare.
+    fn prep_compound_tail(&mut self, links: u64, head: crate::hugetlb::CompoundHead, index: u64);
+    /// Is the page what [`prep_compound_head`](Self::prep_compound_head)
+    /// wrote for `links` (its own list link aside, which must be
+    /// self-linked)?
+    fn is_compound_head(&self, links: u64) -> bool;
 
     /// Linux `__init_single_page(page, pfn, zone, nid)`: the page ends up
     /// zeroed but for its links (zone, node, section), `_refcount = 1`,
@@ -396,6 +422,20 @@ macro_rules! flags_layout_common {
         fn corrupt(&mut self) {
             *self.flags_mut() ^= 1 << NODES_PGSHIFT;
         }
+        #[inline]
+        fn prep_compound_head(&mut self, links: u64) {
+            self.init_with_flags(links | 1 << pg::HEAD, 0);
+        }
+        fn is_compound_head(&self, links: u64) -> bool {
+            let own = self.lru_addr();
+            let mut want = *self;
+            want.init_with_flags(links | 1 << pg::HEAD, 0);
+            *want.lru_mut() = ListHead {
+                next: own,
+                prev: own,
+            };
+            want == *self
+        }
     };
 }
 pub(crate) use flags_layout_common;
@@ -477,6 +517,29 @@ impl PageLayout for StructPage {
     #[inline]
     fn buddy_order(&self) -> u32 {
         self.private as u32
+    }
+    /// Linux 6.1's tail (`set_compound_head`); the first tail's union holds
+    /// `compound_dtor` (byte 16), `compound_order` (17),
+    /// `compound_mapcount` −1 (20), `compound_pincount` 0 (24) and
+    /// `compound_nr` (28), over `lru.prev` and `mapping`.
+    #[inline]
+    fn prep_compound_tail(&mut self, links: u64, head: crate::hugetlb::CompoundHead, index: u64) {
+        let (prev, mapping) = if index == 1 {
+            (first_tail_word(head.order), (1u64 << head.order) << 32)
+        } else {
+            (0, 0)
+        };
+        *self = StructPage {
+            flags: links,
+            lru: ListHead {
+                next: head.addr | 1,
+                prev,
+            },
+            mapping,
+            mapcount: -1,
+            refcount: 0,
+            ..StructPage::ZERO
+        };
     }
     /// The folio/file fields boot never sets.
     #[inline]

@@ -130,6 +130,27 @@ impl PageLayout for StructPage32 {
     fn buddy_order(&self) -> u32 {
         self.page_type & PAGE_TYPE_DATA_MASK
     }
+    /// The 64-byte tail's first 24 bytes (`compound_head`, then the first
+    /// tail's destructor, order and `compound_mapcount`); `compound_pincount`
+    /// and `compound_nr` have no room and move to the folio's memdesc
+    /// (`compound_nr` is `1 << order`).
+    #[inline]
+    fn prep_compound_tail(&mut self, links: u64, head: crate::hugetlb::CompoundHead, index: u64) {
+        let prev = if index == 1 {
+            crate::page::first_tail_word(head.order)
+        } else {
+            0
+        };
+        *self = StructPage32 {
+            flags: links,
+            lru: ListHead {
+                next: head.addr | 1,
+                prev,
+            },
+            refcount: 0,
+            page_type: PAGE_TYPE_NONE,
+        };
+    }
     /// A page with no type carries no type data either.
     #[inline]
     fn has_stray_state(&self) -> bool {

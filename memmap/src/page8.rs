@@ -15,6 +15,8 @@
 //! | `PageType::Reserved` | 13 | 0 | `PG_reserved`, `_refcount` 1 (memblock-reserved memory) |
 //! | `PageType::Hole` | 14 | 0 | `PG_reserved`, `_refcount` 1, in a hole (`init_unavailable_range`) |
 //! | `PageType::Tail` | 15 | 0 | `_refcount` 0, not `PageBuddy`: a page of a block that is not its head |
+//! | `PageType::CompoundHead` | 11 | order | `PG_head`, `_refcount` 0: the head of a 1 GiB huge page ([`crate::hugetlb`]); its folio fields belong to the folio's memdesc |
+//! | `PageType::CompoundTail` | 10 | head PFN | `compound_head`, `_refcount` 0: a tail of one (the plan's tail points at the folio's memdesc; with none at boot, the head's PFN) |
 //!
 //! The plan (kernelnewbies "MatthewWilcox/Memdescs", as it read in 2024;
 //! this machine cannot reach the page to pin a revision) reserves the low
@@ -49,6 +51,8 @@ const TYPE_MASK: u64 = (1 << TYPE_BITS) - 1;
 pub(crate) enum PageType {
     None = 0,
     Buddy = 1,
+    CompoundTail = 10,
+    CompoundHead = 11,
     Allocated = 12,
     Reserved = 13,
     Hole = 14,
@@ -56,9 +60,11 @@ pub(crate) enum PageType {
 }
 
 impl PageType {
-    const ALL: [PageType; 6] = [
+    const ALL: [PageType; 8] = [
         PageType::None,
         PageType::Buddy,
+        PageType::CompoundTail,
+        PageType::CompoundHead,
         PageType::Allocated,
         PageType::Reserved,
         PageType::Hole,
@@ -212,12 +218,23 @@ impl PageLayout for StructPage8 {
     fn buddy_order(&self) -> u32 {
         self.data() as u32
     }
-    /// A type number memboot never writes, or data on a type without any.
+    /// A type number memboot never writes, data on a type without any, or
+    /// a compound page's data no 1 GiB page has.
     #[inline]
     fn has_stray_state(&self) -> bool {
         match self.page_type() {
             None => true,
             Some(PageType::Buddy) => false,
+            // A head's order, a tail's head: a 1 GiB page's, never PFN 0.
+            Some(PageType::CompoundHead) => {
+                self.data() != u64::from(crate::hugetlb::GIGANTIC_ORDER)
+            }
+            Some(PageType::CompoundTail) => {
+                self.data() == 0
+                    || !self
+                        .data()
+                        .is_multiple_of(crate::hugetlb::GIGANTIC_NR_PAGES)
+            }
             Some(_) => self.data() != 0,
         }
     }
@@ -241,6 +258,20 @@ impl PageLayout for StructPage8 {
             private: if self.is_buddy() { self.data() } else { 0 },
             lru: None,
         }
+    }
+    #[inline]
+    fn prep_compound_head(&mut self, _links: u64) {
+        self.memdesc = (u64::from(crate::hugetlb::GIGANTIC_ORDER) << TYPE_BITS)
+            | PageType::CompoundHead.word();
+    }
+    #[inline]
+    fn prep_compound_tail(&mut self, _links: u64, head: crate::hugetlb::CompoundHead, _index: u64) {
+        self.memdesc = (head.pfn << TYPE_BITS) | PageType::CompoundTail.word();
+    }
+    fn is_compound_head(&self, links: u64) -> bool {
+        let mut want = StructPage8::ZERO;
+        want.prep_compound_head(links);
+        *self == want
     }
     /// Flip the low two type bits: a tail reads as allocated, a free head
     /// as a type memboot never writes.

@@ -26,6 +26,12 @@ impl RegionFlags {
     /// `MEMBLOCK_NOMAP`: not to be mapped by the kernel.
     #[allow(dead_code)] // Linux's flag, not set by memboot
     pub(crate) const NOMAP: RegionFlags = RegionFlags(4);
+    /// `MEMBLOCK_RSRV_NOINIT` (Linux 6.5+), on reserved regions: memmap
+    /// init leaves their struct pages alone, because their owner writes
+    /// them. memboot sets it on the 1 GiB huge pages only
+    /// ([`crate::hugetlb`]), whose struct pages the huge-page phase writes
+    /// as compound pages.
+    pub const RSRV_NOINIT: RegionFlags = RegionFlags(0x10);
 }
 
 /// One memblock region, in bytes (Linux `struct memblock_region`).

@@ -75,6 +75,9 @@ pub const PCP_FREE: &str = "pcp_free";
 /// summary's `allocatable_ns`: what runs before a boot can allocate,
 /// counted the same on any host.
 pub const TO_READY: &str = "to_ready";
+/// memboot's 1 GiB huge pages' struct pages written as compound pages
+/// (`hugepagesz=1G hugepages=N`), per struct page written.
+pub const HUGETLB: &str = "hugetlb";
 /// memboot's memory-block creation (`memory_block_lookup=` decides how each
 /// section finds its block), per boot: one call.
 pub const MEMORY_BLOCKS: &str = "memory_blocks";
@@ -173,6 +176,7 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
         MEMORY_BLOCKS,
         &["memboot_kernel::pipeline::memory_blocks::create"],
     ),
+    PhaseDef::all(HUGETLB, &["memboot_kernel::pipeline::hugetlb::prep_all"]),
     PhaseDef {
         name: TO_READY,
         functions: &["memboot_kernel::hw::boot::flow::start"],

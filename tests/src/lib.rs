@@ -451,6 +451,7 @@ mod tests {
             cmdline: String::new(),
             image: Default::default(),
             user_map: None,
+            has_1g_pages: true,
         };
         let mut line = String::new();
         write_input_line(&mut line, &input).unwrap();

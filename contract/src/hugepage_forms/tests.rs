@@ -218,7 +218,7 @@ fn hvo_is_kstrtobool_and_a_bad_value_is_malformed() {
     assert!(p.hvo && p.sizes[0].hvo);
     assert_eq!(
         p.sizes[0].to_string(),
-        "HugeTLB: command line asks for 1000 pages of 1.00 GiB, vmemmap optimisation (HVO) on (not reserved yet)"
+        "HugeTLB: command line asks for 1000 pages of 1.00 GiB, vmemmap optimisation (HVO) on"
     );
     for (value, on) in [("off", false), ("Y", true), ("0", false), ("ON", true)] {
         let p = plan_of(&format!("hugetlb_free_vmemmap={value}"), ONE_NODE);

@@ -5,7 +5,9 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use memmap::memblock::{Memblock, MemblockRegion};
+use memmap::hugetlb::{CompoundHead, GIGANTIC_NR_PAGES, GIGANTIC_ORDER};
+use memmap::memblock::{Memblock, MemblockRegion, RegionFlags};
+use memmap::page::page_links;
 use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::{UnavailableRange, ZoneLayout};
@@ -43,6 +45,14 @@ pub enum Expected {
     ListedHole,
     /// The PFN's section should have struct-page backing.
     Backed,
+    /// The head of a 1 GiB huge page (`MEMBLOCK_RSRV_NOINIT` memory).
+    CompoundHead { nid: NodeId, zone: ZoneType },
+    /// A tail of the 1 GiB huge page headed at `head`.
+    CompoundTail {
+        nid: NodeId,
+        zone: ZoneType,
+        head: Pfn,
+    },
 }
 
 impl fmt::Display for Expected {
@@ -75,6 +85,16 @@ impl fmt::Display for Expected {
             ),
             Expected::ListedHole => write!(f, "a hole inside one of the layout's unavailable ranges"),
             Expected::Backed => write!(f, "struct-page backing"),
+            Expected::CompoundHead { nid, zone } => write!(
+                f,
+                "head of a 1 GiB huge page of node {nid} zone {} (PG_head, refcount 0)",
+                zone.name()
+            ),
+            Expected::CompoundTail { nid, zone, head } => write!(
+                f,
+                "tail of the 1 GiB huge page {head:#x} of node {nid} zone {} (compound_head, refcount 0)",
+                zone.name()
+            ),
         }
     }
 }
@@ -109,6 +129,9 @@ pub enum Problem {
     Misaligned,
     /// The head's block is not wholly free memory of its node and zone.
     BlockOutsideFree,
+    /// A page of a 1 GiB huge page that is not the compound head or tail
+    /// the huge-page phase writes.
+    NotCompound,
 }
 
 impl Problem {
@@ -127,6 +150,7 @@ impl Problem {
             Problem::BadOrder => "buddy order above MAX_ORDER",
             Problem::Misaligned => "buddy head not aligned to its order",
             Problem::BlockOutsideFree => "buddy block leaves free memory of its node/zone",
+            Problem::NotCompound => "not the compound page the huge-page phase writes",
         }
     }
 }
@@ -316,8 +340,16 @@ impl fmt::Display for PageCheck {
 /// What memblock and the layout say a PFN is.
 #[derive(Clone, Copy)]
 enum Class {
-    Memory { nid: NodeId, reserved: bool },
-    Hole { nid: NodeId, zone: ZoneType },
+    /// `huge`: reserved `MEMBLOCK_RSRV_NOINIT`, a 1 GiB page's.
+    Memory {
+        nid: NodeId,
+        reserved: bool,
+        huge: bool,
+    },
+    Hole {
+        nid: NodeId,
+        zone: ZoneType,
+    },
     UnlistedHole,
 }
 
@@ -357,10 +389,11 @@ impl<'a> Classifier<'a> {
                 while self.rsv.get(self.ri).is_some_and(|r| r.pfns().end <= pfn) {
                     self.ri += 1;
                 }
-                let reserved = self.rsv.get(self.ri).is_some_and(|r| r.pfns().start <= pfn);
+                let rsv = self.rsv.get(self.ri).filter(|r| r.pfns().start <= pfn);
                 Class::Memory {
                     nid: r.nid,
-                    reserved,
+                    reserved: rsv.is_some(),
+                    huge: rsv.is_some_and(|r| r.flags == RegionFlags::RSRV_NOINIT),
                 }
             }
             _ => {
@@ -499,25 +532,69 @@ fn judge_head<P: PageLayout>(
         .map_err(|e| (exp, e))
 }
 
+/// Judge a page of a 1 GiB huge page: its head, or a tail naming it,
+/// byte for byte what `memmap::hugetlb::prep_gigantic` writes.
+fn judge_huge<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    pfn: Pfn,
+    p: &B::Page,
+    nid: NodeId,
+    zone: ZoneType,
+) -> Result<Good, (Expected, Problem)> {
+    let links = page_links(pfn, zone, nid);
+    let head = pfn & !(GIGANTIC_NR_PAGES - 1);
+    let (expected, ok) = if head == pfn {
+        (
+            Expected::CompoundHead { nid, zone },
+            p.is_compound_head(links),
+        )
+    } else {
+        let expected = Expected::CompoundTail { nid, zone, head };
+        let ok = memmap.page(head).is_some_and(|h| {
+            let head = CompoundHead {
+                pfn: head,
+                addr: h as *const B::Page as u64,
+                order: GIGANTIC_ORDER,
+            };
+            let mut want = B::Page::ZERO;
+            want.prep_compound_tail(links, head, pfn - head.pfn);
+            *p == want
+        });
+        (expected, ok)
+    };
+    if ok {
+        Ok(Good::Reserved)
+    } else {
+        Err((expected, Problem::NotCompound))
+    }
+}
+
 /// Judge one page and update the open block (whether or not the PFN is
 /// counted, so that a scan's state does not depend on where it started).
 #[inline]
-fn judge<P: PageLayout>(
+fn judge<B: MemmapBacking>(
+    memmap: &Memmap<B>,
     cls: &mut Classifier<'_>,
     open: &mut Option<OpenBlock>,
     pfn: Pfn,
-    p: &P,
+    p: &B::Page,
 ) -> Verdict {
     let in_block = open.filter(|b| pfn < b.end);
     if in_block.is_none() {
         *open = None;
     }
     match cls.classify(pfn) {
-        Class::Memory { nid, reserved } => {
+        Class::Memory {
+            nid,
+            reserved,
+            huge,
+        } => {
             let zone = ZoneType::of_pfn(pfn);
             let links_ok = p.links_match(pfn, zone, nid);
             let key = Some((nid, zone, true));
-            let outcome = if reserved {
+            let outcome = if huge {
+                judge_huge(memmap, pfn, p, nid, zone)
+            } else if reserved {
                 // A valid head's block is wholly free memory, so no open
                 // block covers a reserved page.
                 check_reserved(p, links_ok, false)
@@ -642,7 +719,7 @@ fn scan_from<B: MemmapBacking>(
                 continue;
             };
             for (pfn, p) in (piece.start..).zip(pages) {
-                let v = judge(&mut cls, &mut open, pfn, p);
+                let v = judge(memmap, &mut cls, &mut open, pfn, p);
                 if pfn < range.start {
                     continue;
                 }
@@ -676,4 +753,52 @@ fn scan_from<B: MemmapBacking>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod huge_page_tests {
+    use super::*;
+    use memmap::hugetlb::{prep_gigantic, reserve_gigantic, Request};
+    use memmap::memblock::MemblockConfig;
+    use memmap::page::StructPage;
+    use memmap::store::VecBacking;
+
+    const GIB: u64 = 1 << 30;
+
+    /// A 1 GiB page written by the huge-page phase passes, counted reserved;
+    /// a stray write to its head or to a tail fails, naming the page.
+    #[test]
+    fn compound_pages_pass_and_corruption_trips() {
+        let mut mb = Memblock::new(MemblockConfig::default()).unwrap();
+        mb.add(0, 2 * GIB, 0).unwrap();
+        mb.reserve(0, 1 << 20).unwrap();
+        let huge = reserve_gigantic(&mut mb, &Request::Total(1)).unwrap();
+        let page = huge.pages[0];
+        let layout = ZoneLayout::new(&mb);
+        let sections =
+            memmap::pfn_to_section_nr(page.pfn)..memmap::pfn_to_section_nr(page.pfns().end);
+        let mut mm = Memmap::new(VecBacking::<StructPage>::new(sections));
+        // SAFETY: nothing else refers to the test's memmap.
+        unsafe { prep_gigantic(&mm, &page) }.unwrap();
+        let check = verify_pages(&mm, &mb, &layout, page.pfns());
+        assert!(check.is_ok(), "{check}");
+        let z = check.zone(0, ZoneType::Dma32).unwrap();
+        assert_eq!((z.reserved, z.free), (GIGANTIC_NR_PAGES, 0));
+        for victim in [page.pfn, page.pfn + 1, page.pfn + 70_000] {
+            let saved = *mm.page(victim).unwrap();
+            mm.page_mut(victim).unwrap().corrupt();
+            let check = verify_pages(&mm, &mb, &layout, page.pfns());
+            assert!(!check.is_ok());
+            assert!(
+                check.to_string().contains(&format!("pfn {victim:#x}")),
+                "{check}"
+            );
+            assert!(check.to_string().contains("1 GiB huge page"), "{check}");
+            *mm.page_mut(victim).unwrap() = saved;
+        }
+        // A tail with a refcount it should not have trips too.
+        let tail = page.pfn + 5;
+        mm.page_mut(tail).unwrap().set_refcount(1);
+        assert!(!verify_pages(&mm, &mb, &layout, page.pfns()).is_ok());
+    }
 }

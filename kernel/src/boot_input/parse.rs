@@ -142,6 +142,7 @@ pub fn from_json(json: &str) -> Result<BootInput, InputLineError> {
             bss_bytes: image.u64("bss_bytes")?,
         },
         user_map,
+        has_1g_pages: true,
     })
 }
 

@@ -6,6 +6,7 @@ use alloc::string::String;
 use core::fmt;
 
 use deferred_init::{DeferredInitError, FreeError, PlanError};
+use memmap::hugetlb::UnbackedHugePage;
 use memmap::init::MemmapInitError;
 use memmap::memblock::MemblockError;
 use memmap::memory_block::BlockError;
@@ -30,6 +31,8 @@ pub enum PipelineError {
     TestFault(FaultNotApplied),
     /// Starting the other CPUs, or waiting for them ([`super::seams::CpuBringup`]).
     Smp(SmpError),
+    /// Writing a 1 GiB huge page's struct pages.
+    Hugetlb(UnbackedHugePage),
 }
 
 impl PipelineError {
@@ -47,6 +50,7 @@ impl PipelineError {
             PipelineError::Verify(_) => "verify",
             PipelineError::TestFault(_) => "bad_option",
             PipelineError::Smp(_) => "smp",
+            PipelineError::Hugetlb(_) => "memmap",
         }
     }
 }
@@ -68,6 +72,7 @@ impl fmt::Display for PipelineError {
             PipelineError::Verify(e) => write!(f, "{e}"),
             PipelineError::TestFault(e) => write!(f, "{e}"),
             PipelineError::Smp(e) => write!(f, "{e}"),
+            PipelineError::Hugetlb(e) => write!(f, "{e}"),
         }
     }
 }

@@ -16,6 +16,9 @@ pub struct Input<'a> {
     pub phys_addr_bits: u32,
     /// CPUID's hypervisor bit (Linux sizes memory blocks by it).
     pub under_hypervisor: bool,
+    /// CPUID's 1 GiB pages (`pdpe1gb`): without them `hugepagesz=1G` is
+    /// ignored, as Linux ignores it.
+    pub has_1g_pages: bool,
     pub reserve: &'a [EarlyReservation],
     /// The kernel image's parts, for Linux's `Memory:` line.
     pub image: ImageSizes,

@@ -8,12 +8,14 @@
 //! | module | from → to |
 //! |---|---|
 //! | [`memblock`] | firmware map + SRAT + early reservations → `Memblock` |
+//! | [`hugetlb::reserve`] | `hugepagesz=1G hugepages=N` → 1 GiB pages reserved no-init in memblock, and memboot's record of them |
 //! | [`zones`] | memblock → `ZoneLayout` (zones, present sections) |
 //! | [`vmemmap`] | present sections → node-local struct-page storage |
 //! | [`eager_memmap`] | the `memmap=` mode → struct pages the boot CPU initialises |
 //! | [`buddy_handoff`] | deferred ranges → worker plan; the buddy free lists, which `run` owns; eager free pages → the lists; deferred init set up as their client and growth source, and the `PageAllocator` the later steps allocate from |
 //! | [`deferred_workers`] or [`ondemand_pool`] | workers on each node's CPUs initialise the rest, or it goes to the allocator untouched; memory is ready. Either has the boot CPU create the memory blocks meanwhile ([`memory_blocks::create_timed`]) |
 //! | [`memory_blocks`] | the memory-block devices reported, and Linux's `Memory:` line |
+//! | [`hugetlb::run`] | the 1 GiB pages' struct pages written as compound pages (timed phase `hugetlb`) |
 //! | [`alloc_workload`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
 //! | [`pool_after_boot`] | `ondemand_drain=on`'s drain; what the pool and growth came to |
 //! | [`vmemmap::report_first_use`] | how much of the vmemmap first use mapped (`ondemand`) |
@@ -43,6 +45,7 @@ pub mod facts;
 pub mod fault_hooks;
 #[cfg(feature = "host")]
 pub mod host_seams;
+pub mod hugetlb;
 pub mod input;
 pub mod memblock;
 pub mod memory_blocks;
@@ -56,6 +59,7 @@ pub mod zones;
 
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memboot_contract::option_values::StructPageSize;
+use memmap::hugetlb::Reservation;
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
@@ -93,16 +97,18 @@ pub fn run<M: VmemmapMapper>(
     faults: &FaultHooks,
 ) -> Result<(), PipelineError> {
     let cx = context(input, &machine, facts, faults);
-    let mb = memblock::run(&cx, input)?;
+    let mut mb = memblock::run(&cx, input)?;
+    let huge = hugetlb::reserve(&cx, input, &mut mb)?;
+    let huge = huge.as_ref();
     let layout = zones::run(&cx, &mb);
     if cx.opts.console == Console::Direct {
         // Seeing how far a boot got matters more here than first-run cost.
         zones::log(cx.log, &layout, &mb, cx.opts.struct_page.bytes());
     }
     match input.opts.struct_page {
-        StructPageSize::Bytes64 => run_memmap::<M, StructPage>(&cx, machine, mb, &layout),
-        StructPageSize::Bytes32 => run_memmap::<M, StructPage32>(&cx, machine, mb, &layout),
-        StructPageSize::Bytes8 => run_memmap::<M, StructPage8>(&cx, machine, mb, &layout),
+        StructPageSize::Bytes64 => run_memmap::<M, StructPage>(&cx, machine, mb, &layout, huge),
+        StructPageSize::Bytes32 => run_memmap::<M, StructPage32>(&cx, machine, mb, &layout, huge),
+        StructPageSize::Bytes8 => run_memmap::<M, StructPage8>(&cx, machine, mb, &layout, huge),
     }
 }
 
@@ -112,6 +118,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     machine: Machine<'_, M>,
     mut mb: Memblock,
     layout: &ZoneLayout,
+    huge: Option<&Reservation>,
 ) -> Result<(), PipelineError> {
     // Declared before the memmap, so it outlives the backing that maps
     // sections through it on first use.
@@ -139,6 +146,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     start(StartCpus::WhenMemoryReady)?;
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
+    hugetlb::run(cx, &memmap, huge, layout.nodes().len())?;
     alloc_workload::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
     vmemmap::report_first_use(cx, &memmap, &sections)?;

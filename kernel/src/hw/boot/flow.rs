@@ -304,6 +304,7 @@ fn boot(handoff: &'static Handoff) -> Result<(), BootError> {
         cmdline,
         image: kernel_image_sizes(),
         user_map,
+        has_1g_pages: crate::hw::cpu::has_1gib_pages(),
     });
     // console=direct is for seeing how far a boot got: the report goes out
     // now rather than where the boot CPU stops working alone.

@@ -1,0 +1,310 @@
+//! 1 GiB (gigantic) huge pages reserved from memblock at boot, and their
+//! struct pages written as Linux's compound pages.
+//!
+//! # Reservation ([`reserve_gigantic`])
+//! Linux's `hugetlb_hstate_alloc_pages` → `alloc_bootmem_huge_page`
+//! (mm/hugetlb.c): each page is one `memblock_alloc_try_nid_raw(1 GiB,
+//! 1 GiB, …, nid)`, the highest 1 GiB-aligned frame of free memory.
+//! - A total ([`Request::Total`]) goes round-robin over the nodes with
+//!   memory (`for_each_node_mask_to_alloc` from the first), each page on
+//!   its turn's node or, when that node has no room, on any node (the
+//!   `try_nid` fallback); the first page that fits nowhere ends it.
+//! - Per node ([`Request::PerNode`]) each node gets its count on that node
+//!   only, as Linux since 6.15 allocates it (`memblock_alloc_exact_nid_raw`;
+//!   6.1 and 6.12 fall back to any node here too).
+//!
+//! What does not fit is a [`Shortfall`], printed as Linux's warning line;
+//! the boot goes on with what fitted. Since the frames are 1 GiB-aligned
+//! and a page takes one frame of one node's free memory, the pages granted
+//! are `min(asked, frames free)` per node, or over all nodes for a total.
+//!
+//! The reservation is made before the zones and the vmemmap, as Linux 7.3
+//! makes it (6.1 and 6.12 make it after `sparse_init()`, when the vmemmap
+//! already holds the top of each node), and marked `MEMBLOCK_RSRV_NOINIT`
+//! whole ([`Memblock::reserve_noinit`]): memmap init, the deferred workers
+//! and the on-demand pool leave the pages alone, and the huge-page phase
+//! writes every struct page of them once ([`prep_gigantic`]), as Linux
+//! 6.12's `gather_bootmem_prealloc` writes the tails (6.12 still has
+//! `memmap_init_reserved_pages` write the head first; here one writer
+//! owns all of it).
+//!
+//! # The record
+//! Linux ≤ 6.12 keeps each page's `struct huge_bootmem_page` in the first
+//! bytes of the huge page itself. memboot writes nothing inside a huge
+//! page: its record is [`Reservation::pages`], a vector on the kernel heap
+//! (16 bytes a page), and the `RSRV_NOINIT` regions of memblock.
+//!
+//! # Compound pages ([`PageLayout::prep_compound_head`] and `_tail`)
+//! As Linux 6.1's `prep_compound_gigantic_page` and `prep_new_huge_page`
+//! leave them before `free_huge_page` queues them: the head has `PG_head`
+//! and `_refcount` 0; every tail has `compound_head` = the head's address
+//! | 1 and `_refcount` 0, `PG_reserved` clear; the first tail holds the
+//! folio's destructor (`HUGETLB_PAGE_DTOR`), order 18, `compound_mapcount`
+//! −1, `compound_pincount` 0 and `compound_nr` 262144 where the layout has
+//! room ([`crate::page`], [`crate::page32`], [`crate::page8`] say where).
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::memblock::{Memblock, MemblockError};
+use crate::page::{page_links, PageLayout};
+use crate::store::{Memmap, MemmapBacking};
+use crate::{NodeId, Pfn, PfnRange, ZoneType, PAGE_SHIFT};
+
+/// The order of a 1 GiB page: 2^18 pages of 4 KiB.
+pub const GIGANTIC_ORDER: u32 = 18;
+/// Base pages in a 1 GiB page.
+pub const GIGANTIC_NR_PAGES: u64 = 1 << GIGANTIC_ORDER;
+/// Bytes in a 1 GiB page.
+pub const GIGANTIC_BYTES: u64 = GIGANTIC_NR_PAGES << PAGE_SHIFT;
+/// Linux 6.1's `HUGETLB_PAGE_DTOR` (`enum compound_dtor_id`), the first
+/// tail's `compound_dtor` once `prep_new_huge_page` ran.
+pub const HUGETLB_PAGE_DTOR: u8 = 2;
+
+/// How many 1 GiB pages the command line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Spread round-robin over the nodes with memory.
+    Total(u64),
+    /// `(node, pages)`, each on that node only.
+    PerNode(Vec<(NodeId, u64)>),
+}
+
+/// One reserved 1 GiB page: its first PFN (1 GiB-aligned) and its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HugePage {
+    pub pfn: Pfn,
+    pub nid: NodeId,
+}
+
+impl HugePage {
+    pub fn pfns(&self) -> PfnRange {
+        PfnRange::new(self.pfn, self.pfn + GIGANTIC_NR_PAGES)
+    }
+}
+
+/// Fewer pages than asked: Linux's warning, as its line reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shortfall {
+    /// A total: `asked`, `allocated` over all nodes.
+    Total { asked: u64, allocated: u64 },
+    /// One node of a per-node request.
+    Node {
+        nid: NodeId,
+        asked: u64,
+        allocated: u64,
+    },
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Shortfall::Total { asked, allocated } => write!(
+                f,
+                "HugeTLB: allocating {asked} of page size 1.00 GiB failed.  Only allocated {allocated} hugepages."
+            ),
+            Shortfall::Node {
+                nid,
+                asked,
+                allocated,
+            } => write!(
+                f,
+                "HugeTLB: allocating {asked} of page size 1.00 GiB failed node{nid}.  Only allocated {allocated} hugepages."
+            ),
+        }
+    }
+}
+
+/// What [`reserve_gigantic`] reserved: memboot's record of the pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// The pages, ascending by PFN.
+    pub pages: Vec<HugePage>,
+    /// What did not fit, in Linux's order (per node: by node).
+    pub shortfalls: Vec<Shortfall>,
+}
+
+impl Reservation {
+    /// Pages per node, `nr_nodes` entries (node ids `0..nr_nodes`).
+    pub fn per_node(&self, nr_nodes: usize) -> Vec<u64> {
+        let mut out = alloc::vec![0u64; nr_nodes];
+        for p in &self.pages {
+            if let Some(n) = out.get_mut(p.nid as usize) {
+                *n += 1;
+            }
+        }
+        out
+    }
+
+    /// Linux's `report_hugepages` line for the size.
+    pub fn registered_line(&self) -> RegisteredLine {
+        RegisteredLine(self.pages.len() as u64)
+    }
+}
+
+/// `HugeTLB: registered 1.00 GiB page size, pre-allocated N pages`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisteredLine(pub u64);
+
+impl fmt::Display for RegisteredLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "HugeTLB: registered 1.00 GiB page size, pre-allocated {} pages",
+            self.0
+        )
+    }
+}
+
+/// One `memblock_alloc_*_nid_raw(1 GiB, 1 GiB)`: the highest aligned free
+/// frame on `nid` (then anywhere, unless `exact`), reserved no-init.
+fn alloc_one(
+    mb: &mut Memblock,
+    nid: NodeId,
+    exact: bool,
+) -> Result<Option<HugePage>, MemblockError> {
+    let limit = 1u64 << mb.phys_addr_bits();
+    let found = mb
+        .find_top_down(GIGANTIC_BYTES, GIGANTIC_BYTES, 0, limit, Some(nid))
+        .or_else(|| {
+            (!exact)
+                .then(|| mb.find_top_down(GIGANTIC_BYTES, GIGANTIC_BYTES, 0, limit, None))
+                .flatten()
+        });
+    let Some(base) = found else {
+        return Ok(None);
+    };
+    mb.reserve_noinit(base, GIGANTIC_BYTES)?;
+    let pfn = base >> PAGE_SHIFT;
+    let nid = mb.pfn_to_nid(pfn).unwrap_or(nid);
+    Ok(Some(HugePage { pfn, nid }))
+}
+
+/// Reserve the 1 GiB pages `request` asks for from `mb` (module docs).
+/// Never fails for lack of room: that is a [`Shortfall`]; an error is a
+/// memblock table that cannot take another region.
+pub fn reserve_gigantic(
+    mb: &mut Memblock,
+    request: &Request,
+) -> Result<Reservation, MemblockError> {
+    let mut out = Reservation::default();
+    match request {
+        Request::Total(asked) => {
+            let nodes = mb.node_ids();
+            let mut allocated = 0;
+            while allocated < *asked && !nodes.is_empty() {
+                let nid = nodes[(allocated % nodes.len() as u64) as usize];
+                match alloc_one(mb, nid, false)? {
+                    Some(page) => out.pages.push(page),
+                    None => break,
+                }
+                allocated += 1;
+            }
+            if allocated < *asked {
+                out.shortfalls.push(Shortfall::Total {
+                    asked: *asked,
+                    allocated,
+                });
+            }
+        }
+        Request::PerNode(nodes) => {
+            let mut nodes = nodes.clone();
+            nodes.sort_unstable();
+            for (nid, asked) in nodes {
+                let mut allocated = 0;
+                while allocated < asked {
+                    match alloc_one(mb, nid, true)? {
+                        Some(page) => out.pages.push(page),
+                        None => break,
+                    }
+                    allocated += 1;
+                }
+                if allocated < asked {
+                    out.shortfalls.push(Shortfall::Node {
+                        nid,
+                        asked,
+                        allocated,
+                    });
+                }
+            }
+        }
+    }
+    out.pages.sort_unstable();
+    Ok(out)
+}
+
+/// The head of a compound page, as its tails name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompoundHead {
+    pub pfn: Pfn,
+    /// The head struct page's address (what `compound_head` holds, | 1).
+    pub addr: u64,
+    pub order: u32,
+}
+
+/// Why a huge page's struct pages could not be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnbackedHugePage {
+    pub pfn: Pfn,
+}
+
+impl fmt::Display for UnbackedHugePage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "hugetlb: the struct pages of pfn {:#x} have no backing; map the vmemmap of every present section before preparing huge pages",
+            self.pfn
+        )
+    }
+}
+
+/// The head's address as its tails must name it, if backed.
+pub fn compound_head_of<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    page: &HugePage,
+) -> Option<CompoundHead> {
+    let head = memmap.page(page.pfn)?;
+    Some(CompoundHead {
+        pfn: page.pfn,
+        addr: head as *const B::Page as u64,
+        order: GIGANTIC_ORDER,
+    })
+}
+
+/// Write every struct page of `page` as Linux's compound page of order 18
+/// (`prep_compound_gigantic_page` + `prep_new_huge_page`, module docs):
+/// the head, then each tail, a section piece at a time. Returns the struct
+/// pages written. Takes the memmap shared, as the deferred workers do:
+/// the pages belong to no chunk, pool or free block, so nothing else
+/// writes them.
+///
+/// # Safety
+/// While it runs, no other reference to a struct page of `page` may exist
+/// or be created.
+pub unsafe fn prep_gigantic<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    page: &HugePage,
+) -> Result<u64, UnbackedHugePage> {
+    let unbacked = |pfn| UnbackedHugePage { pfn };
+    let head = compound_head_of(memmap, page).ok_or(unbacked(page.pfn))?;
+    let mut written = 0;
+    for piece in page.pfns().section_pieces() {
+        let zone = ZoneType::of_pfn(piece.start);
+        let links = page_links(piece.start, zone, page.nid);
+        // SAFETY: the caller guarantees no other reference to these pages;
+        // `head` is a copy, not a reference.
+        let pages = unsafe { memmap.pages_mut_unchecked(piece) }.ok_or(unbacked(piece.start))?;
+        for (pfn, p) in (piece.start..).zip(pages.iter_mut()) {
+            if pfn == head.pfn {
+                p.prep_compound_head(links);
+            } else {
+                p.prep_compound_tail(links, head, pfn - head.pfn);
+            }
+        }
+        written += piece.nr_pages();
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests;

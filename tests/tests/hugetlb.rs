@@ -1,0 +1,104 @@
+//! `hugepagesz=1G hugepages=N` booted for real: the pages reserved node by
+//! node, 1 GiB-aligned, out of the buddy allocator, their struct pages
+//! written as compound pages and verified; more than fits is Linux's
+//! warning and a boot that goes on. The free page count is checked against
+//! the model of the boot's own logged firmware map, not a constant.
+
+use std::time::Duration;
+
+use memboot_tests::{boot, exit_code, Boot};
+
+/// Base pages in a 1 GiB page.
+const GIGANTIC_PAGES: u64 = 1 << 18;
+
+fn per_node(b: &Boot) -> Vec<u64> {
+    b.summary_json()["hugepages_1g_per_node"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hugepages_1g_per_node\n{}", b.describe()))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+/// A boot with `reserved` 1 GiB pages: verified, out of the free pages,
+/// written as compound pages.
+fn assert_reserved(b: &Boot, reserved: u64) {
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    assert!(b.has_message("verify: ok"), "{}", b.describe());
+    assert_eq!(per_node(b).iter().sum::<u64>(), reserved);
+    let line = format!("HugeTLB: registered 1.00 GiB page size, pre-allocated {reserved} pages");
+    assert!(b.has_message(&line), "{line}\n{}", b.describe());
+    let s = b.summary_json();
+    assert_eq!(
+        s["hugetlb_struct_pages"].as_u64(),
+        Some(reserved * GIGANTIC_PAGES)
+    );
+    assert!(s["hugetlb_ns"].as_u64().unwrap() > 0);
+    // The model's free pages are present − reserved of the logged map, no
+    // huge pages: they come out of exactly those.
+    let model = b.model();
+    assert_eq!(b.summary().present_pages, b.firmware_ram_pages());
+    assert_eq!(
+        b.summary().free_pages,
+        model.facts().free_pages - reserved * GIGANTIC_PAGES,
+        "{}",
+        b.describe()
+    );
+    // Every present page is initialised by init or by the huge-page phase.
+    assert_eq!(
+        b.summary().eager_pages + b.summary().deferred_pages + reserved * GIGANTIC_PAGES,
+        b.summary().present_pages
+    );
+}
+
+#[test]
+fn four_1g_pages_two_per_node() {
+    let b = boot(
+        &["-m", "8G", "--nodes", "2"],
+        &["hugepagesz=1G", "hugepages=4"],
+        Duration::from_secs(300),
+    );
+    assert_reserved(&b, 4);
+    assert_eq!(per_node(&b), [2, 2], "{}", b.describe());
+    // 1 GiB-aligned: the head of each is what verify names, and the
+    // verify lines count them reserved, never free.
+    assert!(!b.has_message("HugeTLB: allocating"), "{}", b.describe());
+}
+
+#[test]
+fn more_than_fits_warns_and_boots() {
+    let b = boot(
+        &["-m", "8G", "--nodes", "2"],
+        &["hugepagesz=1G", "hugepages=12"],
+        Duration::from_secs(300),
+    );
+    let got: u64 = per_node(&b).iter().sum();
+    assert!(got > 0 && got < 12, "{}", b.describe());
+    let warning = format!(
+        "HugeTLB: allocating 12 of page size 1.00 GiB failed.  Only allocated {got} hugepages."
+    );
+    assert!(b.has_message(&warning), "{warning}\n{}", b.describe());
+    assert_reserved(&b, got);
+}
+
+#[test]
+fn per_node_counts_on_ondemand_and_8_byte_pages() {
+    let b = boot(
+        &["-m", "8G", "--nodes", "2"],
+        &[
+            "memmap=ondemand",
+            "struct_page=8",
+            "hugepagesz=1G",
+            "hugepages=0:1,1:2",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    assert_eq!(per_node(&b), [1, 2], "{}", b.describe());
+    assert_eq!(
+        b.summary_json()["hugetlb_struct_pages"].as_u64(),
+        Some(3 * GIGANTIC_PAGES)
+    );
+}

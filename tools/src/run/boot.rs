@@ -317,6 +317,55 @@ fn booted_as(c: &Checked) -> String {
     }
 }
 
+/// Run `qemu` under the serial tap, GNU time and `timeout`, sampling its
+/// threads' CPU time, and end the log with what they measured; QEMU's
+/// exit status as the tap saw it.
+///
+/// GNU time outside timeout: wait4() reports the largest RSS among
+/// timeout and its waited-for child, i.e. QEMU's own peak resident
+/// memory, and QEMU's minor page faults (its first touches of guest RAM
+/// among them). The tap around it passes the serial output on and times
+/// it from QEMU's start (entry latency, QEMU start to memory ready: the
+/// log's last lines).
+fn run_tapped(paths: &Paths, tmpdir: &Path, log: &Path, qemu: &[String], timeout_s: u64) -> i32 {
+    let time_file = tmpdir.join("time");
+    // One clock origin for the sampler and the tap's instants: the tap
+    // says how much later its own clock started (`tap::CLOCK_ORIGIN_ENV`).
+    let origin = std::time::Instant::now();
+    let origin_epoch_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin);
+    let tap = Command::new(paths.tool("memboot-tap"))
+        .env(crate::tap::CLOCK_ORIGIN_ENV, origin_epoch_ns.to_string())
+        .arg("--log")
+        .arg(log)
+        .arg("--")
+        .args(["/usr/bin/time", "-f", "%M %R", "-o"])
+        .arg(&time_file)
+        .args(["timeout", "--kill-after=10", &timeout_s.to_string()])
+        .args(qemu)
+        .stdin(Stdio::null())
+        .spawn();
+    let status = match tap {
+        Ok(mut tap) => wait_as_a_shell(&mut tap, tmpdir),
+        Err(e) => {
+            note(&format!(
+                "cannot run {}: {e}",
+                paths.tool("memboot-tap").display()
+            ));
+            127
+        }
+    };
+    let samples = sampler.finish();
+    host_state::record_exit();
+    report_time(&time_file, log);
+    for line in cpu_time::report(&samples, log) {
+        note_and_log(log, &line);
+    }
+    status
+}
+
 /// Boot `qemu` for `c`; the exit code. `invocation`: the command the user
 /// typed, for the provenance lines.
 pub fn run(
@@ -355,48 +404,7 @@ pub fn run(
     append(&log, &provenance);
     note(&booting(c));
 
-    // GNU time outside timeout: wait4() reports the largest RSS among
-    // timeout and its waited-for child, i.e. QEMU's own peak resident
-    // memory, and QEMU's minor page faults (its first touches of guest RAM
-    // among them). The tap around it passes the serial output on and times
-    // it from QEMU's start (entry latency, QEMU start to memory ready: the
-    // log's last lines).
-    let time_file = tmpdir.join("time");
-    // One clock origin for the sampler and the tap's instants: the tap
-    // says how much later its own clock started (`tap::CLOCK_ORIGIN_ENV`).
-    let origin = std::time::Instant::now();
-    let origin_epoch_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin);
-    let tap = Command::new(paths.tool("memboot-tap"))
-        .env(crate::tap::CLOCK_ORIGIN_ENV, origin_epoch_ns.to_string())
-        .arg("--log")
-        .arg(&log)
-        .arg("--")
-        .args(["/usr/bin/time", "-f", "%M %R", "-o"])
-        .arg(&time_file)
-        .args(["timeout", "--kill-after=10", &args.timeout_s.to_string()])
-        .args(qemu)
-        .stdin(Stdio::null())
-        .spawn();
-    let status = match tap {
-        Ok(mut tap) => wait_as_a_shell(&mut tap, tmpdir),
-        Err(e) => {
-            note(&format!(
-                "cannot run {}: {e}",
-                paths.tool("memboot-tap").display()
-            ));
-            127
-        }
-    };
-    let samples = sampler.finish();
-    host_state::record_exit();
-    report_time(&time_file, &log);
-    for line in cpu_time::report(&samples, &log) {
-        note_and_log(&log, &line);
-    }
-
+    let status = run_tapped(paths, tmpdir, &log, qemu, args.timeout_s);
     // A boot that failed says so by its own code; one that did not, by a
     // missing profile or one above its baseline.
     let booted = status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0);

@@ -600,15 +600,7 @@ fn memparse(text: &str) -> Option<u64> {
     } else {
         u64::from_str_radix(&body[..len], radix).ok()?
     };
-    let shift = match body[len..].chars().next().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => 10,
-        Some('M') => 20,
-        Some('G') => 30,
-        Some('T') => 40,
-        Some('P') => 50,
-        Some('E') => 60,
-        _ => 0,
-    };
+    let shift = crate::memmap_forms::suffix_shift(&body[len..]).unwrap_or(0);
     n.checked_mul(1 << shift)
 }
 

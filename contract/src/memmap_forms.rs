@@ -154,17 +154,25 @@ fn memparse(text: &str) -> Result<(u64, &str), FormError> {
     }
     let n = u64::from_str_radix(&body[..len], radix).map_err(|_| FormError::Overflow)?;
     let rest = &body[len..];
-    let shift = match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => 10,
-        Some('M') => 20,
-        Some('G') => 30,
-        Some('T') => 40,
-        Some('P') => 50,
-        Some('E') => 60,
-        _ => return Ok((n, rest)),
+    let Some(shift) = suffix_shift(rest) else {
+        return Ok((n, rest));
     };
     let bytes = n.checked_mul(1 << shift).ok_or(FormError::Overflow)?;
     Ok((bytes, &rest[1..]))
+}
+
+/// The shift of `memparse()`'s size suffix at the start of `rest` (`K`
+/// 10 … `E` 60, either case); `None` without one.
+pub(crate) fn suffix_shift(rest: &str) -> Option<u32> {
+    match rest.chars().next().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => Some(10),
+        Some('M') => Some(20),
+        Some('G') => Some(30),
+        Some('T') => Some(40),
+        Some('P') => Some(50),
+        Some('E') => Some(60),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -186,6 +186,22 @@ fn boot(profile: &Value, pages_initialised: Option<u64>) -> Boot {
     }
 }
 
+/// The profiles of `entry`'s counted boots at `size` in `dir`
+/// (`SIZE-ENTRY-counted-K.profile.json`, K from 1 until one is missing),
+/// each with its K.
+fn counted_profiles(dir: &Path, size: &str, entry: &str) -> Result<Vec<(u32, Value)>, String> {
+    let mut out = Vec::new();
+    for k in 1.. {
+        let path = profile_path(dir, size, entry, k);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            break;
+        };
+        let v = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
 /// What the seeds table reads of one counted boot: a phase's
 /// instructions (spin-waits left out), and deferred init by node.
 #[derive(Clone, Debug, PartialEq)]
@@ -212,13 +228,7 @@ impl SeedCounts {
 /// the run counted none.
 pub fn seed_counts(dir: &Path, size: &str, entry: &str) -> Result<Vec<SeedCounts>, String> {
     let mut out = Vec::new();
-    for k in 1.. {
-        let path = profile_path(dir, size, entry, k);
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            break;
-        };
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    for (_, v) in counted_profiles(dir, size, entry)? {
         let phase_insns = v["phases"]
             .as_array()
             .into_iter()
@@ -253,13 +263,7 @@ fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
     for size in plan.sizes {
         for entry in plan.entries {
             let mut boots = Vec::new();
-            for k in 1.. {
-                let path = profile_path(dir, size, entry, k);
-                let Ok(text) = std::fs::read_to_string(&path) else {
-                    break;
-                };
-                let v: Value =
-                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            for (k, v) in counted_profiles(dir, size, entry)? {
                 let log = dir.join(counted_log_name(size, entry, k));
                 let log =
                     std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;

@@ -6,11 +6,11 @@
 //! counts follow lock contention between CPUs) are shown, not gated.
 //!
 //! A small phase is also gated in absolute terms: its heap calls walk a
-//! hole list whose length follows what other CPUs allocated first, so the
-//! same code counts a few hundred instructions more or less from boot to
-//! boot (the 1G free-bitmaps phase: ~3,500 instructions, 1 % of which is one
-//! such walk). A figure exceeds the baseline only when the whole phase's
-//! excess is also above [`NOISE_FLOOR`].
+//! hole list whose length any earlier allocation changes, so a change that
+//! allocates elsewhere moves it by a few hundred instructions (the 1G
+//! free-bitmaps phase: ~3,500 instructions, 1 % of which is one such walk).
+//! A figure exceeds the baseline only when the whole phase's excess is also
+//! above [`NOISE_FLOOR`].
 
 use crate::report::{PhaseProfile, Profile};
 

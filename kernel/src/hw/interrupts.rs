@@ -420,21 +420,40 @@ pub fn init(end_boot: fn(&'static str) -> !) {
     load_idt(*code);
 }
 
-/// Load a GDT and TSS of this application processor's own, with IST stacks
-/// of its own (heap, never freed), and the shared IDT: an exception on an AP
-/// is reported like one on the boot CPU. Runs on the AP, once.
-pub fn init_ap() {
+/// An application processor's own GDT and TSS, with IST stacks of its own:
+/// built by the boot CPU before any AP starts ([`ap_tables`]), loaded by
+/// the AP ([`init_ap`]).
+pub struct ApTables {
+    gdt: &'static GlobalDescriptorTable,
+    code: SegmentSelector,
+    tss_sel: SegmentSelector,
+}
+
+/// Build one AP's tables on the boot CPU (heap, never freed: they live as
+/// long as that CPU runs). Built here rather than on the AP so that the APs
+/// coming up touch no heap: the heap then holds the same blocks in every
+/// boot, whatever order the APs came up in, and what the boot CPU later
+/// allocates costs the same instructions every time.
+pub fn ap_tables() -> ApTables {
     let layout = core::alloc::Layout::new::<[IstStack; 3]>();
-    // SAFETY: the layout is non-zero-sized; all-zero bytes are valid stacks.
-    let raw = unsafe { alloc::alloc::alloc_zeroed(layout) } as *mut [IstStack; 3];
+    // SAFETY: the layout is non-zero-sized. The memory is left
+    // uninitialised: only the CPU uses it, as stacks, which it writes before
+    // it reads; no Rust value is ever read from it.
+    let raw = unsafe { alloc::alloc::alloc(layout) } as *mut [IstStack; 3];
     if raw.is_null() {
         alloc::alloc::handle_alloc_error(layout);
     }
-    // `raw` is never freed: the stacks live as long as this CPU runs.
     let tss: &'static TaskStateSegment =
         alloc::boxed::Box::leak(alloc::boxed::Box::new(tss_for(raw)));
     let (gdt, code, tss_sel) = gdt_for(tss);
     let gdt: &'static GlobalDescriptorTable = alloc::boxed::Box::leak(alloc::boxed::Box::new(gdt));
-    load_gdt(gdt, code, tss_sel);
-    load_idt(code);
+    ApTables { gdt, code, tss_sel }
+}
+
+/// Load this application processor's own GDT and TSS (from [`ap_tables`])
+/// and the shared IDT: an exception on an AP is reported like one on the
+/// boot CPU. Runs on the AP, once.
+pub fn init_ap(tables: &ApTables) {
+    load_gdt(tables.gdt, tables.code, tables.tss_sel);
+    load_idt(tables.code);
 }

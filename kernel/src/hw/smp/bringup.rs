@@ -13,8 +13,7 @@ use x86_64::structures::paging::OffsetPageTable;
 
 use super::percpu::{BootTiming, PerCpu};
 use super::protocol::{
-    check_apic_id, start_rest, start_round, wait_for, ApStack, AP_ARRIVAL_TIMEOUT_MS,
-    AP_READY_TIMEOUT_MS,
+    check_apic_id, start_rest, start_round, wait_for, AP_ARRIVAL_TIMEOUT_MS, AP_READY_TIMEOUT_MS,
 };
 use super::scope;
 use super::state::{Bringup, Smp, SMP};
@@ -72,12 +71,12 @@ pub fn launch(tables: &mut OffsetPageTable<'_>) -> Result<(), SmpError> {
     };
     let tramp =
         Trampoline::install_low(smp.regions, smp.phys_offset, tables, &mut frames, ap_entry)?;
-    let stack = ApStack::new();
-    let stack_top = stack.top();
+    let Some(stack_top) = starter.stack_top() else {
+        unreachable!("an AP's record has its stack until the AP takes it");
+    };
     let b = smp.background.call_once(|| Bringup {
         tramp,
         starter,
-        starter_stack: spin::Mutex::new(Some(stack)),
         first_ipi_tsc: AtomicU64::new(0),
         rest: smp.percpu[2..].to_vec(),
         done: AtomicBool::new(false),
@@ -131,8 +130,13 @@ fn start_starter(smp: &Smp, b: &Bringup, stack_top: u64) {
 /// reads; the starter then starts the other APs. Then serve jobs.
 extern "C" fn ap_entry(pc: &'static PerCpu) -> ! {
     pc.arrive(tsc::rdtsc());
+    // It runs on the stack: no longer the starting CPU's to give back
+    // (`ApStack` has no destructor; only `free_unused` frees one).
+    let _running_on = pc.take_stack();
     apic::init_ap();
-    interrupts::init_ap();
+    if let Some(tables) = pc.tables() {
+        interrupts::init_ap(tables);
+    }
     apic::enable_wakeups();
     pc.set_ready(apic::id());
     let smp = SMP.get();
@@ -154,9 +158,6 @@ fn run_on_starter(b: &Bringup) {
         b.finish(Err(e));
         return;
     }
-    // It runs on the stack: no longer ours to free (`ApStack` has no
-    // destructor; only `free_unused` gives a stack back).
-    let _in_use = b.starter_stack.lock().take();
     let first_ipi_tsc = b.first_ipi_tsc.load(Ordering::Relaxed);
     pc.mark_up(BootTiming {
         init_tsc: first_ipi_tsc,
@@ -238,7 +239,7 @@ fn give_up_on_starter(smp: &Smp, b: &Bringup) {
         starter.info.index,
         starter.info.apic_id
     );
-    if let Some(stack) = b.starter_stack.lock().take() {
+    if let Some(stack) = starter.take_stack() {
         stack.free_unused();
     }
     starter.mark_failed();

@@ -4,6 +4,9 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use super::protocol::ApStack;
+use crate::hw::interrupts::{self, ApTables};
+
 /// One CPU jobs run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuInfo {
@@ -71,16 +74,25 @@ pub(super) struct PerCpu {
     /// by the AP while it is POSTED.
     pub(super) job: UnsafeCell<Option<*const Job<'static>>>,
     timing: UnsafeCell<BootTiming>,
+    /// An AP's stack until the AP claims it on arrival (given back if it
+    /// never comes). Whoever takes it out under the lock owns it.
+    stack: spin::Mutex<Option<ApStack>>,
+    /// An AP's GDT and TSS, loaded by the AP itself.
+    tables: Option<ApTables>,
 }
 
 // SAFETY: `job` and `timing` are handed over between CPUs through
 // `mailbox` and `bringup` with release/acquire ordering (see the field
-// docs); the job pointee is Sync.
+// docs); the job pointee is Sync; `stack` is only touched under its lock
+// and `tables` only read after the record is built.
 unsafe impl Sync for PerCpu {}
 
 impl PerCpu {
-    /// A CPU's record, leaked: the BSP is up, an AP pending.
+    /// A CPU's record, leaked: the BSP is up, an AP pending, with its
+    /// stack and tables allocated here, on the boot CPU, so that no AP
+    /// touches the heap while it comes up (see [`interrupts::ap_tables`]).
     pub(super) fn leak(info: CpuInfo) -> &'static PerCpu {
+        let ap = !info.is_bsp;
         alloc::boxed::Box::leak(alloc::boxed::Box::new(PerCpu {
             info,
             arrived_tsc: AtomicU64::new(0),
@@ -95,7 +107,25 @@ impl PerCpu {
                 seen_tsc: 0,
                 ap_tsc: 0,
             }),
+            stack: spin::Mutex::new(ap.then(ApStack::new)),
+            tables: ap.then(interrupts::ap_tables),
         }))
+    }
+
+    /// The top of the AP's stack while nobody took it.
+    pub(super) fn stack_top(&self) -> Option<u64> {
+        self.stack.lock().as_ref().map(ApStack::top)
+    }
+
+    /// Take the AP's stack: the AP, which runs on it from then on, or the
+    /// CPU that started it, to give it back once the AP never came.
+    pub(super) fn take_stack(&self) -> Option<ApStack> {
+        self.stack.lock().take()
+    }
+
+    /// The AP's GDT and TSS (`None` for the BSP).
+    pub(super) fn tables(&self) -> Option<&ApTables> {
+        self.tables.as_ref()
     }
 
     /// On the AP, the first time it runs a job or halts: stamp it.

@@ -165,9 +165,11 @@ fn start_ap(
         "smpboot: Booting Node {} Processor {index} APIC {apic_id:#x}",
         pc.info.node
     );
-    let stack = ApStack::new();
+    let Some(stack_top) = pc.stack_top() else {
+        unreachable!("an AP's record has its stack until the AP takes it");
+    };
     let init_tsc = tsc::rdtsc();
-    start_round(tramp, pc, stack.top(), late);
+    start_round(tramp, pc, stack_top, late);
     let arrived = wait_for(AP_ARRIVAL_TIMEOUT_MS, || pc.has_arrived());
     // Take the round back unless the AP claimed it: a late AP then finds 0
     // (or a later AP's id) in the claim and halts there.
@@ -180,7 +182,9 @@ fn start_ap(
                 apic_id,
             });
         }
-        stack.free_unused();
+        if let Some(stack) = pc.take_stack() {
+            stack.free_unused();
+        }
         return Ok(false);
     }
     let seen_tsc = tsc::rdtsc();

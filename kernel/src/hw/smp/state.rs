@@ -11,7 +11,6 @@ use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{BootTiming, CpuInfo, PerCpu};
-use super::protocol::ApStack;
 use super::trampoline::Trampoline;
 use crate::hw::apic;
 
@@ -56,9 +55,6 @@ pub(super) static SMP: spin::Once<Smp> = spin::Once::new();
 pub(super) struct Bringup {
     pub(super) tramp: Trampoline,
     pub(super) starter: &'static PerCpu,
-    /// The starter's stack while it has not claimed it (given back if it
-    /// never does). Whoever takes it out under the lock owns it.
-    pub(super) starter_stack: spin::Mutex<Option<ApStack>>,
     /// BSP's TSC at the starter's INIT (the first IPI). Written before the
     /// IPIs and read after `done` (acquire) or on the starter, which the
     /// IPIs order after it: relaxed.

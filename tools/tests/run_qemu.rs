@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use memboot_tools::run::args::{Args, Request};
 use memboot_tools::run::host_state::Available;
 use memboot_tools::run::need::StructPages;
-use memboot_tools::run::{boot, check, dry_run_lines, qemu_command, Checked, Paths, Stop};
+use memboot_tools::run::{boot, check, dry_run_lines, qemu, qemu_command, Checked, Paths, Stop};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -405,8 +405,9 @@ fn sizes_beyond_what_qemu_starts_are_refused() {
 /// arguments are what a guest boots and reports through, each a flag and
 /// its value.
 fn split_boot_args(cmd: &[String]) -> (Vec<String>, Vec<(String, String)>) {
-    const BOOT_FLAGS: [&str; 9] = [
-        "-serial", "-device", "-bios", "-vga", "-drive", "-fw_cfg", "-kernel", "-initrd", "-append",
+    const BOOT_FLAGS: [&str; 10] = [
+        "-serial", "-device", "-chardev", "-bios", "-vga", "-drive", "-fw_cfg", "-kernel",
+        "-initrd", "-append",
     ];
     let (mut machine, mut boot) = (Vec::new(), Vec::new());
     let mut it = cmd.iter();
@@ -446,7 +447,7 @@ fn linux_and_memboot_get_the_same_machine() {
         let flags = |b: &[(String, String)]| b.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
         assert_eq!(
             flags(&memboot_boot),
-            ["-serial", "-device", "-bios", "-kernel", "-fw_cfg"],
+            ["-serial", "-device", "-chardev", "-device", "-bios", "-kernel", "-fw_cfg"],
             "{shape:?}"
         );
         // The disk images: the same machine, and the VGA device their
@@ -456,7 +457,7 @@ fn linux_and_memboot_get_the_same_machine() {
         assert_eq!(bios_machine, linux_machine, "{shape:?}: --bios machine");
         assert_eq!(
             flags(&bios_boot),
-            ["-serial", "-device", "-vga", "-drive", "-fw_cfg"],
+            ["-serial", "-device", "-chardev", "-device", "-vga", "-drive", "-fw_cfg"],
             "{shape:?}"
         );
         assert_eq!(
@@ -500,6 +501,27 @@ fn linux_and_memboot_get_the_same_machine() {
             );
         }
     }
+}
+
+/// memboot tells the host its instants on QEMU's debug console at port
+/// 0xe9, whose bytes go to a unix socket in the boot's scratch directory
+/// (QEMU connecting as the client); a scratch directory whose socket path
+/// would not fit a socket address boots without it.
+#[test]
+fn memboot_gets_a_debug_console_for_its_markers() {
+    let cmd = dry_run(&["-m", "1G"]);
+    assert_eq!(
+        value_of(&cmd, "-chardev"),
+        ["socket,id=marks,path=/tmp/memboot-run.test/marks.sock"]
+    );
+    assert!(
+        value_of(&cmd, "-device").contains(&"isa-debugcon,iobase=0xe9,chardev=marks"),
+        "{cmd:?}"
+    );
+    let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
+    assert_eq!(qemu::marker_socket(&long), None);
+    let short = Path::new("/tmp/memboot-run.test");
+    assert_eq!(qemu::marker_socket(short), Some(short.join("marks.sock")));
 }
 
 /// The TSC rate run-qemu.sh adds is the host's, once: not when the options

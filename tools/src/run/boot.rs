@@ -14,7 +14,9 @@ use memboot_contract::host_memory::LARGE_GUEST_MIB;
 
 use super::args::BootPath;
 use super::check::Checked;
+use super::markers::MarkerSocket;
 use super::paths::Paths;
+use super::qemu::marker_socket;
 use super::qemu_binary::{self, Version};
 use super::quote::{quote, quote_words};
 use super::stop::{exit, note, Stop};
@@ -327,7 +329,17 @@ fn booted_as(c: &Checked) -> String {
 /// among them). The tap around it passes the serial output on and times
 /// it from QEMU's start (entry latency, QEMU start to memory ready: the
 /// log's last lines).
-fn run_tapped(paths: &Paths, tmpdir: &Path, log: &Path, qemu: &[String], timeout_s: u64) -> i32 {
+///
+/// `markers`: the socket memboot's markers arrive on, listened on before
+/// QEMU starts (QEMU connects to it as it starts).
+fn run_tapped(
+    paths: &Paths,
+    tmpdir: &Path,
+    log: &Path,
+    qemu: &[String],
+    timeout_s: u64,
+    markers: MarkerSocket,
+) -> i32 {
     let time_file = tmpdir.join("time");
     // One clock origin for the sampler and the tap's instants: the tap
     // says how much later its own clock started (`tap::CLOCK_ORIGIN_ENV`).
@@ -335,7 +347,7 @@ fn run_tapped(paths: &Paths, tmpdir: &Path, log: &Path, qemu: &[String], timeout
     let origin_epoch_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin);
+    let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin, markers);
     let tap = Command::new(paths.tool("memboot-tap"))
         .env(crate::tap::CLOCK_ORIGIN_ENV, origin_epoch_ns.to_string())
         .arg("--log")
@@ -404,7 +416,14 @@ pub fn run(
     append(&log, &provenance);
     note(&booting(c));
 
-    let status = run_tapped(paths, tmpdir, &log, qemu, args.timeout_s);
+    // memboot's command line names the marker socket; the Linux peers
+    // write no markers.
+    let markers = match marker_socket(tmpdir).filter(|_| args.linux.is_none()) {
+        Some(path) => MarkerSocket::listen(&path)
+            .map_err(|e| Stop::Setup(format!("cannot listen on {}: {e}", path.display())))?,
+        None => MarkerSocket::none(),
+    };
+    let status = run_tapped(paths, tmpdir, &log, qemu, args.timeout_s, markers);
     // A boot that failed says so by its own code; one that did not, by a
     // missing profile or one above its baseline.
     let booted = status == QEMU_KERNEL_OK || (args.linux.is_some() && status == 0);

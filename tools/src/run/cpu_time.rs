@@ -7,29 +7,49 @@
 //! `/proc/PID/task/TID/schedstat` gives each thread's time on a CPU in ns.
 //! A thread of this tool samples them every [`SAMPLE_MS`] while QEMU runs
 //! (its threads are gone once it exits), each sample stamped with the time
-//! since QEMU started. After the boot, the guest's own log says when its
-//! last CPU came up (memboot's last `smpboot: CPU n … up` line, Linux's
-//! `smp: Brought up`): with the entry latency the serial tap measured, that
-//! is a host instant; the tap's memory-ready instant ends the window in
-//! which idle CPUs should cost nothing (memboot's boot CPU works alone
-//! there until memory is ready; in `deferred` the workers start in it).
-//! memboot also says when its bring-up ended (`smp: bring-up ended N us
-//! after entry`: the last AP's first job or halt, the AP that started the
-//! others included), which starts a second window: after bring-up.
+//! since QEMU started. memboot also tells the host two instants on a debug
+//! port ([`super::markers`]): when bring-up ended (the last planned AP ran
+//! its first job or halted) and when memory is ready. The sampler takes a
+//! sample the moment each arrives, tagged with it ([`Sample::marker`]),
+//! and between the two samples every [`FAST_SAMPLE_MS`] ([`Pace`]): only
+//! the boot vCPU runs then, so the reads take no host time a vCPU wanted,
+//! and a window only a few sample intervals long holds a sample about
+//! every [`FAST_SAMPLE_MS`] of it (the reads and the wake-up stretch it a
+//! little) instead of fewer than two.
+//!
+//! After the boot, three windows ([`report_text`]). The whole boot. From
+//! the last CPU up to memory ready: the guest's log says when its last CPU
+//! came up (memboot's last `smpboot: CPU n … up` line, Linux's `smp:
+//! Brought up`), which with the entry latency the serial tap measured is a
+//! host instant. And after bring-up, the window in which idle CPUs should
+//! cost nothing (memboot's boot CPU works alone there until memory is
+//! ready): it starts at the sample taken at the bring-up marker; a boot
+//! without one (an AP did not come up, or the socket's path would not fit
+//! a socket address) starts it at the instant of memboot's `smp: bring-up
+//! ended N us after entry` line. Both windows to memory ready end at the
+//! tap's memory-ready instant.
 //!
 //! Each window holds only the samples taken wholly inside it
 //! ([`usage_between`]), so neither the vCPUs' start-up before it nor what
 //! follows memory ready (the printer AP writing the log out, the first jobs
-//! posted to every AP) is counted in it. The edges are the tap's instants
-//! moved onto the sampler's clock (the tap's starts when it starts QEMU and
-//! says how much later, `tap::clock_offset_us`). What it cannot resolve:
-//! the edges derive from the tap's arrival of the kernel's first byte,
-//! later than the kernel's entry by the tap's own wake-up latency (so both
-//! edges may be that much late), the samples are [`SAMPLE_MS`] apart,
-//! and Linux brings a running thread's `schedstat` up to date only at a
-//! scheduler tick or a switch (4 ms apart at `HZ=250`), so a thread that
-//! runs across an edge may have up to a tick counted on the wrong side of
-//! it. A halted vCPU's thread sleeps, and its figure is exact.
+//! posted to every AP) is counted in it. The tap's instants are moved onto
+//! the sampler's clock (the tap's starts when it starts QEMU and says how
+//! much later, `tap::clock_offset_us`). What it cannot resolve: the tap's
+//! instants derive from its arrival of the kernel's first byte, later than
+//! the kernel's entry by the tap's own wake-up latency (so those edges may
+//! be that much late); a marker's sample is later than its instant by this
+//! tool's wake-up and its reads (two `/proc` files a thread), so work
+//! right after the bring-up marker may fall before the window; a bring-up
+//! that ends within one sample of memory ready leaves no sample wholly
+//! between them, and the window then ends at the ready marker's sample,
+//! whose reads run a little past ready; the samples outside the fast
+//! stretch are [`SAMPLE_MS`] apart, so a window without a marker may hold
+//! fewer than two and then runs past its end (its line says how far, to
+//! the end of its last sample's reads); and Linux brings a running thread's `schedstat` up to
+//! date only at a scheduler tick or a switch (4 ms apart at `HZ=250`), so
+//! a thread that runs across an edge may have up to a tick counted on the
+//! wrong side of it, which 1 ms samples do not change. A halted vCPU's
+//! thread sleeps, and its figure is exact.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +57,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use memboot_contract::host_marker::HostMarker;
+
+use super::markers::MarkerSocket;
 
 /// How often the threads are sampled.
 pub const SAMPLE_MS: u64 = 10;
@@ -62,6 +86,8 @@ pub struct Sample {
     /// preempted): a sample is inside a window only if both are.
     pub done_ns: u64,
     pub threads: Vec<ThreadTime>,
+    /// The guest's marker this sample was taken at, if any.
+    pub marker: Option<HostMarker>,
 }
 
 /// Every thread of process `pid`, if it still runs.
@@ -89,36 +115,91 @@ pub fn read_threads(pid: u32) -> Option<Vec<ThreadTime>> {
     Some(threads)
 }
 
+/// How often the threads are sampled between the bring-up marker and the
+/// memory-ready marker: only the boot vCPU runs then, so the host's other
+/// core is free for the reads.
+pub const FAST_SAMPLE_MS: u64 = 1;
+
+/// The longest the fast sampling lasts when the memory-ready marker never
+/// comes (a boot that failed before it).
+pub const FAST_BOUND_MS: u64 = 5_000;
+
+/// How far apart the samples are: [`SAMPLE_MS`], but [`FAST_SAMPLE_MS`]
+/// from the bring-up marker to the memory-ready marker (or for
+/// [`FAST_BOUND_MS`]). A bring-up marker after memory ready (`ondemand`
+/// starts the APs then) changes nothing: no window lies between them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pace {
+    fast_until: Option<Instant>,
+    ready: bool,
+}
+
+impl Pace {
+    /// `marker` arrived at `now`.
+    pub fn marked(&mut self, marker: HostMarker, now: Instant) {
+        match marker {
+            HostMarker::BringupEnded if !self.ready => {
+                self.fast_until = Some(now + Duration::from_millis(FAST_BOUND_MS));
+            }
+            HostMarker::BringupEnded => {}
+            HostMarker::MemoryReady => {
+                self.ready = true;
+                self.fast_until = None;
+            }
+        }
+    }
+
+    /// The time from the start of a sample taken at `now` to the next.
+    pub fn interval(&self, now: Instant) -> Duration {
+        match self.fast_until {
+            Some(until) if now < until => Duration::from_millis(FAST_SAMPLE_MS),
+            _ => Duration::from_millis(SAMPLE_MS),
+        }
+    }
+}
+
 /// Samples QEMU's threads until stopped, from when `pidfile` (QEMU's
-/// `-pidfile`) names its process.
+/// `-pidfile`) names its process: every [`Pace::interval`], and at once
+/// when a marker arrives. One thread owns the samples and the marker
+/// socket, and waits on the socket between samples.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<Vec<Sample>>,
 }
 
 impl Sampler {
-    /// Start sampling; `started` is when QEMU was started.
-    pub fn start(pidfile: PathBuf, started: Instant) -> Sampler {
+    /// Start sampling; `started` is when QEMU was started, `markers` where
+    /// its marker bytes arrive.
+    pub fn start(pidfile: PathBuf, started: Instant, mut markers: MarkerSocket) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
             let mut samples = Vec::new();
             let mut pid = None;
+            let mut pace = Pace::default();
+            let mut marker = None;
             while !stopped.load(Ordering::Relaxed) {
                 pid = pid.or_else(|| {
                     std::fs::read_to_string(&pidfile)
                         .ok()
                         .and_then(|p| p.trim().parse::<u32>().ok())
                 });
-                let at_ns = started.elapsed().as_nanos() as u64;
+                let began = Instant::now();
+                let at_ns = began.duration_since(started).as_nanos() as u64;
                 if let Some(threads) = pid.and_then(read_threads) {
                     samples.push(Sample {
                         at_ns,
                         done_ns: started.elapsed().as_nanos() as u64,
                         threads,
+                        marker,
                     });
                 }
-                std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+                // The interval counts from this sample's start: its reads
+                // take part of it.
+                marker = markers.next(pace.interval(began).saturating_sub(began.elapsed()));
+                if let Some(m) = marker {
+                    pace.marked(m, Instant::now());
+                }
             }
             samples
         });
@@ -132,23 +213,42 @@ impl Sampler {
     }
 }
 
+/// What [`usage_between`] found in a window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Each thread's CPU time in it, by thread name (threads of one name
+    /// summed), ns.
+    pub usage: BTreeMap<String, u64>,
+    /// Its first and last sample's start, ns since QEMU started.
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// The samples from its first to its last, both counted.
+    pub samples: usize,
+    /// How far its last sample's reads reach past the end asked for (0
+    /// but for a window too short to hold two samples).
+    pub past_ns: u64,
+    /// The guest's markers its first and last samples were taken at, if
+    /// any.
+    pub first_marker: Option<HostMarker>,
+    pub last_marker: Option<HostMarker>,
+}
+
 /// Each thread's CPU time from the first sample taken wholly at or after
 /// `from_ns` to the last taken wholly at or before `to_ns` (with the last
-/// sample a thread is in: QEMU's threads end one by one as it exits), by
-/// thread name (threads of one name summed), and the window covered (ns
-/// since QEMU started): inside `from_ns`, so that what ran before it (the
-/// vCPUs' own start-up, which TCG translates for) stays out, and inside
-/// `to_ns`, so that what runs after it stays out too (at memory ready the
-/// printer AP starts writing the log out and the boot CPU posts the APs
-/// their first jobs: up to a sample interval of that used to be counted).
-/// A window too short to hold two samples ends at the first sample at or
-/// after `to_ns` instead, and its end says how far past `to_ns` it reaches
-/// ([`report`] says so). `None` without two samples from `from_ns` on.
-pub fn usage_between(
-    samples: &[Sample],
-    from_ns: u64,
-    to_ns: u64,
-) -> Option<(BTreeMap<String, u64>, u64, u64)> {
+/// sample a thread is in: QEMU's threads end one by one as it exits), and
+/// the window covered (ns since QEMU started): inside `from_ns`, so that
+/// what ran before it (the vCPUs' own start-up, which TCG translates for)
+/// stays out, and inside `to_ns`, so that what runs after it stays out too
+/// (at memory ready the printer AP starts writing the log out and the boot
+/// CPU posts the APs their first jobs). A window too short to hold two
+/// samples ends instead at the first later sample taken at or after
+/// `to_ns`, or at the guest's memory-ready marker if that comes first (it
+/// was taken the moment memory was ready, before the APs had work; a
+/// bring-up that ended within a sample's reads of memory ready leaves
+/// nothing between the two markers' samples), and says how far past
+/// `to_ns` its reads reach ([`Window::past_ns`]). `None` without two
+/// samples from `from_ns` on.
+pub fn usage_between(samples: &[Sample], from_ns: u64, to_ns: u64) -> Option<Window> {
     let start = samples.iter().position(|s| s.at_ns >= from_ns)?;
     let first = &samples[start];
     let inside = samples[start..]
@@ -157,10 +257,10 @@ pub fn usage_between(
         .map(|i| start + i)
         .filter(|&i| i > start);
     let end = inside.unwrap_or_else(|| {
-        samples
+        samples[start + 1..]
             .iter()
-            .position(|s| s.at_ns >= to_ns)
-            .unwrap_or(samples.len() - 1)
+            .position(|s| s.at_ns >= to_ns || s.marker == Some(HostMarker::MemoryReady))
+            .map_or(samples.len() - 1, |i| start + 1 + i)
     });
     let last = &samples[end];
     if last.at_ns <= first.at_ns {
@@ -168,19 +268,23 @@ pub fn usage_between(
     }
     let before: BTreeMap<u32, u64> = first.threads.iter().map(|t| (t.tid, t.cpu_ns)).collect();
     let mut latest: BTreeMap<u32, &ThreadTime> = BTreeMap::new();
-    for t in samples[..=end]
-        .iter()
-        .filter(|s| s.at_ns >= first.at_ns)
-        .flat_map(|s| &s.threads)
-    {
+    for t in samples[start..=end].iter().flat_map(|s| &s.threads) {
         latest.insert(t.tid, t);
     }
-    let mut by_name = BTreeMap::new();
+    let mut usage = BTreeMap::new();
     for t in latest.values() {
         let used = t.cpu_ns - before.get(&t.tid).copied().unwrap_or(0).min(t.cpu_ns);
-        *by_name.entry(t.name.clone()).or_insert(0) += used;
+        *usage.entry(t.name.clone()).or_insert(0) += used;
     }
-    Some((by_name, first.at_ns, last.at_ns))
+    Some(Window {
+        usage,
+        from_ns: first.at_ns,
+        to_ns: last.at_ns,
+        samples: end - start + 1,
+        past_ns: last.done_ns.saturating_sub(to_ns),
+        first_marker: first.marker,
+        last_marker: last.marker,
+    })
 }
 
 /// A vCPU thread's index (`CPU 3/TCG` → 3).
@@ -189,17 +293,13 @@ pub fn vcpu_index(name: &str) -> Option<u32> {
     rest.split('/').next()?.parse().ok()
 }
 
-/// The line for a window: total, each vCPU's share (CPU 0, the boot CPU,
-/// apart from the others together), and QEMU's other threads. `past_ns`:
-/// how far the samples reach past the window's end (0 but for a window
-/// too short to hold two samples; see [`usage_between`]).
-pub fn usage_line(
-    what: &str,
-    usage: &BTreeMap<String, u64>,
-    (from_ns, to_ns): (u64, u64),
-    past_ns: u64,
-) -> String {
-    let total: u64 = usage.values().sum();
+/// The line for a window: where it lies (its samples, or how far past
+/// its end a window too short for two samples reaches, and the guest's
+/// markers its first and last samples were taken at), total, each vCPU's share (CPU
+/// 0, the boot CPU, apart from the others together), and QEMU's other
+/// threads.
+pub fn usage_line(what: &str, w: &Window) -> String {
+    let total: u64 = w.usage.values().sum();
     let share = |ns: u64| {
         if total == 0 {
             0.0
@@ -207,7 +307,8 @@ pub fn usage_line(
             100.0 * ns as f64 / total as f64
         }
     };
-    let mut vcpus: Vec<(u32, u64)> = usage
+    let mut vcpus: Vec<(u32, u64)> = w
+        .usage
         .iter()
         .filter_map(|(name, &ns)| Some((vcpu_index(name)?, ns)))
         .collect();
@@ -219,18 +320,25 @@ pub fn usage_line(
         .iter()
         .map(|&(i, ns)| format!("{i}: {:.1}", share(ns)))
         .collect();
-    let past = if past_ns == 0 {
-        String::new()
+    let mut detail = if w.past_ns == 0 {
+        format!("; {} samples", w.samples)
     } else {
         format!(
             "; shorter than two samples, so {:.1} ms past its end",
-            past_ns as f64 / 1e6
+            w.past_ns as f64 / 1e6
         )
     };
+    let at = |m: Option<HostMarker>| m.map(|m| format!("at the guest's {} marker", m.name()));
+    match (at(w.first_marker), at(w.last_marker)) {
+        (Some(first), Some(last)) => detail += &format!("; the first {first}, the last {last}"),
+        (Some(first), None) => detail += &format!("; the first {first}"),
+        (None, Some(last)) => detail += &format!("; the last {last}"),
+        (None, None) => {}
+    }
     format!(
-        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{past}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]",
-        from_ns as f64 / 1e9,
-        to_ns as f64 / 1e9,
+        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]",
+        w.from_ns as f64 / 1e9,
+        w.to_ns as f64 / 1e9,
         total as f64 / 1e6,
         share(boot_cpu),
         vcpus.iter().filter(|v| v.0 != 0).count(),
@@ -292,35 +400,44 @@ fn host_timing_us(log: &str, what: &str) -> Option<u64> {
     Some((ms * 1000.0) as u64)
 }
 
-/// The lines for the log's tail: the whole boot, and from the last CPU up
-/// to memory ready.
+/// The lines for the log's tail (see [`report_text`]).
 pub fn report(samples: &[Sample], log: &Path) -> Vec<String> {
     let text = String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
+    report_text(samples, &text)
+}
+
+/// The lines for a boot whose log is `text`: the whole boot; from the last
+/// CPU up to memory ready; and from the end of bring-up to memory ready,
+/// which starts at the sample taken at the guest's bring-up marker when
+/// there is one, else at the log's `smp: bring-up ended` instant.
+pub fn report_text(samples: &[Sample], text: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    if let Some((usage, from, to)) = usage_between(samples, 0, u64::MAX) {
-        lines.push(usage_line("whole boot", &usage, (from, to), 0));
+    if let Some(w) = usage_between(samples, 0, u64::MAX) {
+        lines.push(usage_line("whole boot", &w));
     }
     // The tap's instants count from when it started QEMU, a little after
     // the sampler's origin: moved onto the sampler's clock.
-    let offset_us = crate::tap::clock_offset_us(&text).unwrap_or(0);
-    let entry = host_timing_us(&text, "entry latency ").map(|us| us + offset_us);
-    let ready_ns = host_timing_us(&text, "memory ready ").map(|us| (us + offset_us) * 1000);
-    for (start, what) in [
-        (cpus_up_us(&text), "from the last CPU up to memory ready"),
+    let offset_us = crate::tap::clock_offset_us(text).unwrap_or(0);
+    let entry = host_timing_us(text, "entry latency ").map(|us| us + offset_us);
+    let on_host_ns = |us: Option<u64>| us.zip(entry).map(|(us, entry)| (us + entry) * 1000);
+    let ready_ns = host_timing_us(text, "memory ready ").map(|us| (us + offset_us) * 1000);
+    let bringup_marker_ns = samples
+        .iter()
+        .find(|s| s.marker == Some(HostMarker::BringupEnded))
+        .map(|s| s.at_ns);
+    for (start_ns, what) in [
         (
-            bringup_ended_us(&text),
+            on_host_ns(cpus_up_us(text)),
+            "from the last CPU up to memory ready",
+        ),
+        (
+            bringup_marker_ns.or_else(|| on_host_ns(bringup_ended_us(text))),
             "from the end of bring-up to memory ready",
         ),
     ] {
-        let start_ns = start.zip(entry).map(|(us, entry)| (us + entry) * 1000);
         if let (Some(start), Some(ready)) = (start_ns, ready_ns.filter(|&r| Some(r) > start_ns)) {
-            if let Some((usage, from, to)) = usage_between(samples, start, ready) {
-                lines.push(usage_line(
-                    what,
-                    &usage,
-                    (from, to),
-                    to.saturating_sub(ready),
-                ));
+            if let Some(w) = usage_between(samples, start, ready) {
+                lines.push(usage_line(what, &w));
             }
         }
     }
@@ -345,11 +462,13 @@ mod tests {
             Sample {
                 at_ns: 10_000_000,
                 done_ns: 10_000_000,
+                marker: None,
                 threads: vec![t(1, "qemu-system-x86", 5), t(2, "CPU 0/TCG", 1)],
             },
             Sample {
                 at_ns: 20_000_000,
                 done_ns: 20_000_000,
+                marker: None,
                 threads: vec![
                     t(1, "qemu-system-x86", 6),
                     t(2, "CPU 0/TCG", 8),
@@ -359,6 +478,7 @@ mod tests {
             Sample {
                 at_ns: 30_000_000,
                 done_ns: 30_000_000,
+                marker: None,
                 threads: vec![
                     t(1, "qemu-system-x86", 7),
                     t(2, "CPU 0/TCG", 18),
@@ -366,50 +486,53 @@ mod tests {
                 ],
             },
         ];
-        let (u, from, to) = usage_between(&samples, 15_000_000, u64::MAX).unwrap();
+        let w = usage_between(&samples, 15_000_000, u64::MAX).unwrap();
+        let (u, from, to) = (&w.usage, w.from_ns, w.to_ns);
         assert_eq!((from, to), (20_000_000, 30_000_000));
         assert_eq!(u["CPU 0/TCG"], 10_000_000);
         assert_eq!(u["CPU 1/TCG"], 1_000_000);
         assert_eq!(u["qemu-system-x86"], 1_000_000);
-        let line = usage_line("after", &u, (from, to), 0);
+        let line = usage_line("after", &w);
         assert!(line.contains(": 12.0 ms; vCPU 0 83.3 %"), "{line}");
         assert!(
             line.contains("the other 1 vCPUs 8.3 %, QEMU's other threads 8.3 %"),
             "{line}"
         );
         // From the start: a thread born later counts from zero.
-        let (u, _, _) = usage_between(&samples, 0, u64::MAX).unwrap();
+        let u = usage_between(&samples, 0, u64::MAX).unwrap().usage;
         assert_eq!(u["CPU 1/TCG"], 3_000_000);
         // A thread gone from the last sample (QEMU exiting) keeps its time.
         let mut exiting = samples.clone();
         exiting.push(Sample {
             at_ns: 40_000_000,
             done_ns: 40_000_000,
+            marker: None,
             threads: vec![t(1, "qemu-system-x86", 8)],
         });
-        let (u, _, to) = usage_between(&exiting, 15_000_000, u64::MAX).unwrap();
+        let w = usage_between(&exiting, 15_000_000, u64::MAX).unwrap();
         assert_eq!(
-            (u["CPU 0/TCG"], u["qemu-system-x86"], to),
+            (w.usage["CPU 0/TCG"], w.usage["qemu-system-x86"], w.to_ns),
             (10_000_000, 2_000_000, 40_000_000)
         );
         assert!(usage_between(&samples[..1], 0, u64::MAX).is_none());
         // A window ends at the last sample wholly inside it: what ran
         // after its end (the printer, the first jobs) stays out.
-        let (u, from, to) = usage_between(&samples, 10_000_000, 25_000_000).unwrap();
+        let w = usage_between(&samples, 10_000_000, 25_000_000).unwrap();
         assert_eq!(
-            (u["CPU 0/TCG"], from, to),
+            (w.usage["CPU 0/TCG"], w.from_ns, w.to_ns),
             (7_000_000, 10_000_000, 20_000_000)
         );
         // A sample whose reading ran past the end is not inside it.
         let mut slow = samples.clone();
         slow[1].done_ns = 26_000_000;
-        let (_, _, to) = usage_between(&slow, 0, 25_000_000).unwrap();
+        let to = usage_between(&slow, 0, 25_000_000).unwrap().to_ns;
         assert_eq!(to, 30_000_000, "falls back to the enclosing samples");
         // One too short for two samples inside ends at the first sample at
         // or after its end, and its line says how far past its end.
-        let (u, _, to) = usage_between(&samples, 10_000_000, 15_000_000).unwrap();
-        assert_eq!((u["CPU 0/TCG"], to), (7_000_000, 20_000_000));
-        let line = usage_line("short", &u, (10_000_000, to), to - 15_000_000);
+        let w = usage_between(&samples, 10_000_000, 15_000_000).unwrap();
+        assert_eq!((w.usage["CPU 0/TCG"], w.to_ns), (7_000_000, 20_000_000));
+        assert_eq!(w.past_ns, w.to_ns - 15_000_000);
+        let line = usage_line("short", &w);
         assert!(
             line.contains(
                 "after QEMU started; shorter than two samples, so 5.0 ms past its end): "
@@ -417,7 +540,9 @@ mod tests {
             "{line}"
         );
         // A window that starts between samples starts at the next one.
-        let (_, from, _) = usage_between(&samples, 11_000_000, u64::MAX).unwrap();
+        let from = usage_between(&samples, 11_000_000, u64::MAX)
+            .unwrap()
+            .from_ns;
         assert_eq!(from, 20_000_000);
     }
 
@@ -437,5 +562,155 @@ mod tests {
         assert_eq!(host_timing_us(memboot, "memory ready "), Some(175_324));
         assert_eq!(vcpu_index("CPU 15/TCG"), Some(15));
         assert_eq!(vcpu_index("qemu-system-x86"), None);
+    }
+
+    /// A sample at `at_us` (µs since QEMU started) of a 2-vCPU QEMU whose
+    /// boot vCPU has run all along, whose AP ran until 100 ms and again
+    /// from 116 ms (memory ready), and whose main thread is idle.
+    fn at(at_us: u64, marker: Option<HostMarker>) -> Sample {
+        let ap_us = at_us.min(100_000) / 10 + at_us.saturating_sub(116_000);
+        Sample {
+            at_ns: at_us * 1000,
+            done_ns: at_us * 1000,
+            marker,
+            threads: vec![
+                ThreadTime {
+                    tid: 1,
+                    name: "qemu-system-x86".into(),
+                    cpu_ns: 3_000_000,
+                },
+                ThreadTime {
+                    tid: 2,
+                    name: "CPU 0/TCG".into(),
+                    cpu_ns: at_us * 1000,
+                },
+                ThreadTime {
+                    tid: 3,
+                    name: "CPU 1/TCG".into(),
+                    cpu_ns: ap_us * 1000,
+                },
+            ],
+        }
+    }
+
+    /// The log of that boot: its last AP up at 91 ms and bring-up ended
+    /// at 101 ms on the sampler's clock (entry 51 ms: the tap's 50 ms plus
+    /// its clock's 1 ms offset), memory ready at 115.5 ms.
+    const LOG: &str = "[    0.000000] memboot 0.1.0 booting (entry: PVH)\n\
+        [    0.040000] smpboot: CPU 1 (APIC 0x1) up 1000 us after INIT; it starts the other APs\n\
+        [    0.200000] smp: bring-up ended 50000 us after entry (the last AP's first job or halt)\n\
+        run-qemu.sh: host timing: entry latency 50.000 ms (QEMU's start to the kernel's first serial byte)\n\
+        run-qemu.sh: host timing: memory ready 114.500 ms after QEMU started (entry + the kernel's allocatable_ns)\n\
+        run-qemu.sh: host timing: clock starts 1.000 ms after the CPU-time sampler's (the tap's clock starts with QEMU)\n";
+
+    /// Every 10 ms up to `until_us`.
+    fn every_10_ms(from_us: u64, until_us: u64) -> Vec<Sample> {
+        (from_us..=until_us)
+            .step_by(10_000)
+            .map(|us| at(us, None))
+            .collect()
+    }
+
+    fn line<'a>(lines: &'a [String], what: &str) -> Option<&'a String> {
+        lines
+            .iter()
+            .find(|l| l.starts_with(&format!("host CPU time {what} (")))
+    }
+
+    #[test]
+    fn the_bringup_window_starts_at_its_marker_and_holds_the_fast_samples() {
+        // Sampled every 10 ms, then at the bring-up marker (103 ms), every
+        // 1 ms, at the ready marker (116 ms), and every 10 ms again.
+        let mut samples = every_10_ms(0, 100_000);
+        samples.push(at(103_000, Some(HostMarker::BringupEnded)));
+        samples.extend((104_000..=115_000).step_by(1000).map(|us| at(us, None)));
+        samples.push(at(116_000, Some(HostMarker::MemoryReady)));
+        samples.extend(every_10_ms(126_000, 136_000));
+        let lines = report_text(&samples, LOG);
+        let after = line(&lines, "from the end of bring-up to memory ready").unwrap();
+        // From the marker's sample to the last one before ready (115.5
+        // ms): 103..=115 ms, the AP's work after ready left out.
+        assert!(
+            after.starts_with("host CPU time from the end of bring-up to memory ready (0.103–0.115 s after QEMU started; 13 samples; the first at the guest's bring-up ended marker): 12.0 ms; vCPU 0 100.0 %, the other 1 vCPUs 0.0 %"),
+            "{after}"
+        );
+        // The last CPU up (91 ms) starts at the next sample, at 100 ms.
+        let up = line(&lines, "from the last CPU up to memory ready").unwrap();
+        assert!(
+            up.contains("(0.100–0.115 s after QEMU started; 14 samples): 15.0 ms; vCPU 0 100.0 %"),
+            "{up}"
+        );
+        let whole = line(&lines, "whole boot").unwrap();
+        assert!(
+            whole.contains("(0.000–0.136 s after QEMU started; 27 samples): "),
+            "{whole}"
+        );
+    }
+
+    #[test]
+    fn without_a_marker_the_bringup_window_starts_at_the_log_instant() {
+        // No marker (an AP did not come up, or a peer without the
+        // device), 10 ms samples only: from the first sample after 101 ms,
+        // and too short for two samples before ready, so past it, into the
+        // AP's work after ready.
+        let samples = every_10_ms(0, 140_000);
+        let lines = report_text(&samples, LOG);
+        let after = line(&lines, "from the end of bring-up to memory ready").unwrap();
+        assert!(
+            after.contains("(0.110–0.120 s after QEMU started; shorter than two samples, so 4.5 ms past its end): 14.0 ms; vCPU 0 71.4 %, the other 1 vCPUs 28.6 %"),
+            "{after}"
+        );
+        // A bring-up marker after memory ready (`ondemand` starts the APs
+        // then) leaves no window between them.
+        let mut late = every_10_ms(0, 110_000);
+        late.push(at(116_000, Some(HostMarker::MemoryReady)));
+        late.push(at(118_000, Some(HostMarker::BringupEnded)));
+        late.extend(every_10_ms(128_000, 148_000));
+        let lines = report_text(&late, LOG);
+        assert!(line(&lines, "from the end of bring-up to memory ready").is_none());
+        assert!(line(&lines, "from the last CPU up to memory ready").is_some());
+    }
+
+    #[test]
+    fn a_bringup_ending_just_before_ready_ends_at_the_ready_marker() {
+        // Bring-up ended 1.6 ms before memory ready: the ready marker's
+        // sample (114.8 ms) was still reading at ready (115.5 ms), so no
+        // sample lies wholly inside. The window ends at that sample, not
+        // at the next one 10 ms later, after the APs got work.
+        let mut samples = every_10_ms(0, 110_000);
+        samples.push(at(113_900, Some(HostMarker::BringupEnded)));
+        let mut ready = at(114_800, Some(HostMarker::MemoryReady));
+        ready.done_ns = 115_900_000;
+        samples.push(ready);
+        samples.extend(every_10_ms(125_900, 135_900));
+        let lines = report_text(&samples, LOG);
+        let after = line(&lines, "from the end of bring-up to memory ready").unwrap();
+        assert!(
+            after.contains("(0.114–0.115 s after QEMU started; shorter than two samples, so 0.4 ms past its end; the first at the guest's bring-up ended marker, the last at the guest's memory ready marker): 0.9 ms; vCPU 0 100.0 %, the other 1 vCPUs 0.0 %"),
+            "{after}"
+        );
+    }
+
+    #[test]
+    fn the_pace_is_fast_from_bringup_to_ready_or_for_its_bound() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (slow, fast) = (ms(SAMPLE_MS), ms(FAST_SAMPLE_MS));
+        let mut pace = Pace::default();
+        assert_eq!(pace.interval(t0), slow);
+        pace.marked(HostMarker::BringupEnded, t0);
+        assert_eq!(pace.interval(t0 + ms(1)), fast);
+        pace.marked(HostMarker::MemoryReady, t0 + ms(12));
+        assert_eq!(pace.interval(t0 + ms(12)), slow);
+        // Without the ready marker, fast only up to the bound.
+        let mut unready = Pace::default();
+        unready.marked(HostMarker::BringupEnded, t0);
+        assert_eq!(unready.interval(t0 + ms(FAST_BOUND_MS - 1)), fast);
+        assert_eq!(unready.interval(t0 + ms(FAST_BOUND_MS)), slow);
+        // Bring-up ending after memory ready changes nothing.
+        let mut ondemand = Pace::default();
+        ondemand.marked(HostMarker::MemoryReady, t0);
+        ondemand.marked(HostMarker::BringupEnded, t0 + ms(5));
+        assert_eq!(ondemand.interval(t0 + ms(6)), slow);
     }
 }

@@ -147,9 +147,23 @@ pub struct Images<'a> {
     pub tmpdir: &'a Path,
 }
 
+/// The longest path a unix socket's address holds (`sun_path`, 108 bytes
+/// with its NUL).
+const UNIX_PATH_MAX_BYTES: usize = 107;
+
+/// Where memboot's markers arrive ([`super::markers`]): a unix socket in
+/// the boot's scratch directory, or none when its path would not fit a
+/// socket address (a long `TMPDIR`): the boot then goes without markers.
+pub fn marker_socket(tmpdir: &Path) -> Option<PathBuf> {
+    let path = tmpdir.join("marks.sock");
+    (path.as_os_str().len() <= UNIX_PATH_MAX_BYTES).then_some(path)
+}
+
 /// memboot's boot: the kernel or disk image, the serial port and exit
-/// device the kernel reports through, and the kernel options (fw_cfg):
-/// `opts`, the options after `--` and any the host adds.
+/// device the kernel reports through, the debug console it tells the
+/// host its instants on (its bytes to [`marker_socket`], where run-qemu.sh
+/// listens), and the kernel options (fw_cfg): `opts`, the options after
+/// `--` and any the host adds.
 pub fn memboot_boot_args(boot_path: BootPath, images: &Images, opts: &[String]) -> Vec<String> {
     let mut q: Vec<String> = [
         "-serial",
@@ -159,6 +173,23 @@ pub fn memboot_boot_args(boot_path: BootPath, images: &Images, opts: &[String]) 
     ]
     .map(String::from)
     .into();
+    if let Some(socket) = marker_socket(images.tmpdir) {
+        // QEMU connects as the client (no `server=on`): it does not wait
+        // for a peer, and fails to start without one, so run-qemu.sh
+        // listens before it starts QEMU.
+        q.extend([
+            "-chardev".into(),
+            format!(
+                "socket,id=marks,path={}",
+                socket.display().to_string().replace(',', ",,")
+            ),
+            "-device".into(),
+            format!(
+                "isa-debugcon,iobase={:#x},chardev=marks",
+                memboot_contract::host_marker::PORT
+            ),
+        ]);
+    }
     // The disk images' bootloader sets a graphics mode, so they get a VGA
     // device; snapshot=on opens them read-only, so parallel boots share them.
     let image = |name: &str| {

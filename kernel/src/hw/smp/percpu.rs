@@ -128,12 +128,16 @@ impl PerCpu {
         self.tables.as_ref()
     }
 
-    /// On the AP, the first time it runs a job or halts: stamp it.
-    pub(super) fn settle(&self) {
-        if self.settled_tsc.load(Ordering::Relaxed) == 0 {
-            self.settled_tsc
-                .store(crate::hw::tsc::rdtsc().max(1), Ordering::Relaxed);
+    /// On the AP, each time it is about to run a job or halt: stamp the
+    /// first time, and say whether this call did (only the AP itself
+    /// writes the stamp, so a load and a store suffice).
+    pub(super) fn settle(&self) -> bool {
+        if self.settled_tsc.load(Ordering::Relaxed) != 0 {
+            return false;
         }
+        self.settled_tsc
+            .store(crate::hw::tsc::rdtsc().max(1), Ordering::Relaxed);
+        true
     }
 
     /// When the AP first ran a job or halted, if it has.

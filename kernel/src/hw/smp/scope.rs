@@ -19,7 +19,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{CpuInfo, Job, PerCpu, MAILBOX_IDLE, MAILBOX_POSTED};
-use super::state::{boot_timing, online_cpus, SMP};
+use super::state::{boot_timing, online_cpus, settle, SMP};
 use crate::hw::{apic, interrupts, serial, tsc};
 
 /// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
@@ -95,7 +95,7 @@ pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
     let posted = || pc.mailbox.load(Ordering::Acquire) == MAILBOX_POSTED;
     loop {
         if posted() {
-            pc.settle();
+            settle(pc);
             // SAFETY: POSTED means the BSP stored a job and does not touch
             // the slot until we set IDLE below.
             let job = unsafe { *pc.job.get() };
@@ -109,7 +109,7 @@ pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
         } else if printer && serial::print_some() {
             continue;
         } else {
-            pc.settle();
+            settle(pc);
             interrupts::halt_until(|| posted() || (printer && !serial::printer_may_halt()));
             if printer {
                 serial::printer_awake();

@@ -1,18 +1,21 @@
 //! The bring-up's state, with one owner: [`Smp`], published once in
 //! [`SMP`] by `prepare_aps` (the planned CPUs and what starting them
 //! needs), and the background bring-up [`Bringup`] it holds once `launch`
-//! started an AP. The public queries (online CPUs, APs up, timing) read it.
+//! started an AP. The public queries (online CPUs, APs up, timing) read
+//! it; each AP's first job or halt counts in it ([`settle`]), and the last
+//! tells the host bring-up ended.
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bootloader_api::info::MemoryRegion;
+use memboot_contract::host_marker::HostMarker;
 use memboot_kernel::acpi::AcpiInfo;
 use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{BootTiming, CpuInfo, PerCpu};
 use super::trampoline::Trampoline;
-use crate::hw::apic;
+use crate::hw::{apic, host_marker};
 
 /// Everything SMP bring-up knows, from `prepare_aps` on.
 pub(super) struct Smp {
@@ -43,6 +46,9 @@ pub(super) struct Smp {
     /// (none with one CPU). The `Once` publishes it to the starter, which
     /// looks itself up there in `ap_entry`.
     pub(super) background: spin::Once<Bringup>,
+    /// APs that first ran a job or halted ([`settle`]); the one that makes
+    /// it every planned AP tells the host bring-up ended.
+    pub(super) settled_aps: AtomicUsize,
 }
 
 /// The one bring-up state, set by `prepare_aps`.
@@ -150,12 +156,32 @@ impl Smp {
             launched: AtomicBool::new(false),
             waited: AtomicBool::new(false),
             background: spin::Once::new(),
+            settled_aps: AtomicUsize::new(0),
         }
     }
 
     /// The records of the CPUs that came up, BSP first.
     pub(super) fn up(&self) -> impl Iterator<Item = &'static PerCpu> + '_ {
         self.percpu.iter().copied().filter(|p| p.is_up())
+    }
+}
+
+/// On AP `pc`, each time it is about to run a job or halt: stamp the
+/// first time ([`PerCpu::settle`]), and if that makes every planned AP
+/// settled, bring-up ended here: tell the host (`host_marker`), whose
+/// sample at it starts the after-bring-up window. An AP that did not come
+/// up never settles, so then no marker is written and the host falls back
+/// on the `smp: bring-up ended` line.
+pub(super) fn settle(pc: &PerCpu) {
+    if !pc.settle() {
+        return;
+    }
+    let Some(smp) = SMP.get() else { return };
+    // Relaxed: a count, whose increments are atomic whatever the ordering;
+    // exactly one AP sees the last one, and the marker orders nothing.
+    let settled = smp.settled_aps.fetch_add(1, Ordering::Relaxed) + 1;
+    if settled + 1 == smp.percpu.len() {
+        host_marker::tell(HostMarker::BringupEnded);
     }
 }
 

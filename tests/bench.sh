@@ -21,7 +21,11 @@
 # one run only.
 #
 # A mode may carry kernel options: ondemand+ondemand_drain=on boots
-# `memmap=ondemand ondemand_drain=on`. Any entry (Linux's too) may end in
+# `memmap=ondemand ondemand_drain=on`. Linux's huge-page parameters mean
+# the same to both kernels: deferred+hugepagesz=1G+hugepages=13 and
+# linux-6.12+hugepagesz=1G+hugepages=13 reserve 13 pages of 1 GiB each (add
+# +hugetlb_free_vmemmap=on for HVO); a Linux entry with only such words is
+# a peer of its own in the ratio columns (memboot-bench, bench/entries.rs). Any entry (Linux's too) may end in
 # `@` words that say how it runs, not what boots: `@qemu-SERIES` boots it
 # with the QEMU tests/qemu-peer.sh unpacks (`qemu-10.0`) instead of the
 # run's, `@profile` under the memboot-profile plugin, as --profile does for

@@ -49,8 +49,9 @@
 #                           stub (naming the -dbg package with the real one)
 #   config-SERIES PATH      the kernel's build configuration
 # and last `initrd PATH`, one initramfs for all: its /init mounts /proc,
-# prints a marker with the uptime, prints the kernel log between markers
-# (dmesg), and powers the machine off, so QEMU exits 0.
+# prints a marker with the uptime, a `linux-peer: 1 GiB huge page at pfn
+# 0xPFN` line per 1 GiB huge page the boot reserved, the kernel log between
+# markers (dmesg), and powers the machine off, so QEMU exits 0.
 #
 # Every file is written under a temporary name and renamed when whole, so an
 # interrupted run leaves nothing half-written that a later run would trust.
@@ -454,10 +455,30 @@ if [ ! -f "$initrd" ] || [ "${BASH_SOURCE[0]}" -nt "$initrd" ] || [ "$cache/reso
     cp "$root/bin/busybox" "$tree/bin/busybox"
     cat >"$tree/init" <<'INIT'
 #!/bin/busybox sh
-# memboot's Linux peer: report when userspace started, dump the kernel log,
-# power off (QEMU then exits with status 0).
+# memboot's Linux peer: report when userspace started (and where the 1 GiB
+# huge pages lie), dump the kernel log, power off (QEMU then exits with
+# status 0).
 /bin/busybox mount -t proc proc /proc
 echo "linux-peer: /init started at uptime $(/bin/busybox cut -d' ' -f1 /proc/uptime) s"
+# The 1 GiB huge pages the boot reserved, by first PFN: a compound head
+# (KPF_COMPOUND_HEAD, bit 15) of a huge page (KPF_HUGE, bit 17) in
+# /proc/kpageflags at each 1 GiB-aligned frame of System RAM. Where they
+# lie decides which of their struct pages memory init wrote (the bench's
+# account, tools/src/hugetlb_log.rs); Linux prints no address of them.
+# Scanned only when hugetlb holds a GiB or more (`Hugetlb:`, all sizes).
+hugetlb_kib=$(/bin/busybox awk '$1 == "Hugetlb:" { print $2 }' /proc/meminfo)
+if [ "${hugetlb_kib:-0}" -ge 1048576 ]; then
+    /bin/busybox grep ' : System RAM$' /proc/iomem | while IFS='- ' read -r start end _; do
+        pfn=$(( (0x$start + 0x3fffffff) / 0x40000000 * 262144 )) last=$(( (0x$end + 1) >> 12 ))
+        while [ $((pfn + 262144)) -le "$last" ]; do
+            flags=$(/bin/busybox dd if=/proc/kpageflags bs=8 skip=$pfn count=1 2>/dev/null | /bin/busybox od -An -tu8)
+            if [ $(( (flags >> 17) & (flags >> 15) & 1 )) = 1 ]; then
+                /bin/busybox printf 'linux-peer: 1 GiB huge page at pfn 0x%x\n' "$pfn"
+            fi
+            pfn=$((pfn + 262144))
+        done
+    done
+fi
 echo "linux-peer: dmesg begin"
 /bin/busybox dmesg
 echo "linux-peer: dmesg end"

@@ -277,6 +277,22 @@ impl fmt::Display for HugeWarning {
     }
 }
 
+/// The huge-page parameters of a whole kernel command line, in order
+/// (every other word skipped): what [`plan`] reads of a Linux boot's
+/// `Command line:`.
+pub fn params_in(cmdline: &str) -> Vec<HugeParam> {
+    cmdline
+        .split_ascii_whitespace()
+        .filter_map(|word| {
+            let (key, value) = word.split_once('=')?;
+            Some(HugeParam {
+                key: HugeKey::of(key)?,
+                value: value.into(),
+            })
+        })
+        .collect()
+}
+
 /// Read `params` (in command-line order) for `machine`, as Linux does:
 /// `hugetlb_free_vmemmap=` first (an early parameter), then the others in
 /// order, then what `hugetlb_init` settles at the end.
@@ -619,6 +635,8 @@ fn kstrtobool(value: &str) -> Option<bool> {
         _ => None,
     }
 }
+
+pub mod report;
 
 #[cfg(test)]
 mod tests;

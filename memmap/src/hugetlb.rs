@@ -46,6 +46,10 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+/// Linux's `HugeTLB: registered …` line, as the bench reads it back.
+pub use memboot_contract::hugepage_forms::report::RegisteredLine;
+use memboot_contract::hugepage_forms::HugePageSize;
+
 use crate::memblock::{Memblock, MemblockError};
 use crate::page::{page_links, PageLayout};
 use crate::store::{Memmap, MemmapBacking};
@@ -138,21 +142,10 @@ impl Reservation {
 
     /// Linux's `report_hugepages` line for the size.
     pub fn registered_line(&self) -> RegisteredLine {
-        RegisteredLine(self.pages.len() as u64)
-    }
-}
-
-/// `HugeTLB: registered 1.00 GiB page size, pre-allocated N pages`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegisteredLine(pub u64);
-
-impl fmt::Display for RegisteredLine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "HugeTLB: registered 1.00 GiB page size, pre-allocated {} pages",
-            self.0
-        )
+        RegisteredLine {
+            size: HugePageSize::Gib1,
+            pages: self.pages.len() as u64,
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //!   the log and decides the boot's outcome from it.
 //! - [`serial_log`]: where memboot's serial output is parsed (the summary
 //!   line, stamped lines, the `memboot-input:` line); [`linux_log`] the
-//!   same for a Linux peer's dmesg.
+//!   same for a Linux peer's dmesg; [`hugetlb_log`] the huge pages either
+//!   kernel reports.
 //! - [`bench`](mod@bench), [`bench_md`], [`counted`], [`profile_table`]:
 //!   `memboot-bench`, tests/bench.sh's tables from its logs.
 //! - [`plot`] and [`trace`]: `memboot-plot`, SVG charts of a boot's phases
@@ -20,6 +21,7 @@
 pub mod bench;
 pub mod bench_md;
 pub mod counted;
+pub mod hugetlb_log;
 pub mod linux_log;
 pub mod plot;
 pub mod profile_table;

@@ -29,8 +29,13 @@
 //!   starts). The figure's marker is the same for both.
 //! - **struct pages initialised**: every present page (the `Memory:` line's
 //!   physical size) plus the holes `init_unavailable_range()` initialises
-//!   (`On node N, zone Z: K pages in unavailable ranges`); Linux has written
-//!   all of them by the time memory is ready.
+//!   (`On node N, zone Z: K pages in unavailable ranges`), less the 1 GiB
+//!   huge pages' tails that 6.9 and later leave to hugetlb
+//!   ([`crate::hugetlb_log`]); Linux has written all of them by the time
+//!   memory is ready.
+//! - **huge pages**: `HugeTLB: registered SIZE page size, pre-allocated N
+//!   pages` per size, HVO from the `Command line:`, and where the 1 GiB
+//!   pages lie from the peer's /init ([`crate::hugetlb_log`]).
 //! - **release**: `Linux version 6.12.117+deb13-amd64 (…)`, the first line:
 //!   which kernel booted (the bench checks it against its entry's name).
 //! - **/init started**: `Run /init as init process` (init/main.c).
@@ -41,6 +46,9 @@
 //! counts twice.
 
 use std::fmt;
+
+use crate::hugetlb_log::{self, HugeSize, PfnRange};
+use memboot_contract::hugepage_forms::HugePageSize;
 
 /// The peer's /init prints the kernel log again after this line.
 pub const DMESG_BEGIN: &str = "linux-peer: dmesg begin";
@@ -80,8 +88,12 @@ pub struct LinuxBoot {
     /// Present pages (`Memory: …K/NK available`), if the line is there.
     pub present_pages: Option<u64>,
     /// Struct pages initialised, all of them before memory is ready: the
-    /// present pages plus unavailable ranges.
+    /// present pages plus unavailable ranges, less the 1 GiB pages' tails
+    /// left to hugetlb; `None` when those cannot be told (6.9 or later
+    /// with 1 GiB pages and no /init line for each).
     pub pages_initialised: Option<u64>,
+    /// The huge pages reserved at boot, per size (`hugetlb_log::sizes`).
+    pub huge_pages: Vec<HugeSize>,
     /// Stamp of `Run /init as init process`.
     pub init_started_ns: u64,
     /// `tsc: Detected X MHz processor`, if printed.
@@ -235,6 +247,73 @@ fn unavailable_pages(lines: &[(u64, String)]) -> u64 {
         .sum()
 }
 
+/// The `[mem START-END]` ranges (as PFN ranges) of the lines right
+/// after the line `heading`, while they have one.
+fn ranges_after(lines: &[(u64, String)], heading: &str) -> Vec<(String, PfnRange)> {
+    let Some(at) = lines.iter().position(|(_, m)| m == heading) else {
+        return Vec::new();
+    };
+    lines[at + 1..]
+        .iter()
+        .map_while(|(_, m)| {
+            let (start, end, _) = crate::serial_log::mem_range(m)?;
+            let name = m[..m.find('[')?].trim().trim_end_matches(':');
+            Some((name.to_string(), (start >> 12, end >> 12)))
+        })
+        .collect()
+}
+
+/// Each node's memory ranges (`Early memory node ranges`: `node   N: [mem
+/// …]`), by node id.
+fn node_ranges(lines: &[(u64, String)]) -> Vec<Vec<PfnRange>> {
+    let mut nodes: Vec<Vec<PfnRange>> = Vec::new();
+    for (name, range) in ranges_after(lines, "Early memory node ranges") {
+        let Some(Ok(nid)) = name.strip_prefix("node").map(|n| n.trim().parse::<usize>()) else {
+            continue;
+        };
+        if nodes.len() <= nid {
+            nodes.resize(nid + 1, Vec::new());
+        }
+        nodes[nid].push(range);
+    }
+    nodes
+}
+
+/// The struct pages of 1 GiB pages' tails this boot's memory init left
+/// to hugetlb (`hugetlb_log` module doc): 0 before 6.9 or without 1 GiB
+/// pages; `None` when the peer's /init did not name every page.
+fn tails_left_to_hugetlb(
+    text: &str,
+    lines: &[(u64, String)],
+    release: Option<&str>,
+    huge: &[HugeSize],
+) -> Option<u64> {
+    let gigantic = huge
+        .iter()
+        .find(|h| h.size == HugePageSize::Gib1)
+        .map_or(0, |h| h.pages);
+    if gigantic == 0 {
+        return Some(0);
+    }
+    let series = release.and_then(series_of_release)?;
+    let (major, minor) = series.split_once('.')?;
+    let version: (u32, u32) = (major.parse().ok()?, minor.parse().ok()?);
+    if version < hugetlb_log::NOINIT_TAILS_SINCE {
+        return Some(0);
+    }
+    let pfns = hugetlb_log::gigantic_pfns(text);
+    if pfns.len() as u64 != gigantic {
+        return None;
+    }
+    let zones: Vec<PfnRange> = ranges_after(lines, "Zone ranges:")
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let nodes = node_ranges(lines);
+    let deferred = hugetlb_log::first_deferred_pfns(&zones, &nodes);
+    Some(hugetlb_log::tails_left_to_hugetlb(&pfns, &nodes, &deferred))
+}
+
 /// Read one Linux boot's serial log.
 pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
     let lines = console_lines(text);
@@ -270,6 +349,15 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         let rest = m.strip_prefix("Linux version ")?;
         Some(rest.split(' ').next()?.to_string())
     });
+    let hvo = lines
+        .iter()
+        .find_map(|(_, m)| m.strip_prefix("Command line: "))
+        .is_some_and(hugetlb_log::hvo_on_command_line);
+    let huge_pages = hugetlb_log::sizes(lines.iter().map(|(_, m)| m.as_str()), hvo);
+    let left = tails_left_to_hugetlb(text, &lines, release.as_deref(), &huge_pages);
+    let pages_initialised = present_pages(&lines)
+        .zip(left)
+        .map(|(p, left)| (p + unavailable_pages(&lines)).saturating_sub(left));
     Ok(LinuxBoot {
         release,
         zone_ranges_ns,
@@ -278,7 +366,8 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         deferred_printk_ns,
         allocatable_ns,
         present_pages: present_pages(&lines),
-        pages_initialised: present_pages(&lines).map(|p| p + unavailable_pages(&lines)),
+        pages_initialised,
+        huge_pages,
         node_deferred_line_ns: deferred.iter().map(|&(ns, _)| ns).collect(),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),
         init_started_ns,

@@ -530,3 +530,58 @@ fn a_row_is_read_from_the_last_summary_line() {
     let err = bench::row_from_log(&text, "4G", "deferred", 1).unwrap_err();
     assert!(err.contains("status \"summary\""), "{err}");
 }
+
+#[test]
+fn huge_page_entries_get_a_huge_pages_column_and_their_own_peer() {
+    // memboot's and Linux 6.12's 16G boots with 13 pages of 1 GiB (the
+    // Linux one with hugetlb_free_vmemmap=on).
+    let deferred = "deferred+hugepagesz=1G+hugepages=13";
+    let peer = "linux-6.12+hugepagesz=1G+hugepages=13+hugetlb_free_vmemmap=on";
+    let dir = std::env::temp_dir().join(format!("memboot-bench-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (entry, path) in [
+        (deferred, "tests/fixtures/memboot-16g-hugetlb.log"),
+        (peer, "tests/fixtures/linux-6.12-16g-hugetlb-hvo.log"),
+    ] {
+        std::fs::write(dir.join(format!("16G-{entry}-1.log")), fixture(path)).unwrap();
+    }
+    let sizes = vec!["16G".to_string()];
+    let entries = vec![deferred.to_string(), peer.to_string()];
+    let plan = Plan {
+        sizes: &sizes,
+        entries: &entries,
+        rounds: 1,
+    };
+    let results = bench::read_dir(&dir, &plan).expect("every log reads");
+    let table = bench::table(&results, &plan, "heading");
+    let cell = |entry: &str, column: &str| table_cell(&table, "16G", entry, column);
+    // memboot line 77 and Linux's `registered` line; HVO only where the
+    // command line asked and the kernel frees vmemmap.
+    assert_eq!(cell(deferred, "huge pages"), "13 × 1.00 GiB");
+    assert_eq!(cell(peer, "huge pages"), "13 × 1.00 GiB, HVO");
+    // The peer with huge pages divides the entries' ratios, under its name.
+    let label = "Linux 6.12+hugepagesz=1G+hugepages=13+hugetlb_free_vmemmap=on";
+    assert_eq!(cell(peer, &format!("memmap × {label} memmap")), "1.00");
+    // Struct pages written by ready: memboot's summary (its huge pages are
+    // its `hugetlb` phase's), Linux's present pages less the tails it
+    // leaves to hugetlb (tools/tests/linux_log.rs): 1,081,355 of 4,194,206.
+    assert_eq!(
+        cell(peer, "struct pages written by ready"),
+        "1.08 M (25.8 %)"
+    );
+    let json = bench::to_json(&results, serde_json::json!({}));
+    assert_eq!(
+        json["rows"][1]["huge_pages"],
+        serde_json::json!([{"size": "1.00 GiB", "pages": 13, "hvo": true}])
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn runs_without_huge_pages_have_no_huge_pages_column() {
+    let (results, table) = results_and_table("no-huge");
+    assert!(results.rows.iter().all(|r| r.huge_pages.is_empty()));
+    assert!(!table.contains("huge pages"), "{table}");
+    let json = bench::to_json(&results, serde_json::json!({}));
+    assert!(json["rows"][0].get("huge_pages").is_none());
+}

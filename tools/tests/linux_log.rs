@@ -139,3 +139,101 @@ fn the_dmesg_dump_does_not_count_twice() {
     let dump_only = parse(&LOG[dump + "linux-peer: dmesg begin\n".len()..]).unwrap();
     assert_eq!(dump_only.node_deferred_ms, console_only.node_deferred_ms);
 }
+
+// 16G boots with `hugepagesz=1G hugepages=13` (tests/linux-peer.sh's /init
+// then names each page by PFN: 0x40000 in DMA32, 0x100000 to 0x3c0000 in
+// Normal), with `hugetlb_free_vmemmap=on` for 6.1 and 6.12, off for 7.3.
+const HUGE_6_1: &str = include_str!("../../tests/fixtures/linux-6.1-16g-hugetlb-hvo.log");
+const HUGE_6_12: &str = include_str!("../../tests/fixtures/linux-6.12-16g-hugetlb-hvo.log");
+const HUGE_7_3: &str = include_str!("../../tests/fixtures/linux-7.3-16g-hugetlb.log");
+
+/// The huge pages of a boot as `(pages, label, hvo)` per size.
+fn huge(boot: &memboot_tools::linux_log::LinuxBoot) -> Vec<(u64, &'static str, bool)> {
+    boot.huge_pages
+        .iter()
+        .map(|h| (h.pages, h.size.label(), h.hvo))
+        .collect()
+}
+
+/// Present pages (`Memory: …/16776824K available`) and the 1 + 97 pages
+/// of DMA's unavailable ranges, every fixture's.
+const PRESENT_AND_HOLES: u64 = 16_776_824 / 4 + 98;
+
+#[test]
+fn linux_6_1_writes_every_huge_page_tail_in_memory_init() {
+    let boot = parse(HUGE_6_1).expect("the fixture is a whole boot");
+    // line 567: HugeTLB: registered 1.00 GiB page size, pre-allocated 13
+    // pages; the 2 MiB size's 0 pages are left out. Line 10's command
+    // line has hugetlb_free_vmemmap=on and line 568 frees 16380 KiB.
+    assert_eq!(huge(&boot), vec![(13, "1.00 GiB", true)]);
+    // No MEMBLOCK_RSRV_NOINIT before 6.9: every present page.
+    assert_eq!(boot.pages_initialised, Some(PRESENT_AND_HOLES));
+}
+
+#[test]
+fn linux_6_12_leaves_deferred_huge_page_tails_to_hugetlb() {
+    let boot = parse(HUGE_6_12).expect("the fixture is a whole boot");
+    // lines 605-608 (the 1.00 GiB pair, then 2.00 MiB with 0 pages).
+    assert_eq!(huge(&boot), vec![(13, "1.00 GiB", true)]);
+    // Normal starts at PFN 0x100000 (line 59), its first section is
+    // initialised before deferral: 0x108000 is the first deferred PFN. The
+    // page at 0x40000 (DMA32) keeps every tail written; the one at
+    // 0x100000 those below 0x108000; the other 11 only their heads.
+    let left = (0x140000 - 0x108000) + 11 * ((1 << 18) - 1);
+    assert_eq!(boot.pages_initialised, Some(PRESENT_AND_HOLES - left));
+    assert_eq!(boot.pages_initialised, Some(1_081_355));
+}
+
+#[test]
+fn linux_7_3_leaves_the_tails_to_hugetlb_without_hvo_too() {
+    let boot = parse(HUGE_7_3).expect("the fixture is a whole boot");
+    // line 661; hugetlb_free_vmemmap=off on line 10.
+    assert_eq!(huge(&boot), vec![(13, "1.00 GiB", false)]);
+    assert_eq!(boot.pages_initialised, Some(1_081_355));
+}
+
+#[test]
+fn without_the_inits_pfn_lines_the_huge_pages_cannot_be_accounted() {
+    let cut: String = HUGE_6_12
+        .lines()
+        .filter(|l| !l.starts_with(memboot_tools::hugetlb_log::PFN_LINE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let boot = parse(&cut).expect("still a whole boot");
+    assert_eq!(boot.pages_initialised, None);
+    assert_eq!(boot.present_pages, Some(16_776_824 / 4));
+    // 6.1 needs no PFN: it writes them all.
+    let cut_6_1: String = HUGE_6_1
+        .lines()
+        .filter(|l| !l.starts_with(memboot_tools::hugetlb_log::PFN_LINE))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        parse(&cut_6_1).unwrap().pages_initialised,
+        Some(PRESENT_AND_HOLES)
+    );
+}
+
+#[test]
+fn boots_without_huge_pages_report_none() {
+    assert!(parse(LOG).unwrap().huge_pages.is_empty());
+    assert!(parse(LOG_6_12).unwrap().huge_pages.is_empty());
+}
+
+#[test]
+fn a_log_without_its_version_line_still_counts_when_it_has_no_huge_pages() {
+    let unversioned = |log: &str| -> String {
+        log.lines()
+            .filter(|l| !l.contains("] Linux version "))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let boot = parse(&unversioned(LOG_6_12)).expect("still a whole boot");
+    assert_eq!(boot.release, None);
+    assert!(boot.pages_initialised.is_some());
+    // With 1 GiB pages the series decides whether tails were left: unknown.
+    assert_eq!(
+        parse(&unversioned(HUGE_6_12)).unwrap().pages_initialised,
+        None
+    );
+}

@@ -14,16 +14,7 @@ const TWO_NODES: Machine = Machine {
 
 /// The parameters of a command line (other keys skipped).
 fn params(cmdline: &str) -> Vec<HugeParam> {
-    cmdline
-        .split_ascii_whitespace()
-        .filter_map(|t| {
-            let (key, value) = t.split_once('=')?;
-            Some(HugeParam {
-                key: HugeKey::of(key)?,
-                value: value.into(),
-            })
-        })
-        .collect()
+    params_in(cmdline)
 }
 
 fn plan_of(cmdline: &str, machine: Machine) -> HugePlan {

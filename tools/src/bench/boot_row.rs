@@ -4,6 +4,7 @@
 use memboot_contract::summary::Summary;
 
 use super::entries::{is_linux, linux_series, size_mib};
+use crate::hugetlb_log::{self, HugeSize};
 use crate::linux_log;
 
 /// One boot's figures.
@@ -51,6 +52,9 @@ pub struct Row {
     /// and at printk resolution (`LinuxBoot::deferred_printk_ns`).
     pub deferred_jiffies_ms: Option<u64>,
     pub deferred_printk_ns: Option<u64>,
+    /// The huge pages reserved at boot, per size, as the kernel reported
+    /// them (`HugeTLB: registered …`; [`crate::hugetlb_log`]).
+    pub huge_pages: Vec<HugeSize>,
 }
 
 impl Row {
@@ -123,8 +127,18 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         boot_cpu_pages: measured(s.eager_pages),
         deferred_jiffies_ms: None,
         deferred_printk_ns: None,
+        // memboot writes every struct page of its huge pages: no HVO.
+        huge_pages: hugetlb_log::sizes(memboot_messages(text).iter().map(String::as_str), false),
     }
     .with_host_lines(text))
+}
+
+/// memboot's stamped messages, without their stamps.
+fn memboot_messages(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| crate::serial_log::parse_stamped(l.trim_end_matches('\r')))
+        .map(|(_, m)| m)
+        .collect()
 }
 
 /// The order-0 entry of a per-order summary array (`alloc_p99_ns`, …),
@@ -186,6 +200,7 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
         boot_cpu_pages: None,
         deferred_jiffies_ms: Some(boot.deferred_ms()),
         deferred_printk_ns: boot.deferred_printk_ns,
+        huge_pages: boot.huge_pages.clone(),
     }
     .with_host_lines(text)
     .linux_ready_at_last_deferred_line(text, &boot))

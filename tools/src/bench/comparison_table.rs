@@ -177,6 +177,7 @@ mod tests {
             boot_cpu_pages: (!is_linux(mode)).then_some(851_839),
             deferred_jiffies_ms: None,
             deferred_printk_ns: None,
+            huge_pages: Vec::new(),
         }
     }
     #[test]

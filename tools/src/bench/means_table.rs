@@ -91,9 +91,35 @@ pub fn columns(entries: &[String]) -> Vec<String> {
     out
 }
 
-/// One table line for (size, entry), with ratios to `peers`.
-fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> String {
+/// The huge pages column's cell: each size the entry's first boot
+/// reserved pages of, `13 × 1.00 GiB`, with `HVO` where the kernel freed
+/// their tail struct pages' vmemmap; `–` for none.
+fn huge_cell(row: Option<&&Row>) -> String {
+    let sizes: Vec<String> = row
+        .map(|r| r.huge_pages.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            let hvo = if h.hvo { ", HVO" } else { "" };
+            format!("{} × {}{hvo}", h.pages, h.size.label())
+        })
+        .collect();
+    if sizes.is_empty() {
+        "–".to_string()
+    } else {
+        sizes.join(" + ")
+    }
+}
+
+/// One table line for (size, entry), with ratios to `peers`, and the
+/// huge pages column when `huge`.
+fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>], huge: bool) -> String {
     let rs = series(rows, size, entry);
+    let huge_pages = if huge {
+        format!(" {} |", huge_cell(rs.first()))
+    } else {
+        String::new()
+    };
     let mean_of = |e: &str, f: fn(&Row) -> Option<u64>| {
         mean(series(rows, size, e).iter().filter_map(|r| f(r)))
     };
@@ -131,7 +157,7 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> 
         );
     }
     format!(
-        "| {size} | {} | {entry} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{peer_ratios} {} |",
+        "| {size} | {} | {entry} |{huge_pages} {} | {} | {} | {} | {} | {} | {} | {} | {} |{peer_ratios} {} |",
         rs.first().map_or("", |r| r.kernel),
         rounds_and_mean(memmap),
         rounds_and_mean(|r| r.allocatable_ns),
@@ -149,22 +175,30 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>]) -> 
     )
 }
 
-/// The markdown table (with a heading line saying how it was run).
+/// The markdown table (with a heading line saying how it was run): a
+/// huge pages column after the mode when some boot reserved huge pages.
 pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
+    let huge = results.rows.iter().any(|r| !r.huge_pages.is_empty());
     let mut out = format!("{heading}\n\n");
     out += "| size | kernel | mode |";
+    if huge {
+        out += " huge pages |";
+    }
     let columns = columns(plan.entries);
     for c in &columns {
         out += &format!(" {c} |");
     }
     out += "\n|---|---|---|";
+    if huge {
+        out += "---|";
+    }
     out += &"---|".repeat(columns.len());
     out.push('\n');
     let peers = ratio_peers(plan.entries);
     for size in plan.sizes {
         for entry in plan.entries {
             if !series(&results.rows, size, entry).is_empty() {
-                out += &table_line(&results.rows, size, entry, &peers);
+                out += &table_line(&results.rows, size, entry, &peers, huge);
                 out.push('\n');
             }
         }

@@ -21,6 +21,12 @@
 //! - `grow_step_p50_ns` / `grow_step_p99_ns`: one growth step (a block
 //!   window of struct pages) during memboot's allocation test.
 //! - `host_rss_mib`: QEMU's peak resident memory (run-qemu.sh's line).
+//! - `huge_pages`: the huge pages reserved at boot, per size, as the
+//!   kernel's `HugeTLB: registered …` lines say (`crate::hugetlb_log`); the
+//!   table has a huge pages column only when some boot reserved any, so
+//!   runs without them replay unchanged. Their struct pages are not in
+//!   `pages_initialised` where the kernel writes them after memory is
+//!   ready (memboot's `hugetlb` phase, Linux 6.9+'s `hugetlb_init`).
 //!
 //! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or a Linux
 //! entry, [`is_linux`]); an entry that was not booted at a size (its struct
@@ -33,7 +39,8 @@
 //! `boot_args`). Runs committed before there were two peers name Debian
 //! 12's 6.1 without a series: `linux`, `linux-pvh`, `linux-bzimage`, …; they
 //! replay unchanged. The ratio columns divide by each peer entry in the run
-//! (`linux-SERIES`, or the old `linux`; [`is_peer`]), in entry order, one
+//! (`linux-SERIES`, the same with huge-page words only, or the old
+//! `linux`; [`is_peer`]), in entry order, one
 //! pair of columns each: "memmap × Linux 6.12 memmap" and "QEMU start →
 //! ready × Linux 6.12" (the old `linux`'s are "× Linux"). The ready ratio
 //! sets the two kernels' host-timed QEMU start → memory ready over each

@@ -6,8 +6,11 @@ use serde_json::{json, Value};
 use super::boot_row::Row;
 use super::run_dir::Results;
 
+/// A row as JSON; `huge_pages` (`[{"size": "1.00 GiB", "pages": 13,
+/// "hvo": true}]`) only where the boot reserved huge pages, so that the
+/// rows of runs without them stay as they were.
 fn row_json(r: &Row) -> Value {
-    json!({
+    let mut row = json!({
         "size": r.size, "mem_mib": r.mem_mib, "kernel": r.kernel, "mode": r.mode,
         "round": r.round, "boot_cpu_memmap_ns": r.boot_cpu_memmap_ns,
         "memmap_ns": r.memmap_ns, "allocatable_ns": r.allocatable_ns,
@@ -21,7 +24,16 @@ fn row_json(r: &Row) -> Value {
         "qemu_start_to_ready_us": r.qemu_start_to_ready_us, "minor_faults": r.minor_faults,
         "boot_cpu_pages": r.boot_cpu_pages,
         "deferred_jiffies_ms": r.deferred_jiffies_ms, "deferred_printk_ns": r.deferred_printk_ns,
-    })
+    });
+    if !r.huge_pages.is_empty() {
+        let sizes: Vec<Value> = r
+            .huge_pages
+            .iter()
+            .map(|h| json!({"size": h.size.label(), "pages": h.pages, "hvo": h.hvo}))
+            .collect();
+        row["huge_pages"] = json!(sizes);
+    }
+    row
 }
 
 /// The rows as JSON: `{"meta": {...}, "rows": [...], "skipped": [...],

@@ -43,7 +43,11 @@ pub enum Kernel {
     /// memboot with options its grammar refuses (why): it fails the boot
     /// (bad_option) before it writes any struct page.
     MembootRefusing(String),
-    /// A stock Linux kernel, which writes every struct page (64 bytes).
+    /// A stock Linux kernel, which writes every struct page (64 bytes):
+    /// an upper bound, as 1 GiB huge pages only lower it (6.9 and later
+    /// leave most of their tails unwritten, `crate::hugetlb_log`; HVO then
+    /// frees their vmemmap), so no boot that fits is refused. memboot
+    /// writes every struct page of its huge pages (phase `hugetlb`).
     Linux,
 }
 

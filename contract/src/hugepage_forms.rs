@@ -160,13 +160,7 @@ impl fmt::Display for SizePlan {
             f.write_str(", the default size")?;
         }
         let hvo = if self.hvo { "on" } else { "off" };
-        write!(f, ", vmemmap optimisation (HVO) {hvo}")?;
-        if self.size == HugePageSize::Mib2 {
-            // 2 MiB pages come from the buddy allocator once memory is
-            // ready, which memboot does not do yet.
-            f.write_str(" (not reserved yet)")?;
-        }
-        Ok(())
+        write!(f, ", vmemmap optimisation (HVO) {hvo}")
     }
 }
 

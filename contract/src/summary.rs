@@ -31,7 +31,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 5;
+pub const SUMMARY_VERSION: u64 = 6;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -436,9 +436,13 @@ summary_schema! {
         /// The huge-page phase: writing their struct pages as compound
         /// pages on the boot CPU. Since version 5.
         pub hugetlb_ns: u64,
-        /// Struct pages that phase wrote (262144 per 1 GiB page, head
-        /// included): not in `pages_initialised`. Since version 5.
+        /// Struct pages that phase wrote (262144 per 1 GiB page, 512 per
+        /// 2 MiB page, heads included): not in `pages_initialised`. Since
+        /// version 5.
         pub hugetlb_struct_pages: u64,
+        /// 2 MiB huge pages taken from the page allocator once memory was
+        /// ready (`hugepagesz=2M hugepages=`), by node. Since version 6.
+        pub hugepages_2m_per_node: Cow<'a, [u64]>,
     }
 }
 

@@ -47,6 +47,7 @@ mod claim_hooks;
 mod clock;
 pub mod faults;
 mod free_bitmap;
+pub mod hugetlb_pool;
 pub use free_bitmap::free_bitmap_bytes;
 pub mod handoff;
 mod page_alloc;

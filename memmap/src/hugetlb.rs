@@ -61,6 +61,10 @@ pub const GIGANTIC_ORDER: u32 = 18;
 pub const GIGANTIC_NR_PAGES: u64 = 1 << GIGANTIC_ORDER;
 /// Bytes in a 1 GiB page.
 pub const GIGANTIC_BYTES: u64 = GIGANTIC_NR_PAGES << PAGE_SHIFT;
+/// The order of a huge page of `size` (9 for 2 MiB, 18 for 1 GiB).
+pub fn order_of(size: HugePageSize) -> u32 {
+    (size.bytes() >> PAGE_SHIFT).trailing_zeros()
+}
 /// Linux 6.1's `HUGETLB_PAGE_DTOR` (`enum compound_dtor_id`), the first
 /// tail's `compound_dtor` once `prep_new_huge_page` ran.
 pub const HUGETLB_PAGE_DTOR: u8 = 2;
@@ -87,13 +91,18 @@ impl HugePage {
     }
 }
 
-/// Fewer pages than asked: Linux's warning, as its line reads.
+/// Fewer pages of `size` than asked: Linux's warning, as its line reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shortfall {
     /// A total: `asked`, `allocated` over all nodes.
-    Total { asked: u64, allocated: u64 },
+    Total {
+        size: HugePageSize,
+        asked: u64,
+        allocated: u64,
+    },
     /// One node of a per-node request.
     Node {
+        size: HugePageSize,
         nid: NodeId,
         asked: u64,
         allocated: u64,
@@ -102,20 +111,28 @@ pub enum Shortfall {
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Shortfall::Total { asked, allocated } => write!(
-                f,
-                "HugeTLB: allocating {asked} of page size 1.00 GiB failed.  Only allocated {allocated} hugepages."
-            ),
+        let (size, asked, allocated, node) = match *self {
+            Shortfall::Total {
+                size,
+                asked,
+                allocated,
+            } => (size, asked, allocated, None),
             Shortfall::Node {
+                size,
                 nid,
                 asked,
                 allocated,
-            } => write!(
-                f,
-                "HugeTLB: allocating {asked} of page size 1.00 GiB failed node{nid}.  Only allocated {allocated} hugepages."
-            ),
+            } => (size, asked, allocated, Some(nid)),
+        };
+        write!(
+            f,
+            "HugeTLB: allocating {asked} of page size {} failed",
+            size.label()
+        )?;
+        if let Some(nid) = node {
+            write!(f, " node{nid}")?;
         }
+        write!(f, ".  Only allocated {allocated} hugepages.")
     }
 }
 
@@ -180,40 +197,65 @@ pub fn reserve_gigantic(
     mb: &mut Memblock,
     request: &Request,
 ) -> Result<Reservation, MemblockError> {
-    let mut out = Reservation::default();
+    let nodes = mb.node_ids();
+    let (mut pages, shortfalls) = take_pages(request, &nodes, HugePageSize::Gib1, |nid, exact| {
+        alloc_one(mb, nid, exact)
+    })?;
+    pages.sort_unstable();
+    Ok(Reservation { pages, shortfalls })
+}
+
+/// Take the pages of `size` that `request` asks for, one `take(nid,
+/// exact)` a try, as Linux's `for_each_node_mask_to_alloc` walks `nodes`:
+/// a total tries each page on the next node in turn (`exact` false: the
+/// taker may fall back as its allocator does), then on the ones after it,
+/// the turn moving on with every try; the first page no node gives ends
+/// it. Per node, each node's count on that node (`exact` true), by node.
+/// What falls short is Linux's warning for `size`.
+pub fn take_pages<T, E>(
+    request: &Request,
+    nodes: &[NodeId],
+    size: HugePageSize,
+    mut take: impl FnMut(NodeId, bool) -> Result<Option<T>, E>,
+) -> Result<(Vec<T>, Vec<Shortfall>), E> {
+    let mut pages = Vec::new();
+    let mut shortfalls = Vec::new();
     match request {
         Request::Total(asked) => {
-            let nodes = mb.node_ids();
-            let mut allocated = 0;
-            while allocated < *asked && !nodes.is_empty() {
-                let nid = nodes[(allocated % nodes.len() as u64) as usize];
-                match alloc_one(mb, nid, false)? {
-                    Some(page) => out.pages.push(page),
-                    None => break,
+            let mut next = 0;
+            'pages: while (pages.len() as u64) < *asked {
+                for _ in 0..nodes.len() {
+                    let nid = nodes[next % nodes.len()];
+                    next += 1;
+                    if let Some(page) = take(nid, false)? {
+                        pages.push(page);
+                        continue 'pages;
+                    }
                 }
-                allocated += 1;
+                break;
             }
+            let allocated = pages.len() as u64;
             if allocated < *asked {
-                out.shortfalls.push(Shortfall::Total {
+                shortfalls.push(Shortfall::Total {
+                    size,
                     asked: *asked,
                     allocated,
                 });
             }
         }
-        Request::PerNode(nodes) => {
-            let mut nodes = nodes.clone();
-            nodes.sort_unstable();
-            for (nid, asked) in nodes {
+        Request::PerNode(per_node) => {
+            let mut per_node = per_node.clone();
+            per_node.sort_unstable();
+            for (nid, asked) in per_node {
                 let mut allocated = 0;
                 while allocated < asked {
-                    match alloc_one(mb, nid, true)? {
-                        Some(page) => out.pages.push(page),
-                        None => break,
-                    }
+                    let Some(page) = take(nid, true)? else { break };
+                    pages.push(page);
                     allocated += 1;
                 }
                 if allocated < asked {
-                    out.shortfalls.push(Shortfall::Node {
+                    shortfalls.push(Shortfall::Node {
+                        size,
                         nid,
                         asked,
                         allocated,
@@ -222,8 +264,7 @@ pub fn reserve_gigantic(
             }
         }
     }
-    out.pages.sort_unstable();
-    Ok(out)
+    Ok((pages, shortfalls))
 }
 
 /// The head of a compound page, as its tails name it.
@@ -265,25 +306,45 @@ pub fn compound_head_of<B: MemmapBacking>(
 }
 
 /// Write every struct page of `page` as Linux's compound page of order 18
-/// (`prep_compound_gigantic_page` + `prep_new_huge_page`, module docs):
-/// the head, then each tail, a section piece at a time. Returns the struct
-/// pages written. Takes the memmap shared, as the deferred workers do:
-/// the pages belong to no chunk, pool or free block, so nothing else
-/// writes them.
+/// (`prep_compound_gigantic_page` + `prep_new_huge_page`, module docs).
+/// Returns the struct pages written.
 ///
 /// # Safety
-/// While it runs, no other reference to a struct page of `page` may exist
-/// or be created.
+/// As for [`prep_compound`].
 pub unsafe fn prep_gigantic<B: MemmapBacking>(
     memmap: &Memmap<B>,
     page: &HugePage,
 ) -> Result<u64, UnbackedHugePage> {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { prep_compound(memmap, page.pfn, page.nid, GIGANTIC_ORDER) }
+}
+
+/// Write the `1 << order` struct pages from `head_pfn` (aligned to the
+/// order) as Linux's compound page of that order, node `nid`: the head,
+/// then each tail, a section piece at a time. Returns the struct pages
+/// written. Takes the memmap shared, as the deferred workers do: the pages
+/// belong to no chunk, pool or free block, so nothing else writes them.
+///
+/// # Safety
+/// While it runs, no other reference to a struct page of the compound page
+/// may exist or be created.
+pub unsafe fn prep_compound<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    head_pfn: Pfn,
+    nid: NodeId,
+    order: u32,
+) -> Result<u64, UnbackedHugePage> {
     let unbacked = |pfn| UnbackedHugePage { pfn };
-    let head = compound_head_of(memmap, page).ok_or(unbacked(page.pfn))?;
+    let head = memmap.page(head_pfn).ok_or(unbacked(head_pfn))?;
+    let head = CompoundHead {
+        pfn: head_pfn,
+        addr: head as *const B::Page as u64,
+        order,
+    };
     let mut written = 0;
-    for piece in page.pfns().section_pieces() {
+    for piece in PfnRange::new(head_pfn, head_pfn + (1 << order)).section_pieces() {
         let zone = ZoneType::of_pfn(piece.start);
-        let links = page_links(piece.start, zone, page.nid);
+        let links = page_links(piece.start, zone, nid);
         // SAFETY: the caller guarantees no other reference to these pages;
         // `head` is a copy, not a reference.
         let pages = unsafe { memmap.pages_mut_unchecked(piece) }.ok_or(unbacked(piece.start))?;

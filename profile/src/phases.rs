@@ -75,8 +75,9 @@ pub const PCP_FREE: &str = "pcp_free";
 /// summary's `allocatable_ns`: what runs before a boot can allocate,
 /// counted the same on any host.
 pub const TO_READY: &str = "to_ready";
-/// memboot's 1 GiB huge pages' struct pages written as compound pages
-/// (`hugepagesz=1G hugepages=N`), per struct page written.
+/// memboot's huge pages: the 1 GiB pages' struct pages written as compound
+/// pages (`hugepagesz=1G hugepages=N`) and the 2 MiB pages taken from the
+/// allocator and written so (`hugepagesz=2M`), per struct page written.
 pub const HUGETLB: &str = "hugetlb";
 /// memboot's memory-block creation (`memory_block_lookup=` decides how each
 /// section finds its block), per boot: one call.
@@ -176,7 +177,13 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
         MEMORY_BLOCKS,
         &["memboot_kernel::pipeline::memory_blocks::create"],
     ),
-    PhaseDef::all(HUGETLB, &["memboot_kernel::pipeline::hugetlb::prep_all"]),
+    PhaseDef::all(
+        HUGETLB,
+        &[
+            "memboot_kernel::pipeline::hugetlb::prep_all",
+            "memboot_kernel::pipeline::hugetlb::take_pool",
+        ],
+    ),
     PhaseDef {
         name: TO_READY,
         functions: &["memboot_kernel::hw::boot::flow::start"],

@@ -102,3 +102,81 @@ fn per_node_counts_on_ondemand_and_8_byte_pages() {
         Some(3 * GIGANTIC_PAGES)
     );
 }
+
+fn per_node_2m(b: &Boot) -> Vec<u64> {
+    b.summary_json()["hugepages_2m_per_node"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hugepages_2m_per_node\n{}", b.describe()))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+/// 2 MiB pages, the default size (a bare `hugepages=`), taken from the
+/// allocator once memory is ready: round-robin over the nodes, written as
+/// compound pages, verified, and out of the free pages the model of the
+/// logged firmware map gives.
+#[test]
+fn default_size_2m_pages_come_from_the_allocator_round_robin() {
+    let b = boot(
+        &["-m", "4G", "--nodes", "2"],
+        &["hugepages=101"],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    assert_eq!(per_node_2m(&b), [51, 50], "{}", b.describe());
+    let line = "HugeTLB: registered 2.00 MiB page size, pre-allocated 101 pages";
+    assert!(b.has_message(line), "{line}\n{}", b.describe());
+    let s = b.summary_json();
+    assert_eq!(s["hugetlb_struct_pages"].as_u64(), Some(101 * 512));
+    // `free_pages` is counted when init is done, before the huge pages
+    // are taken: the model's. Verification, after, counts them apart in
+    // its zone lines.
+    assert_eq!(
+        b.summary().free_pages,
+        b.model().facts().free_pages,
+        "{}",
+        b.describe()
+    );
+    let in_huge_pages: u64 = b
+        .messages_with("verify: node ")
+        .filter_map(|l| l.strip_suffix(" in huge pages"))
+        .map(|l| l.rsplit(", ").next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(in_huge_pages, 101 * 512, "{}", b.describe());
+    // Init wrote every present page; the huge-page phase wrote these again.
+    assert_eq!(
+        b.summary().eager_pages + b.summary().deferred_pages,
+        b.summary().present_pages
+    );
+}
+
+/// More 2 MiB pages than a node has, beside 1 GiB pages and at 32 bytes:
+/// the node's pages until it has none, Linux's warning, a boot that goes
+/// on and verifies.
+#[test]
+fn more_2m_pages_than_a_node_has_warn_and_boot() {
+    let b = boot(
+        &["-m", "4G", "--nodes", "2"],
+        &[
+            "struct_page=32",
+            "hugepagesz=1G",
+            "hugepages=1",
+            "hugepagesz=2M",
+            "hugepages=1:100000",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    let got = per_node_2m(&b);
+    assert_eq!(got[0], 0, "{}", b.describe());
+    assert!(got[1] > 0, "{}", b.describe());
+    let warning = format!(
+        "HugeTLB: allocating 100000 of page size 2.00 MiB failed node1.  Only allocated {} hugepages.",
+        got[1]
+    );
+    assert!(b.has_message(&warning), "{warning}\n{}", b.describe());
+    assert_eq!(per_node(&b).iter().sum::<u64>(), 1, "{}", b.describe());
+}

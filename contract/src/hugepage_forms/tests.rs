@@ -95,7 +95,7 @@ fn the_node_form_counts_per_node_and_an_invalid_node_is_ignored() {
     assert_eq!(p.sizes[0].pages.total(), 3);
     assert_eq!(
         p.sizes[0].to_string(),
-        "HugeTLB: command line asks for 3 pages of 2.00 MiB (node 0: 1, node 1: 2), the default size, vmemmap optimisation (HVO) off (not reserved yet)"
+        "HugeTLB: command line asks for 3 pages of 2.00 MiB (node 0: 1, node 1: 2), the default size, vmemmap optimisation (HVO) off"
     );
     // "If the node number is invalid, the parameter will be ignored."
     let p = plan_of("hugepagesz=1G hugepages=0:1,2:2", TWO_NODES);

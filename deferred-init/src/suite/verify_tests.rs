@@ -130,7 +130,7 @@ fn with_world_on<R>(
 
 impl World<'_> {
     fn scan(&self, range: PfnRange) -> PageCheck {
-        verify_pages(self.mm, self.mb, self.layout, range)
+        verify_pages(self.mm, self.mb, self.layout, None, range)
     }
     /// Scan all present ranges, one section-aligned slice per thread.
     fn scan_all_parallel(&self) -> PageCheck {
@@ -170,7 +170,7 @@ impl World<'_> {
         let pool = PoolCheck::new(&self.di);
         let mut pages = PageCheck::new(self.layout);
         for r in pool.scan_ranges(self.layout) {
-            pages.merge(verify_scan_range(self.mm, self.mb, self.layout, r));
+            pages.merge(verify_scan_range(self.mm, self.mb, self.layout, None, r));
         }
         verify_buddy_with_pool(
             self.di.buddy(),
@@ -357,7 +357,7 @@ fn a_max_order_head(w: &World<'_>, nid: NodeId) -> Pfn {
 fn check_all_runs_every_part_and_stops_at_the_first_failure() {
     with_world(|w| {
         let executor = ThreadExecutor::new(TEST_CPUS);
-        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di)
+        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(verified.pages_checked, w.scan_all().pages_checked);
         assert_eq!(verified.untouched_pages, 0, "the workers ran: no pool");
@@ -368,7 +368,7 @@ fn check_all_runs_every_part_and_stops_at_the_first_failure() {
             .iter()
             .all(|t| matches!(t, verify::NodeSelftest::Ran(_))));
         w.corrupt(NODE1_RSV + 3, |p| p.break_links());
-        match verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di) {
+        match verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None) {
             Err(verify::CheckFailure::Pages(pages)) => {
                 assert_eq!(pages.mismatches[0].pfn, NODE1_RSV + 3, "{pages}");
             }
@@ -751,7 +751,7 @@ fn corrupt_grown_page_is_caught() {
             let pool = PoolCheck::new(&w.di);
             let mut pages = PageCheck::new(w.layout);
             for r in pool.scan_ranges(w.layout) {
-                pages.merge(verify_scan_range(w.mm, w.mb, w.layout, r));
+                pages.merge(verify_scan_range(w.mm, w.mb, w.layout, None, r));
             }
             assert_eq!(pages.mismatches[0].pfn, pfn, "{pages}");
             // The 8-byte page's fault flips its type: a free page reads allocated.
@@ -1102,6 +1102,7 @@ fn report_wording_of_untouched_zones() {
         listed_blocks: [0; memmap::NR_ORDERS],
         untouched,
         untouched_reserved,
+        huge: 0,
     };
     assert!(!zone(0, 0).to_string().contains("untouched"));
     assert!(
@@ -1272,7 +1273,7 @@ fn check_all_skips_the_selftest_of_a_node_without_free_pages() {
         true,
         |w| {
             let executor = ThreadExecutor::new(TEST_CPUS);
-            let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di)
+            let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None)
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(verified.selftests.len(), 2, "{:?}", verified.selftests);
             assert_eq!(verified.selftests[0], verify::NodeSelftest::NoFreePages(0));
@@ -1296,7 +1297,7 @@ fn an_incomplete_scan_beside_a_pool_names_what_it_should_cover() {
         |w| {
             let pool = PoolCheck::new(&w.di);
             let first = pool.scan_ranges(w.layout)[0];
-            let pages = verify_scan_range(w.mm, w.mb, w.layout, first);
+            let pages = verify_scan_range(w.mm, w.mb, w.layout, None, first);
             let f = verify_buddy_with_pool(w.di.buddy(), w.mm, w.layout, w.mb, &pages, &pool)
                 .expect_err("half a scan must fail");
             let present: u64 = w
@@ -1431,7 +1432,7 @@ fn a_scan_counts_memory_of_a_node_the_layout_lacks() {
     let renumbered = memblock_with(300 * MIB, 3);
     with_world(|w| {
         let node1 = *w.layout.present_section_ranges().last().unwrap();
-        let pages = verify_pages(w.mm, &renumbered, w.layout, node1);
+        let pages = verify_pages(w.mm, &renumbered, w.layout, None, node1);
         let memory = ((200 + 302) * MIB) >> 12;
         let z = pages.zone(3, ZoneType::Normal).expect("node 3 counted");
         if !TestPage::STORES_LINKS {
@@ -1500,7 +1501,7 @@ fn memory_gone_from_memblock_is_an_unlisted_hole() {
     let larger = ZoneLayout::new(&memblock_with(310 * MIB, 1));
     with_world(|w| {
         let gone = PfnRange::new((300 * MIB) >> 12, (310 * MIB) >> 12);
-        let pages = verify_pages(w.mm, w.mb, &larger, gone);
+        let pages = verify_pages(w.mm, w.mb, &larger, None, gone);
         assert_eq!(pages.nr_mismatches, gone.nr_pages(), "{pages}");
         assert!(pages
             .mismatches
@@ -1550,7 +1551,7 @@ fn every_page_of_an_unbacked_section_is_checked() {
     with_world(|w| {
         let unbacked: Memmap<TestBacking> = Memmap::new(TestBacking::for_ranges(&[]));
         let node1 = *w.layout.present_section_ranges().last().unwrap();
-        let pages = verify_pages(&unbacked, w.mb, w.layout, node1);
+        let pages = verify_pages(&unbacked, w.mb, w.layout, None, node1);
         assert_eq!(pages.pages_checked, node1.nr_pages());
         assert_eq!(pages.nr_mismatches, node1.nr_pages());
         assert_eq!(pages.mismatches[0].problem, Problem::Unbacked);
@@ -1568,7 +1569,7 @@ fn a_page_left_in_a_cpu_cache_fails_verification() {
         let p = pages.alloc_pages(1, ZoneType::Normal, 0).unwrap();
         pages.free_pages(p, 0).unwrap();
         assert_eq!(caches.nr_cached_pages(), PCP_BATCH as u64);
-        let check = || verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di);
+        let check = || verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None);
         match check() {
             Err(verify::CheckFailure::Pages(pages)) => {
                 assert_eq!(pages.nr_mismatches, PCP_BATCH as u64, "{pages}");
@@ -1577,5 +1578,88 @@ fn a_page_left_in_a_cpu_cache_fails_verification() {
         }
         pages.drain_cpu_cache();
         check().unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// Huge pages of 2 MiB taken from the allocator (`hugepagesz=2M
+/// hugepages=5`), round-robin over the two nodes and written as compound
+/// pages: verification checks each and leaves them out of the free pages
+/// (the zones' counts add up without them); told nothing of them, it finds
+/// pages that are neither free nor reserved; a damaged tail trips it.
+#[test]
+fn huge_pages_from_the_allocator_verify_and_a_damaged_tail_trips() {
+    use memboot_contract::hugepage_forms::HugePageSize;
+    use memmap::hugetlb::{prep_compound, Request};
+
+    use crate::hugetlb_pool::alloc_pool;
+
+    with_world(|w| {
+        let executor = ThreadExecutor::new(TEST_CPUS);
+        let free_before = w.di.buddy().nr_free_pages_total();
+        let pool = alloc_pool(
+            &w.di.allocator(),
+            w.layout,
+            &Request::Total(5),
+            HugePageSize::Mib2,
+        );
+        assert_eq!(pool.per_node(2), [3, 2], "node 0 first, then in turn");
+        assert!(pool.shortfalls.is_empty());
+        for p in &pool.pages {
+            assert_eq!(p.pfn % 512, 0, "{p:?}");
+            // SAFETY: the pages are allocated to the pool; nothing else
+            // touches their struct pages.
+            assert_eq!(unsafe { prep_compound(w.mm, p.pfn, p.nid, 9) }, Ok(512));
+        }
+        let free_after = w.di.buddy().nr_free_pages_total();
+        assert_eq!(free_before - free_after, 5 * 512);
+        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, huge);
+        let verified = check(Some(&pool)).unwrap_or_else(|e| panic!("{e}"));
+        let huge: u64 = verified.buddy.zones.iter().map(|z| z.huge).sum();
+        assert_eq!(huge, 5 * 512);
+        assert!(check(None).is_err(), "a huge page is neither free nor reserved");
+        let tail = pool.pages[1].pfn + 7;
+        w.corrupt(tail, |p| p.break_links());
+        match check(Some(&pool)) {
+            Err(verify::CheckFailure::Pages(pages)) => {
+                let m = pages.mismatches[0];
+                assert_eq!(m.pfn, tail, "{pages}");
+                assert!(
+                    matches!(m.expected, Expected::CompoundTail { order: 9, .. }),
+                    "{m}"
+                );
+            }
+            other => panic!("expected a page failure, got {other:?}"),
+        }
+    });
+}
+
+/// More 2 MiB pages than fit: as many as fit, then Linux's warning; per
+/// node, each node's count on that node only.
+#[test]
+fn huge_pages_beyond_what_fits_are_a_shortfall() {
+    use memboot_contract::hugepage_forms::HugePageSize;
+    use memmap::hugetlb::{Request, Shortfall};
+
+    use crate::hugetlb_pool::alloc_pool;
+
+    with_world(|w| {
+        let pages = w.di.allocator();
+        let pool = alloc_pool(&pages, w.layout, &Request::PerNode(vec![(1, 1_000_000)]), HugePageSize::Mib2);
+        assert_eq!(pool.per_node(2)[0], 0);
+        let got = pool.per_node(2)[1];
+        assert!(got > 0, "{pool:?}");
+        assert_eq!(
+            pool.shortfalls,
+            [Shortfall::Node {
+                size: HugePageSize::Mib2,
+                nid: 1,
+                asked: 1_000_000,
+                allocated: got
+            }]
+        );
+        assert_eq!(
+            pool.shortfalls[0].to_string(),
+            format!("HugeTLB: allocating 1000000 of page size 2.00 MiB failed node1.  Only allocated {got} hugepages.")
+        );
     });
 }

@@ -37,6 +37,8 @@ pub struct ZoneSummary {
     /// memblock-reserved pages among them.
     pub untouched: u64,
     pub untouched_reserved: u64,
+    /// Pages of huge pages taken from the allocator (page scan).
+    pub huge: u64,
 }
 
 impl fmt::Display for ZoneSummary {
@@ -58,6 +60,9 @@ impl fmt::Display for ZoneSummary {
                 ", {} untouched ({} of them reserved)",
                 self.untouched, self.untouched_reserved
             )?;
+        }
+        if self.huge > 0 {
+            write!(f, ", {} in huge pages", self.huge)?;
         }
         Ok(())
     }

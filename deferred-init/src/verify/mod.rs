@@ -62,6 +62,7 @@ use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
 use crate::buddy::BuddyAllocator;
+use crate::hugetlb_pool::HugePool;
 use crate::run::{DeferredInit, Executor};
 
 mod list_report;
@@ -143,8 +144,10 @@ impl fmt::Display for CheckFailure {
 /// counters, then the alloc/free self-test on every node that has free
 /// pages. `buddy` is the page allocator's free lists, `di` the deferred
 /// init that frees into them and keeps the pool. Costs O(initialised
-/// pages and sections): untouched struct pages are never read. The
-/// preconditions are the module's: nothing allocates or frees meanwhile.
+/// pages and sections): untouched struct pages are never read. `huge`:
+/// the huge pages taken from the allocator, each checked as the compound
+/// page it must be and left out of the free pages. The preconditions are
+/// the module's: nothing allocates or frees meanwhile.
 pub fn check_all<B: MemmapBacking>(
     executor: &dyn Executor,
     memmap: &Memmap<B>,
@@ -152,9 +155,10 @@ pub fn check_all<B: MemmapBacking>(
     layout: &ZoneLayout,
     buddy: &BuddyAllocator<'_, B>,
     di: &DeferredInit<'_, B>,
+    huge: Option<&HugePool>,
 ) -> Result<Verified, CheckFailure> {
     let pool = PoolCheck::new(di);
-    let pages = scan_on_every_cpu(executor, memmap, mb, layout, &pool);
+    let pages = scan_on_every_cpu(executor, memmap, mb, layout, huge, &pool);
     if !pages.is_ok() {
         return Err(CheckFailure::Pages(pages));
     }
@@ -196,6 +200,7 @@ fn scan_on_every_cpu<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    huge: Option<&HugePool>,
     pool: &PoolCheck,
 ) -> PageCheck {
     let ranges: Vec<ScanRange> = pool.scan_ranges(layout);
@@ -210,7 +215,7 @@ fn scan_on_every_cpu<B: MemmapBacking>(
             }
             let last = (first + SECTIONS_PER_CLAIM).min(ranges.len());
             for range in &ranges[first..last] {
-                check.merge(verify_scan_range(memmap, mb, layout, *range));
+                check.merge(verify_scan_range(memmap, mb, layout, huge, *range));
             }
         }
         results.lock().push(check);

@@ -14,6 +14,7 @@ use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use crate::buddy::{slot, slot_key, NR_ZONES};
+use crate::hugetlb_pool::{HugePool, PoolPage};
 use memmap::NR_ORDERS;
 
 /// How many mismatches a [`PageCheck`] or [`BuddyFailure`] keeps (all are counted).
@@ -45,13 +46,20 @@ pub enum Expected {
     ListedHole,
     /// The PFN's section should have struct-page backing.
     Backed,
-    /// The head of a 1 GiB huge page (`MEMBLOCK_RSRV_NOINIT` memory).
-    CompoundHead { nid: NodeId, zone: ZoneType },
-    /// A tail of the 1 GiB huge page headed at `head`.
+    /// The head of a huge page of `order`: a 1 GiB page's
+    /// (`MEMBLOCK_RSRV_NOINIT` memory) or one the huge-page pool took from
+    /// the allocator.
+    CompoundHead {
+        nid: NodeId,
+        zone: ZoneType,
+        order: u32,
+    },
+    /// A tail of the huge page of `order` headed at `head`.
     CompoundTail {
         nid: NodeId,
         zone: ZoneType,
         head: Pfn,
+        order: u32,
     },
 }
 
@@ -85,14 +93,19 @@ impl fmt::Display for Expected {
             ),
             Expected::ListedHole => write!(f, "a hole inside one of the layout's unavailable ranges"),
             Expected::Backed => write!(f, "struct-page backing"),
-            Expected::CompoundHead { nid, zone } => write!(
+            Expected::CompoundHead { nid, zone, order } => write!(
                 f,
-                "head of a 1 GiB huge page of node {nid} zone {} (PG_head, refcount 0)",
+                "head of a huge page of order {order} of node {nid} zone {} (PG_head, refcount 0)",
                 zone.name()
             ),
-            Expected::CompoundTail { nid, zone, head } => write!(
+            Expected::CompoundTail {
+                nid,
+                zone,
+                head,
+                order,
+            } => write!(
                 f,
-                "tail of the 1 GiB huge page {head:#x} of node {nid} zone {} (compound_head, refcount 0)",
+                "tail of the huge page {head:#x} of order {order} of node {nid} zone {} (compound_head, refcount 0)",
                 zone.name()
             ),
         }
@@ -195,6 +208,9 @@ pub struct ZoneCheck {
     pub heads: [u64; NR_ORDERS],
     /// Hole pages (present sections, not memory) that passed every check.
     pub holes: u64,
+    /// Pages of the huge pages taken from the allocator
+    /// ([`HugePool`]) that passed every check.
+    pub huge: u64,
 }
 
 impl ZoneCheck {
@@ -209,6 +225,7 @@ impl ZoneCheck {
             free: 0,
             heads: [0; NR_ORDERS],
             holes: 0,
+            huge: 0,
         }
     }
     fn add(&mut self, o: &ZoneCheck) {
@@ -217,6 +234,7 @@ impl ZoneCheck {
         self.reserved += o.reserved;
         self.free += o.free;
         self.holes += o.holes;
+        self.huge += o.huge;
         for (a, b) in self.heads.iter_mut().zip(&o.heads) {
             *a += b;
         }
@@ -340,11 +358,13 @@ impl fmt::Display for PageCheck {
 /// What memblock and the layout say a PFN is.
 #[derive(Clone, Copy)]
 enum Class {
-    /// `huge`: reserved `MEMBLOCK_RSRV_NOINIT`, a 1 GiB page's.
+    /// `huge`: a page of a huge page, its head and order, and whether it
+    /// is the pool's (taken from the allocator) rather than a reserved
+    /// `MEMBLOCK_RSRV_NOINIT` 1 GiB page's.
     Memory {
         nid: NodeId,
         reserved: bool,
-        huge: bool,
+        huge: Option<HugeOf>,
     },
     Hole {
         nid: NodeId,
@@ -353,29 +373,71 @@ enum Class {
     UnlistedHole,
 }
 
+/// The huge page a PFN belongs to.
+#[derive(Clone, Copy)]
+struct HugeOf {
+    head: Pfn,
+    order: u32,
+    pool: bool,
+}
+
 /// Classifies ascending PFNs with cursors into the sorted tables.
 struct Classifier<'a> {
     mem: &'a [MemblockRegion],
     rsv: &'a [MemblockRegion],
     holes: &'a [UnavailableRange],
+    /// The pool's huge pages, ascending, and their order.
+    pool: &'a [PoolPage],
+    pool_order: u32,
     mi: usize,
     ri: usize,
     hi: usize,
+    pi: usize,
 }
 
 impl<'a> Classifier<'a> {
-    fn new(mb: &'a Memblock, layout: &'a ZoneLayout, start: Pfn) -> Self {
+    fn new(
+        mb: &'a Memblock,
+        layout: &'a ZoneLayout,
+        huge: Option<&'a HugePool>,
+        start: Pfn,
+    ) -> Self {
         let mem = mb.memory().regions();
         let rsv = mb.reserved().regions();
         let holes = layout.unavailable_ranges();
+        let (pool, pool_order) = huge.map_or((&[][..], 0), |h| (&h.pages[..], h.order()));
         Self {
             mem,
             rsv,
             holes,
+            pool,
+            pool_order,
             mi: mem.partition_point(|r| r.pfns().end <= start),
             ri: rsv.partition_point(|r| r.pfns().end <= start),
             hi: holes.partition_point(|u| u.pfns.end <= start),
+            pi: pool.partition_point(|p| p.pfn + (1 << pool_order) <= start),
         }
+    }
+
+    /// The pool's huge page holding `pfn`, if any (ascending calls).
+    #[inline]
+    fn pool_page(&mut self, pfn: Pfn) -> Option<HugeOf> {
+        let nr_pages = 1u64 << self.pool_order;
+        while self
+            .pool
+            .get(self.pi)
+            .is_some_and(|p| p.pfn + nr_pages <= pfn)
+        {
+            self.pi += 1;
+        }
+        self.pool
+            .get(self.pi)
+            .filter(|p| p.pfn <= pfn)
+            .map(|p| HugeOf {
+                head: p.pfn,
+                order: self.pool_order,
+                pool: true,
+            })
     }
 
     /// Class of `pfn`; calls must come with non-decreasing PFNs.
@@ -390,10 +452,18 @@ impl<'a> Classifier<'a> {
                     self.ri += 1;
                 }
                 let rsv = self.rsv.get(self.ri).filter(|r| r.pfns().start <= pfn);
+                let gigantic = rsv
+                    .filter(|r| r.flags == RegionFlags::RSRV_NOINIT)
+                    .map(|_| HugeOf {
+                        head: pfn & !(GIGANTIC_NR_PAGES - 1),
+                        order: GIGANTIC_ORDER,
+                        pool: false,
+                    });
+                let nid = r.nid;
                 Class::Memory {
-                    nid: r.nid,
+                    nid,
                     reserved: rsv.is_some(),
-                    huge: rsv.is_some_and(|r| r.flags == RegionFlags::RSRV_NOINIT),
+                    huge: gigantic.or_else(|| self.pool_page(pfn)),
                 }
             }
             _ => {
@@ -446,6 +516,8 @@ struct OpenBlock {
 /// What a page passed as.
 enum Good {
     Reserved,
+    /// A page of a huge page of the pool.
+    Huge,
     Free,
     Head(u32),
     Hole,
@@ -532,29 +604,35 @@ fn judge_head<P: PageLayout>(
         .map_err(|e| (exp, e))
 }
 
-/// Judge a page of a 1 GiB huge page: its head, or a tail naming it,
-/// byte for byte what `memmap::hugetlb::prep_gigantic` writes.
+/// Judge a page of a huge page: its head, or a tail naming it, byte for
+/// byte what `memmap::hugetlb::prep_compound` writes.
 fn judge_huge<B: MemmapBacking>(
     memmap: &Memmap<B>,
     pfn: Pfn,
     p: &B::Page,
     nid: NodeId,
     zone: ZoneType,
+    huge: HugeOf,
 ) -> Result<Good, (Expected, Problem)> {
     let links = page_links(pfn, zone, nid);
-    let head = pfn & !(GIGANTIC_NR_PAGES - 1);
+    let HugeOf { head, order, pool } = huge;
     let (expected, ok) = if head == pfn {
         (
-            Expected::CompoundHead { nid, zone },
+            Expected::CompoundHead { nid, zone, order },
             p.is_compound_head(links),
         )
     } else {
-        let expected = Expected::CompoundTail { nid, zone, head };
+        let expected = Expected::CompoundTail {
+            nid,
+            zone,
+            head,
+            order,
+        };
         let ok = memmap.page(head).is_some_and(|h| {
             let head = CompoundHead {
                 pfn: head,
                 addr: h as *const B::Page as u64,
-                order: GIGANTIC_ORDER,
+                order,
             };
             let mut want = B::Page::ZERO;
             want.prep_compound_tail(links, head, pfn - head.pfn);
@@ -562,10 +640,10 @@ fn judge_huge<B: MemmapBacking>(
         });
         (expected, ok)
     };
-    if ok {
-        Ok(Good::Reserved)
-    } else {
-        Err((expected, Problem::NotCompound))
+    match (ok, pool) {
+        (true, true) => Ok(Good::Huge),
+        (true, false) => Ok(Good::Reserved),
+        (false, _) => Err((expected, Problem::NotCompound)),
     }
 }
 
@@ -592,8 +670,8 @@ fn judge<B: MemmapBacking>(
             let zone = ZoneType::of_pfn(pfn);
             let links_ok = p.links_match(pfn, zone, nid);
             let key = Some((nid, zone, true));
-            let outcome = if huge {
-                judge_huge(memmap, pfn, p, nid, zone)
+            let outcome = if let Some(huge) = huge {
+                judge_huge(memmap, pfn, p, nid, zone, huge)
             } else if reserved {
                 // A valid head's block is wholly free memory, so no open
                 // block covers a reserved page.
@@ -645,22 +723,18 @@ fn judge<B: MemmapBacking>(
 
 /// Scan the struct pages of every PFN of `range` that lies in a present
 /// section (read only; see the module docs for what is checked and for
-/// `range.start`). Merge the results of disjoint ranges with
-/// [`PageCheck::merge`].
+/// `range.start`); `huge`: the huge pages taken from the allocator, if
+/// any. Merge the results of disjoint ranges with [`PageCheck::merge`].
 pub fn verify_pages<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    huge: Option<&HugePool>,
     range: PfnRange,
 ) -> PageCheck {
     // Blocks never cross a MAX_ORDER boundary: start tracking at one.
-    scan_from(
-        memmap,
-        mb,
-        layout,
-        range,
-        range.start & !(MAX_BLOCK_NR_PAGES - 1),
-    )
+    let start = range.start & !(MAX_BLOCK_NR_PAGES - 1);
+    scan_from(memmap, mb, layout, huge, range, start)
 }
 
 /// A range for [`verify_scan_range`]: initialised memory between pool pieces.
@@ -680,12 +754,13 @@ pub fn verify_scan_range<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    huge: Option<&HugePool>,
     range: ScanRange,
 ) -> PageCheck {
     if range.after_pool {
-        scan_from(memmap, mb, layout, range.pfns, range.pfns.start)
+        scan_from(memmap, mb, layout, huge, range.pfns, range.pfns.start)
     } else {
-        verify_pages(memmap, mb, layout, range.pfns)
+        verify_pages(memmap, mb, layout, huge, range.pfns)
     }
 }
 
@@ -694,6 +769,7 @@ fn scan_from<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
+    huge: Option<&HugePool>,
     range: PfnRange,
     scan_start: Pfn,
 ) -> PageCheck {
@@ -701,7 +777,7 @@ fn scan_from<B: MemmapBacking>(
     if range.is_empty() {
         return out;
     }
-    let mut cls = Classifier::new(mb, layout, scan_start);
+    let mut cls = Classifier::new(mb, layout, huge, scan_start);
     let mut open: Option<OpenBlock> = None;
     for present in layout.present_section_pieces(PfnRange::new(scan_start, range.end)) {
         for piece in present.section_pieces() {
@@ -732,6 +808,7 @@ fn scan_from<B: MemmapBacking>(
                     }
                     match v.outcome {
                         Ok(Good::Reserved) => z.reserved += 1,
+                        Ok(Good::Huge) => z.huge += 1,
                         Ok(Good::Free) => z.free += 1,
                         Ok(Good::Head(order)) => {
                             z.free += 1;
@@ -780,25 +857,25 @@ mod huge_page_tests {
         let mut mm = Memmap::new(VecBacking::<StructPage>::new(sections));
         // SAFETY: nothing else refers to the test's memmap.
         unsafe { prep_gigantic(&mm, &page) }.unwrap();
-        let check = verify_pages(&mm, &mb, &layout, page.pfns());
+        let check = verify_pages(&mm, &mb, &layout, None, page.pfns());
         assert!(check.is_ok(), "{check}");
         let z = check.zone(0, ZoneType::Dma32).unwrap();
         assert_eq!((z.reserved, z.free), (GIGANTIC_NR_PAGES, 0));
         for victim in [page.pfn, page.pfn + 1, page.pfn + 70_000] {
             let saved = *mm.page(victim).unwrap();
             mm.page_mut(victim).unwrap().corrupt();
-            let check = verify_pages(&mm, &mb, &layout, page.pfns());
+            let check = verify_pages(&mm, &mb, &layout, None, page.pfns());
             assert!(!check.is_ok());
             assert!(
                 check.to_string().contains(&format!("pfn {victim:#x}")),
                 "{check}"
             );
-            assert!(check.to_string().contains("1 GiB huge page"), "{check}");
+            assert!(check.to_string().contains("of order 18"), "{check}");
             *mm.page_mut(victim).unwrap() = saved;
         }
         // A tail with a refcount it should not have trips too.
         let tail = page.pfn + 5;
         mm.page_mut(tail).unwrap().set_refcount(1);
-        assert!(!verify_pages(&mm, &mb, &layout, page.pfns()).is_ok());
+        assert!(!verify_pages(&mm, &mb, &layout, None, page.pfns()).is_ok());
     }
 }

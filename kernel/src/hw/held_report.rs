@@ -164,7 +164,7 @@ fn print_user_map(user: &KeptUserMap) {
 
 /// What of the huge-page parameters Linux would ignore, in its words, and
 /// what the command line asks of each size (the pipeline reserves the
-/// 1 GiB pages; 2 MiB pages are not reserved yet, which their line says).
+/// 1 GiB pages and takes the 2 MiB pages once memory is ready).
 fn print_hugetlb(plan: &HugePlan) {
     for w in &plan.warnings {
         kprintln!("{w}");

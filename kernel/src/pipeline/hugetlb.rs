@@ -1,19 +1,27 @@
-//! 1 GiB huge pages (`hugepagesz=1G hugepages=N`): reserved from memblock
-//! as soon as it is built ([`reserve`]), before the zones and the vmemmap,
-//! as Linux 7.3 reserves them; their struct pages written as compound
-//! pages once memory is ready ([`run`]), as Linux's `hugetlb_init` →
-//! `gather_bootmem_prealloc` writes them after `memblock_free_all`. The
+//! Huge pages. 1 GiB pages (`hugepagesz=1G hugepages=N`): reserved from
+//! memblock as soon as it is built ([`reserve`]), before the zones and the
+//! vmemmap, as Linux 7.3 reserves them; their struct pages written as
+//! compound pages once memory is ready ([`run`]), as Linux's `hugetlb_init`
+//! → `gather_bootmem_prealloc` writes them after `memblock_free_all`. The
 //! logic is `memmap::hugetlb`; memboot's record of the pages is the
 //! [`Reservation`] this step returns, nothing inside a huge page.
+//!
+//! 2 MiB pages (`hugepagesz=2M hugepages=N`) come from the page allocator
+//! once memory is ready, in the same phase, as `hugetlb_init` takes them
+//! (`deferred_init::hugetlb_pool`); their record is the [`HugePool`]
+//! verification checks them against.
 //!
 //! The pages are `MEMBLOCK_RSRV_NOINIT`: no init strategy, deferred
 //! worker, pool or free list ever sees them, so the allocation test cannot
 //! take them and `memmap=ondemand` never hands them to its pool.
 
+use deferred_init::hugetlb_pool::{self, HugePool};
+use deferred_init::PageAllocator;
 use memboot_contract::hugepage_forms::{self, HugePageSize, Pages};
 use memmap::hugetlb::{self, Request, Reservation, UnbackedHugePage, GIGANTIC_NR_PAGES};
 use memmap::memblock::Memblock;
 use memmap::store::{Memmap, MemmapBacking};
+use memmap::zones::ZoneLayout;
 
 use super::context::Ctx;
 use super::error::{MemblockStageError, PipelineError};
@@ -21,10 +29,18 @@ use super::facts::Phase;
 use super::input::Input;
 use super::mode::EagerWork;
 
-/// What the command line asks of the 1 GiB size, read as Linux reads it
+/// The huge pages the command line asks for: the 1 GiB pages reserved,
+/// and the 2 MiB pages to take once memory is ready.
+#[derive(Debug, Default)]
+pub struct Huge {
+    pub gigantic: Option<Reservation>,
+    pub pool_2m: Option<Request>,
+}
+
+/// What the command line asks of `size`, read as Linux reads it
 /// (`memboot_contract::hugepage_forms`; its ignored parameters are the
-/// kernel's held-back report's lines): `None` when it names no 1 GiB pages.
-fn request(input: &Input<'_>) -> Option<Request> {
+/// kernel's held-back report's lines): `None` when it names no such pages.
+fn request(input: &Input<'_>, size: HugePageSize) -> Option<Request> {
     if input.opts.hugetlb.is_empty() {
         return None;
     }
@@ -37,10 +53,7 @@ fn request(input: &Input<'_>) -> Option<Request> {
         nodes,
     };
     let plan = hugepage_forms::plan(&input.opts.hugetlb, machine);
-    let size = plan
-        .sizes
-        .into_iter()
-        .find(|s| s.size == HugePageSize::Gib1)?;
+    let size = plan.sizes.into_iter().find(|s| s.size == size)?;
     Some(match size.pages {
         Pages::Total(n) => Request::Total(n),
         Pages::PerNode(nodes) => Request::PerNode(nodes),
@@ -49,14 +62,14 @@ fn request(input: &Input<'_>) -> Option<Request> {
 
 /// Reserve the 1 GiB pages the command line asks for (Linux's
 /// `hugetlb_hstate_alloc_pages`), printing Linux's warning for what does
-/// not fit. `None` when it asks for none.
-pub fn reserve(
-    cx: &Ctx<'_>,
-    input: &Input<'_>,
-    mb: &mut Memblock,
-) -> Result<Option<Reservation>, PipelineError> {
-    let Some(request) = request(input) else {
-        return Ok(None);
+/// not fit, and note the 2 MiB pages it asks for.
+pub fn reserve(cx: &Ctx<'_>, input: &Input<'_>, mb: &mut Memblock) -> Result<Huge, PipelineError> {
+    let pool_2m = request(input, HugePageSize::Mib2).filter(|r| *r != Request::Total(0));
+    let Some(request) = request(input, HugePageSize::Gib1) else {
+        return Ok(Huge {
+            gigantic: None,
+            pool_2m,
+        });
     };
     let reservation = hugetlb::reserve_gigantic(mb, &request).map_err(|err| {
         PipelineError::Memblock(MemblockStageError {
@@ -67,42 +80,110 @@ pub fn reserve(
     for shortfall in &reservation.shortfalls {
         cx.log.line(format_args!("{shortfall}"));
     }
-    Ok(Some(reservation))
+    Ok(Huge {
+        gigantic: Some(reservation),
+        pool_2m,
+    })
 }
 
-/// Write every reserved page's struct pages as a compound page of order
-/// 18 on the boot CPU, timed as the `hugetlb` phase, then Linux's
-/// `HugeTLB: registered …` line and the summary's keys. `touch` has no
-/// Linux state: its store floor already wrote them.
+/// Write every reserved 1 GiB page's struct pages as a compound page of
+/// order 18 and take the 2 MiB pages from the allocator, writing theirs as
+/// compound pages of order 9, on the boot CPU, timed as the `hugetlb`
+/// phase; then Linux's `HugeTLB: registered …` lines and the summary's
+/// keys. `touch` has no Linux state (its store floor already wrote the
+/// 1 GiB pages) and no allocator. Returns the 2 MiB pages, for
+/// verification.
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
     memmap: &Memmap<B>,
-    huge: Option<&Reservation>,
-    nr_nodes: usize,
-) -> Result<(), PipelineError> {
-    let Some(huge) = huge else {
-        return Ok(());
-    };
-    let mut written = 0;
-    let mut ns = 0;
-    if cx.mode.eager != EagerWork::Touch {
-        let (done, took) = cx.timed(Phase::Hugetlb, || prep_all(memmap, huge));
-        written = done.map_err(PipelineError::Hugetlb)?;
-        ns = took;
+    pages: PageAllocator<'_, '_, B>,
+    huge: &Huge,
+    layout: &ZoneLayout,
+) -> Result<Option<HugePool>, PipelineError> {
+    if huge.gigantic.is_none() && huge.pool_2m.is_none() {
+        return Ok(None);
     }
-    cx.log.line(format_args!("{}", huge.registered_line()));
+    let linux_state = cx.mode.eager != EagerWork::Touch;
+    let (done, ns) = cx.timed(Phase::Hugetlb, || -> Result<_, UnbackedHugePage> {
+        let gigantic = match &huge.gigantic {
+            Some(r) if linux_state => prep_all(memmap, r)?,
+            _ => 0,
+        };
+        let pool = match &huge.pool_2m {
+            Some(request) if cx.mode.has_allocator() => {
+                Some(take_pool(memmap, pages, request, layout)?)
+            }
+            _ => None,
+        };
+        Ok((gigantic, pool))
+    });
+    let (gigantic_written, pool) = done.map_err(PipelineError::Hugetlb)?;
+    let nr_nodes = layout.nodes().len();
+    let mut written = gigantic_written;
+    if let Some(r) = &huge.gigantic {
+        cx.log.line(format_args!("{}", r.registered_line()));
+        cx.log.line(format_args!(
+            "hugetlb: {} pages of 1.00 GiB, {gigantic_written} struct pages written as compound pages",
+            r.pages.len()
+        ));
+        debug_assert!(
+            gigantic_written == 0 || gigantic_written == r.pages.len() as u64 * GIGANTIC_NR_PAGES
+        );
+    }
+    if let Some(pool) = &pool {
+        log_pool(cx, pool);
+        written += pool.pages.len() as u64 * HugePageSize::Mib2.base_pages();
+    } else if huge.pool_2m.is_some() {
+        cx.log.line(format_args!(
+            "hugetlb: no 2.00 MiB pages: memmap=touch has no page allocator to take them from"
+        ));
+    }
     cx.log.line(format_args!(
-        "hugetlb: {} pages of 1.00 GiB, {written} struct pages written as compound pages in {} us",
-        huge.pages.len(),
+        "hugetlb: {written} struct pages written as compound pages in {} us",
         ns / 1000
     ));
-    debug_assert!(written == 0 || written == huge.pages.len() as u64 * GIGANTIC_NR_PAGES);
     cx.facts.record(|f| {
-        f.hugepages_1g_per_node = huge.per_node(nr_nodes).into();
-        f.hugetlb_ns = ns;
+        if let Some(r) = &huge.gigantic {
+            f.hugepages_1g_per_node = r.per_node(nr_nodes).into();
+        }
+        if let Some(pool) = &pool {
+            f.hugepages_2m_per_node = pool.per_node(nr_nodes).into();
+        }
+        f.hugetlb_ns = if written > 0 { ns } else { 0 };
         f.hugetlb_struct_pages = written;
     });
-    Ok(())
+    Ok(pool)
+}
+
+/// Take the 2 MiB pages `request` asks for and write each as a compound
+/// page of order 9: with [`prep_all`], the profile's `hugetlb` phase, hence
+/// never inlined.
+#[inline(never)]
+pub fn take_pool<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    pages: PageAllocator<'_, '_, B>,
+    request: &Request,
+    layout: &ZoneLayout,
+) -> Result<HugePool, UnbackedHugePage> {
+    let pool = hugetlb_pool::alloc_pool(&pages, layout, request, HugePageSize::Mib2);
+    for p in &pool.pages {
+        // SAFETY: the page is allocated to the pool alone: no free list,
+        // cache or other CPU holds it, and nothing else runs meanwhile.
+        unsafe { hugetlb::prep_compound(memmap, p.pfn, p.nid, pool.order()) }?;
+    }
+    Ok(pool)
+}
+
+/// The pool's warning and Linux's `registered` line.
+fn log_pool(cx: &Ctx<'_>, pool: &HugePool) {
+    for shortfall in &pool.shortfalls {
+        cx.log.line(format_args!("{shortfall}"));
+    }
+    let line = hugepage_forms::report::RegisteredLine {
+        size: pool.size,
+        pages: pool.pages.len() as u64,
+    };
+    cx.log.line(format_args!("{line}"));
 }
 
 /// Every page's compound struct pages: the profile's `hugetlb` phase

@@ -8,14 +8,14 @@
 //! | module | from → to |
 //! |---|---|
 //! | [`memblock`] | firmware map + SRAT + early reservations → `Memblock` |
-//! | [`hugetlb::reserve`] | `hugepagesz=1G hugepages=N` → 1 GiB pages reserved no-init in memblock, and memboot's record of them |
+//! | [`hugetlb::reserve`] | `hugepagesz=1G hugepages=N` → 1 GiB pages reserved no-init in memblock, and memboot's record of them; the 2 MiB pages asked for |
 //! | [`zones`] | memblock → `ZoneLayout` (zones, present sections) |
 //! | [`vmemmap`] | present sections → node-local struct-page storage |
 //! | [`eager_memmap`] | the `memmap=` mode → struct pages the boot CPU initialises |
 //! | [`buddy_handoff`] | deferred ranges → worker plan; the buddy free lists, which `run` owns; eager free pages → the lists; deferred init set up as their client and growth source, and the `PageAllocator` the later steps allocate from |
 //! | [`deferred_workers`] or [`ondemand_pool`] | workers on each node's CPUs initialise the rest, or it goes to the allocator untouched; memory is ready. Either has the boot CPU create the memory blocks meanwhile ([`memory_blocks::create_timed`]) |
 //! | [`memory_blocks`] | the memory-block devices reported, and Linux's `Memory:` line |
-//! | [`hugetlb::run`] | the 1 GiB pages' struct pages written as compound pages (timed phase `hugetlb`) |
+//! | [`hugetlb::run`] | the 1 GiB pages' struct pages written as compound pages, the 2 MiB pages taken from the allocator and written so (timed phase `hugetlb`) |
 //! | [`alloc_workload`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
 //! | [`pool_after_boot`] | `ondemand_drain=on`'s drain; what the pool and growth came to |
 //! | [`vmemmap::report_first_use`] | how much of the vmemmap first use mapped (`ondemand`) |
@@ -59,7 +59,6 @@ pub mod zones;
 
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memboot_contract::option_values::StructPageSize;
-use memmap::hugetlb::Reservation;
 use memmap::memblock::Memblock;
 use memmap::page::{PageLayout, StructPage};
 use memmap::page32::StructPage32;
@@ -99,7 +98,7 @@ pub fn run<M: VmemmapMapper>(
     let cx = context(input, &machine, facts, faults);
     let mut mb = memblock::run(&cx, input)?;
     let huge = hugetlb::reserve(&cx, input, &mut mb)?;
-    let huge = huge.as_ref();
+    let huge = &huge;
     let layout = zones::run(&cx, &mb);
     if cx.opts.console == Console::Direct {
         // Seeing how far a boot got matters more here than first-run cost.
@@ -118,7 +117,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     machine: Machine<'_, M>,
     mut mb: Memblock,
     layout: &ZoneLayout,
-    huge: Option<&Reservation>,
+    huge: &hugetlb::Huge,
 ) -> Result<(), PipelineError> {
     // Declared before the memmap, so it outlives the backing that maps
     // sections through it on first use.
@@ -146,11 +145,20 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     start(StartCpus::WhenMemoryReady)?;
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
-    hugetlb::run(cx, &memmap, huge, layout.nodes().len())?;
+    let huge_2m = hugetlb::run(cx, &memmap, pages, huge, layout)?;
     alloc_workload::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
     vmemmap::report_first_use(cx, &memmap, &sections)?;
-    let verified = verify::run(cx, pages, &memmap, &mb, layout, &di, &outcome);
+    let verified = verify::run(
+        cx,
+        pages,
+        &memmap,
+        &mb,
+        layout,
+        &di,
+        &outcome,
+        huge_2m.as_ref(),
+    );
     // After everything that writes struct pages: on a lazy vmemmap,
     // verification's page scan maps the sections of the holes it reads,
     // and so writes their hole pages.

@@ -8,6 +8,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
+use deferred_init::hugetlb_pool::HugePool;
 use deferred_init::{check_all, Verified};
 use deferred_init::{DeferredInit, PageAllocator};
 use memmap::init::InitOutcome;
@@ -26,7 +27,9 @@ use super::mode::Deferral;
 use super::seams::{log_lines, Log};
 
 /// Give a `test_fault=` its chance to damage the state, then verify, if the
-/// mode has Linux state to check and `verify=off` was not given.
+/// mode has Linux state to check and `verify=off` was not given. `huge`:
+/// the 2 MiB pages taken from the allocator.
+#[allow(clippy::too_many_arguments)]
 pub fn run<B: MemmapBacking>(
     cx: &Ctx<'_>,
     pages: PageAllocator<'_, '_, B>,
@@ -35,6 +38,7 @@ pub fn run<B: MemmapBacking>(
     layout: &ZoneLayout,
     di: &DeferredInit<'_, B>,
     outcome: &InitOutcome,
+    huge: Option<&HugePool>,
 ) -> Result<(), PipelineError> {
     if !cx.mode.has_allocator() || cx.opts.verify == Verify::Off {
         let why = if cx.mode.has_allocator() {
@@ -60,7 +64,7 @@ pub fn run<B: MemmapBacking>(
     let (verdict, verify_ns) = cx.timed(Phase::Verify, || {
         check_eager(outcome)?;
         let verified =
-            check_all(cx.executor, memmap, mb, layout, pages.buddy(), di).map_err(failed)?;
+            check_all(cx.executor, memmap, mb, layout, pages.buddy(), di, huge).map_err(failed)?;
         log_verified(cx.log, &verified);
         Ok(verified)
     });

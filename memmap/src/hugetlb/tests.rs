@@ -66,6 +66,7 @@ fn a_total_falls_back_to_any_node_then_stops_with_linux_warning() {
     assert_eq!(
         r.shortfalls,
         [Shortfall::Total {
+            size: HugePageSize::Gib1,
             asked: 9,
             allocated: 6
         }]
@@ -84,6 +85,7 @@ fn per_node_counts_stay_on_their_node() {
     assert_eq!(
         r.shortfalls,
         [Shortfall::Node {
+            size: HugePageSize::Gib1,
             nid: 1,
             asked: 5,
             allocated: 3

@@ -287,6 +287,24 @@ pub fn params_in(cmdline: &str) -> Vec<HugeParam> {
         .collect()
 }
 
+/// The huge page sizes Linux has set up by the time `hugetlb_init` reports
+/// them, in its order (`for_each_hstate`): those the command line named,
+/// as it named them; then 1 GiB where the CPU has the pages (x86's
+/// `gigantic_pages_init`, an arch initcall); then 2 MiB, which
+/// `hugetlb_init` always adds.
+pub fn linux_hstates(plan: &HugePlan, machine: Machine) -> Vec<HugePageSize> {
+    let mut sizes: Vec<HugePageSize> = plan.sizes.iter().map(|s| s.size).collect();
+    for (size, present) in [
+        (HugePageSize::Gib1, machine.has_1g_pages),
+        (HugePageSize::Mib2, true),
+    ] {
+        if present && !sizes.contains(&size) {
+            sizes.push(size);
+        }
+    }
+    sizes
+}
+
 /// Read `params` (in command-line order) for `machine`, as Linux does:
 /// `hugetlb_free_vmemmap=` first (an early parameter), then the others in
 /// order, then what `hugetlb_init` settles at the end.

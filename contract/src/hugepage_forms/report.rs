@@ -82,7 +82,28 @@ impl fmt::Display for VmemmapLine {
     }
 }
 
+/// Linux's `HUGETLB_VMEMMAP_RESERVE_SIZE`: the vmemmap HVO keeps per huge
+/// page, one base page.
+const VMEMMAP_RESERVE_BYTES: u64 = 4096;
+
 impl VmemmapLine {
+    /// The line for a page of `size` whose struct pages are
+    /// `struct_page_bytes` each, as `hugetlb_vmemmap_optimizable_size()`
+    /// computes it: the page's vmemmap less the page HVO keeps, none when
+    /// that is all of it or the struct page is not a power of two.
+    pub fn for_struct_page(size: HugePageSize, struct_page_bytes: u64) -> Self {
+        let vmemmap = size.base_pages() * struct_page_bytes;
+        let freeable = if struct_page_bytes.is_power_of_two() {
+            vmemmap.saturating_sub(VMEMMAP_RESERVE_BYTES)
+        } else {
+            0
+        };
+        VmemmapLine {
+            freeable_kib: freeable >> 10,
+            size,
+        }
+    }
+
     pub fn parse(msg: &str) -> Option<Self> {
         let rest = msg.strip_prefix(PREFIX)?;
         let (kib, rest) = rest.split_once(" KiB vmemmap can be freed for a ")?;
@@ -153,6 +174,33 @@ mod tests {
             size: HugePageSize::Gib1,
         };
         assert_eq!(none.kept_struct_pages(64), 262144);
+    }
+
+    /// memboot's own struct-page sizes give Linux's figure at 64 bytes and
+    /// the same rule's at 32 and 8 (a 2 MiB page's 4 KiB of 8-byte struct
+    /// pages is the page HVO keeps: nothing to free).
+    #[test]
+    fn the_line_for_each_struct_page_size() {
+        let line = |size, bytes| VmemmapLine::for_struct_page(size, bytes).to_string();
+        assert_eq!(line(HugePageSize::Gib1, 64), LINES[1]);
+        assert_eq!(line(HugePageSize::Mib2, 64), LINES[3]);
+        assert_eq!(
+            line(HugePageSize::Gib1, 32),
+            "HugeTLB: 8188 KiB vmemmap can be freed for a 1.00 GiB page"
+        );
+        assert_eq!(
+            line(HugePageSize::Gib1, 8),
+            "HugeTLB: 2044 KiB vmemmap can be freed for a 1.00 GiB page"
+        );
+        assert_eq!(
+            line(HugePageSize::Mib2, 8),
+            "HugeTLB: 0 KiB vmemmap can be freed for a 2.00 MiB page"
+        );
+        // And each reads back to the struct pages HVO keeps: one page's.
+        for bytes in [64, 32] {
+            let v = VmemmapLine::for_struct_page(HugePageSize::Gib1, bytes);
+            assert_eq!(v.kept_struct_pages(bytes), 4096 / bytes);
+        }
     }
 
     #[test]

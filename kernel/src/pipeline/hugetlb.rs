@@ -15,11 +15,15 @@
 //! worker, pool or free list ever sees them, so the allocation test cannot
 //! take them and `memmap=ondemand` never hands them to its pool.
 
+use alloc::vec::Vec;
 use deferred_init::hugetlb_pool::{self, HugePool};
 use deferred_init::PageAllocator;
-use memboot_contract::hugepage_forms::{self, HugePageSize, Pages};
+
+use memboot_contract::hugepage_forms::report::{RegisteredLine, VmemmapLine};
+use memboot_contract::hugepage_forms::{self, HugePageSize, HugePlan, Pages};
 use memmap::hugetlb::{self, Request, Reservation, UnbackedHugePage, GIGANTIC_NR_PAGES};
 use memmap::memblock::Memblock;
+use memmap::page::PageLayout;
 use memmap::store::{Memmap, MemmapBacking};
 use memmap::zones::ZoneLayout;
 
@@ -30,17 +34,21 @@ use super::input::Input;
 use super::mode::EagerWork;
 
 /// The huge pages the command line asks for: the 1 GiB pages reserved,
-/// and the 2 MiB pages to take once memory is ready.
+/// the 2 MiB pages to take once memory is ready, and the sizes Linux
+/// would report, in its order (none when the command line names no huge
+/// pages: then the boot prints nothing of them).
 #[derive(Debug, Default)]
 pub struct Huge {
     pub gigantic: Option<Reservation>,
     pub pool_2m: Option<Request>,
+    pub hstates: Vec<HugePageSize>,
 }
 
-/// What the command line asks of `size`, read as Linux reads it
+/// The command line's huge-page plan, read as Linux reads it
 /// (`memboot_contract::hugepage_forms`; its ignored parameters are the
-/// kernel's held-back report's lines): `None` when it names no such pages.
-fn request(input: &Input<'_>, size: HugePageSize) -> Option<Request> {
+/// kernel's held-back report's lines), with the machine it was read for:
+/// `None` when it names no huge pages.
+fn plan(input: &Input<'_>) -> Option<(HugePlan, hugepage_forms::Machine)> {
     if input.opts.hugetlb.is_empty() {
         return None;
     }
@@ -52,11 +60,15 @@ fn request(input: &Input<'_>, size: HugePageSize) -> Option<Request> {
         has_1g_pages: input.has_1g_pages,
         nodes,
     };
-    let plan = hugepage_forms::plan(&input.opts.hugetlb, machine);
-    let size = plan.sizes.into_iter().find(|s| s.size == size)?;
-    Some(match size.pages {
-        Pages::Total(n) => Request::Total(n),
-        Pages::PerNode(nodes) => Request::PerNode(nodes),
+    Some((hugepage_forms::plan(&input.opts.hugetlb, machine), machine))
+}
+
+/// What `plan` asks of `size`: `None` when it names no such pages.
+fn request(plan: &HugePlan, size: HugePageSize) -> Option<Request> {
+    let size = plan.sizes.iter().find(|s| s.size == size)?;
+    Some(match &size.pages {
+        Pages::Total(n) => Request::Total(*n),
+        Pages::PerNode(nodes) => Request::PerNode(nodes.clone()),
     })
 }
 
@@ -64,11 +76,16 @@ fn request(input: &Input<'_>, size: HugePageSize) -> Option<Request> {
 /// `hugetlb_hstate_alloc_pages`), printing Linux's warning for what does
 /// not fit, and note the 2 MiB pages it asks for.
 pub fn reserve(cx: &Ctx<'_>, input: &Input<'_>, mb: &mut Memblock) -> Result<Huge, PipelineError> {
-    let pool_2m = request(input, HugePageSize::Mib2).filter(|r| *r != Request::Total(0));
-    let Some(request) = request(input, HugePageSize::Gib1) else {
+    let Some((plan, machine)) = plan(input) else {
+        return Ok(Huge::default());
+    };
+    let pool_2m = request(&plan, HugePageSize::Mib2).filter(|r| *r != Request::Total(0));
+    let hstates = hugepage_forms::linux_hstates(&plan, machine);
+    let Some(request) = request(&plan, HugePageSize::Gib1) else {
         return Ok(Huge {
             gigantic: None,
             pool_2m,
+            hstates,
         });
     };
     let reservation = hugetlb::reserve_gigantic(mb, &request).map_err(|err| {
@@ -83,6 +100,7 @@ pub fn reserve(cx: &Ctx<'_>, input: &Input<'_>, mb: &mut Memblock) -> Result<Hug
     Ok(Huge {
         gigantic: Some(reservation),
         pool_2m,
+        hstates,
     })
 }
 
@@ -100,7 +118,7 @@ pub fn run<B: MemmapBacking>(
     huge: &Huge,
     layout: &ZoneLayout,
 ) -> Result<Option<HugePool>, PipelineError> {
-    if huge.gigantic.is_none() && huge.pool_2m.is_none() {
+    if huge.hstates.is_empty() {
         return Ok(None);
     }
     let linux_state = cx.mode.eager != EagerWork::Touch;
@@ -121,7 +139,6 @@ pub fn run<B: MemmapBacking>(
     let nr_nodes = layout.nodes().len();
     let mut written = gigantic_written;
     if let Some(r) = &huge.gigantic {
-        cx.log.line(format_args!("{}", r.registered_line()));
         cx.log.line(format_args!(
             "hugetlb: {} pages of 1.00 GiB, {gigantic_written} struct pages written as compound pages",
             r.pages.len()
@@ -131,7 +148,9 @@ pub fn run<B: MemmapBacking>(
         );
     }
     if let Some(pool) = &pool {
-        log_pool(cx, pool);
+        for shortfall in &pool.shortfalls {
+            cx.log.line(format_args!("{shortfall}"));
+        }
         written += pool.pages.len() as u64 * HugePageSize::Mib2.base_pages();
     } else if huge.pool_2m.is_some() {
         cx.log.line(format_args!(
@@ -142,6 +161,7 @@ pub fn run<B: MemmapBacking>(
         "hugetlb: {written} struct pages written as compound pages in {} us",
         ns / 1000
     ));
+    report(cx, huge, pool.as_ref(), <B::Page as PageLayout>::BYTES);
     cx.facts.record(|f| {
         if let Some(r) = &huge.gigantic {
             f.hugepages_1g_per_node = r.per_node(nr_nodes).into();
@@ -174,16 +194,20 @@ pub fn take_pool<B: MemmapBacking>(
     Ok(pool)
 }
 
-/// The pool's warning and Linux's `registered` line.
-fn log_pool(cx: &Ctx<'_>, pool: &HugePool) {
-    for shortfall in &pool.shortfalls {
-        cx.log.line(format_args!("{shortfall}"));
+/// Linux's `report_hugepages()`: for each size it has, in its order, the
+/// pages it holds and the vmemmap HVO could free of one page of memboot's
+/// struct-page size.
+fn report(cx: &Ctx<'_>, huge: &Huge, pool: Option<&HugePool>, struct_page_bytes: u64) {
+    for &size in &huge.hstates {
+        let pages = match size {
+            HugePageSize::Gib1 => huge.gigantic.as_ref().map_or(0, |r| r.pages.len()),
+            HugePageSize::Mib2 => pool.map_or(0, |p| p.pages.len()),
+        } as u64;
+        cx.log
+            .line(format_args!("{}", RegisteredLine { size, pages }));
+        let vmemmap = VmemmapLine::for_struct_page(size, struct_page_bytes);
+        cx.log.line(format_args!("{vmemmap}"));
     }
-    let line = hugepage_forms::report::RegisteredLine {
-        size: pool.size,
-        pages: pool.pages.len() as u64,
-    };
-    cx.log.line(format_args!("{line}"));
 }
 
 /// Every page's compound struct pages: the profile's `hugetlb` phase

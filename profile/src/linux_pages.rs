@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::phases::{BOOT_CPU, BUDDY_HANDOFF, DEFERRED};
+use crate::phases::{BOOT_CPU, BUDDY_HANDOFF, DEFERRED, HUGETLB};
 use crate::raw::Raw;
 use crate::symbols::Symbols;
 
@@ -31,9 +31,9 @@ pub fn calls_per_phase(raw: &Raw, entries: &[u64]) -> Vec<u64> {
     calls
 }
 
-/// Pages per phase name: deferred init's and the boot CPU's calls, and the
-/// boot CPU's again for its hand-off (the pages it initialised, as
-/// memboot's `buddy_handoff` divides by its eager pages). Empty when the
+/// Pages per phase name: deferred init's, the boot CPU's and hugetlb's
+/// calls, and the boot CPU's again for its hand-off (the pages it
+/// initialised, as memboot's `buddy_handoff` divides by its eager pages). Empty when the
 /// run made no call at all (inlined everywhere in this build).
 pub fn pages(raw: &Raw, symbols: &Symbols) -> Result<HashMap<String, u64>, String> {
     let entries = symbols.entries(&[PAGE_FUNCTION])?;
@@ -52,6 +52,7 @@ pub fn pages(raw: &Raw, symbols: &Symbols) -> Result<HashMap<String, u64>, Strin
         (DEFERRED, DEFERRED),
         (BOOT_CPU, BOOT_CPU),
         (BUDDY_HANDOFF, BOOT_CPU),
+        (HUGETLB, HUGETLB),
     ] {
         if let Some(n) = of(counted_in) {
             pages.insert(phase.to_string(), n);

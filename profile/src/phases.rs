@@ -14,6 +14,9 @@ pub struct PhaseDef {
     pub name: &'static str,
     pub functions: &'static [&'static str],
     pub any_of: &'static [&'static str],
+    /// Functions that open it where the map has them (a version that
+    /// inlines one runs its work inside an entry above).
+    pub if_present: &'static [&'static str],
     /// Functions whose first instruction ends the phase on every thread
     /// (none: it ends at each entry's return).
     pub until: &'static [&'static str],
@@ -25,6 +28,7 @@ impl PhaseDef {
             name,
             functions,
             any_of: &[],
+            if_present: &[],
             until: &[],
         }
     }
@@ -42,6 +46,9 @@ impl PhaseDef {
                     self.any_of.join(", ")
                 ))?;
             entries.extend(first);
+        }
+        for name in self.if_present {
+            entries.extend(map.entries(&[name]).unwrap_or_default());
         }
         Ok(entries)
     }
@@ -188,6 +195,7 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
         name: TO_READY,
         functions: &["memboot_kernel::hw::boot::flow::start"],
         any_of: &[],
+        if_present: &[],
         until: &["memboot_kernel::pipeline::facts::Facts::memory_ready"],
     },
 ];
@@ -207,11 +215,26 @@ const LINUX_PHASES: &[PhaseDef] = &[
         name: BOOT_CPU,
         functions: &[],
         any_of: &["free_area_init", "mm_core_init_early"],
+        if_present: &[],
         until: &[],
     },
     // mm_core_init(): the boot CPU's free pages to the buddy
-    // allocator, after free_area_init().
+    // allocator, after free_area_init(); with huge pages it also writes
+    // the reserved 1 GiB pages' struct pages (every tail in 6.1, only the
+    // heads since 6.9: memmap_init_reserved_pages()).
     PhaseDef::all(BUDDY_HANDOFF, &["memblock_free_all"]),
+    // mm/hugetlb.c: the initcall that prepares the boot-time huge pages
+    // (the 1 GiB pages' tails since 6.9), as memboot's hugetlb phase
+    // does. 6.12 and 7.3 hand the pages to padata helper threads
+    // (gather_bootmem_prealloc_parallel, its address taken); 6.1 does it
+    // all on the initcall's thread.
+    PhaseDef {
+        name: HUGETLB,
+        functions: &["hugetlb_init"],
+        any_of: &[],
+        if_present: &["gather_bootmem_prealloc_parallel"],
+        until: &[],
+    },
     // mm/page_alloc.c: the allocator's core entry (7.3's frozen one,
     // which __alloc_pages_noprof calls; 6.12's; 6.1's) and its free entry
     // for the orders the per-CPU lists take (6.1 and 6.12 free_unref_page;
@@ -227,12 +250,14 @@ const LINUX_PHASES: &[PhaseDef] = &[
             "__alloc_pages_noprof",
             "__alloc_pages",
         ],
+        if_present: &[],
         until: &[],
     },
     PhaseDef {
         name: PAGE_FREE,
         functions: &[],
         any_of: &["__free_frozen_pages", "free_unref_page"],
+        if_present: &[],
         until: &[],
     },
 ];
@@ -256,6 +281,7 @@ mod tests {
             "__free_pages_ok",
             "free_unref_page",
             "free_unref_page_list",
+            "hugetlb_init",
         ]
         .iter()
         .chain(&["a", "b", "c", "d", "e", "f"])
@@ -273,9 +299,17 @@ mod tests {
              phase=deferred:0xffffffff81000000:0xffffffff81000200,\
              phase=boot_cpu_memmap:0xffffffff81000400,\
              phase=buddy_handoff:0xffffffff81000600,\
+             phase=hugetlb:0xffffffff81000b00,\
              phase=page_alloc:0xffffffff81000700,\
              phase=page_free:0xffffffff81000900"
         );
+        // 6.12's and 7.3's padata chunk function opens it too.
+        let with_padata = format!("{map}ffffffff82000000 t gather_bootmem_prealloc_parallel\n");
+        let s2 = Symbols::parse_system_map(&with_padata).unwrap();
+        assert!(Kernel::Linux
+            .plugin_args(&s2, "/tmp/p.raw")
+            .unwrap()
+            .contains("phase=hugetlb:0xffffffff81000b00:0xffffffff82000000,"));
         // 6.1's map lacks the later kernels' names; one without any of a
         // phase's alternatives is refused, naming them.
         let old: String = map

@@ -33,6 +33,36 @@
 //!   huge pages' tails that 6.9 and later leave to hugetlb
 //!   ([`crate::hugetlb_log`]); Linux has written all of them by the time
 //!   memory is ready.
+//! - **huge-page preparation** (only for a boot that reserved huge pages,
+//!   so boots without keep their figures): the struct-page work on them
+//!   outside the early block and deferred init, counted in the bench's
+//!   memmap as memboot's `hugetlb` phase is in its own:
+//!   - `mem_init()`'s gap: from the line before the first `Memory: ` or
+//!     `SLUB: ` line after `mem auto-init:` to that line. `mem_init()`
+//!     prints nothing from its `software IO TLB` line until
+//!     `memblock_free_all()` returns, and `memmap_init_reserved_pages()`
+//!     there writes every reserved page's struct page: all 1 GiB pages'
+//!     tails in 6.1 (1.88 s for 13 at 16G), only their heads since 6.9.
+//!     6.1 prints `Memory:` next, 6.12 and 7.3 `SLUB:` (their `Memory:`
+//!     comes after deferred init). The gap also holds the free pages'
+//!     hand-off to the buddy allocator, which memboot's memmap counts too.
+//!   - `hugetlb_init`, the initcall that prepares the pages (6.12 and 7.3
+//!     on padata threads it waits for, `gather_bootmem_prealloc_parallel`):
+//!     from `calling  hugetlb_init+…` to `initcall hugetlb_init+… returned
+//!     0 after N usecs`, both printed by `initcall_debug`, which
+//!     run-qemu.sh --linux always passes (it only adds lines). Without the
+//!     `calling` line, the N usecs it reports. A lower bound: until
+//!     `sched_clock_init_late` marks the clock stable, printk's clock runs
+//!     at most a tick ahead of jiffies, and under TCG jiffies can stall
+//!     (a 16G 6.12 boot stamped all of hugetlb_init 1.258954, 7.3 1.3 ms,
+//!     both writing 11 pages' tails there); the profile's `hugetlb` phase
+//!     counts the work itself.
+//!
+//!   7.3 also reserves the pages and maps their vmemmap in
+//!   `mm_core_init_early()` before `Zone ranges:`, in a gap that reads the
+//!   same without huge pages (13.1 ms at 16G with 13 × 1 GiB, 13.1 ms at
+//!   4G without): not counted here; the profile's `boot_cpu_memmap` phase
+//!   holds it.
 //! - **huge pages**: `HugeTLB: registered SIZE page size, pre-allocated N
 //!   pages` per size, HVO from the `Command line:`, and where the 1 GiB
 //!   pages lie from the peer's /init ([`crate::hugetlb_log`]).
@@ -94,6 +124,9 @@ pub struct LinuxBoot {
     pub pages_initialised: Option<u64>,
     /// The huge pages reserved at boot, per size (`hugetlb_log::sizes`).
     pub huge_pages: Vec<HugeSize>,
+    /// Huge-page preparation: `mem_init()`'s gap plus `hugetlb_init`'s
+    /// (module doc); 0 for a boot without huge pages.
+    pub hugetlb_ns: u64,
     /// Stamp of `Run /init as init process`.
     pub init_started_ns: u64,
     /// `tsc: Detected X MHz processor`, if printed.
@@ -314,6 +347,47 @@ fn tails_left_to_hugetlb(
     Some(hugetlb_log::tails_left_to_hugetlb(&pfns, &nodes, &deferred))
 }
 
+/// `mem_init()`'s gap (module doc): the stamp of the first `Memory: ` or
+/// `SLUB: ` line after `mem auto-init:` less that of the line before it.
+fn mem_init_gap_ns(lines: &[(u64, String)]) -> Option<u64> {
+    let auto_init = lines
+        .iter()
+        .position(|(_, m)| m.starts_with("mem auto-init:"))?;
+    let next = lines[auto_init + 1..]
+        .iter()
+        .position(|(_, m)| m.starts_with("Memory: ") || m.starts_with("SLUB: "))?;
+    let at = auto_init + 1 + next;
+    Some(lines[at].0 - lines[at - 1].0)
+}
+
+/// `hugetlb_init`'s time (module doc): its `calling` line to its
+/// `initcall … returned` line, or the usecs that line reports.
+fn hugetlb_init_ns(lines: &[(u64, String)]) -> Option<u64> {
+    let returned = lines.iter().position(|(_, m)| {
+        m.strip_prefix("initcall hugetlb_init+")
+            .is_some_and(|r| r.contains(" returned "))
+    })?;
+    let calling = lines[..returned]
+        .iter()
+        .rposition(|(_, m)| m.starts_with("calling  hugetlb_init+"));
+    match calling {
+        Some(c) => Some(lines[returned].0 - lines[c].0),
+        None => {
+            let (_, usecs) = lines[returned].1.rsplit_once(" after ")?;
+            Some(usecs.strip_suffix(" usecs")?.parse::<u64>().ok()? * 1000)
+        }
+    }
+}
+
+/// [`LinuxBoot::hugetlb_ns`]: 0 without huge pages; a part whose lines
+/// are missing counts 0.
+fn huge_page_preparation_ns(lines: &[(u64, String)], huge: &[HugeSize]) -> u64 {
+    if huge.is_empty() {
+        return 0;
+    }
+    mem_init_gap_ns(lines).unwrap_or(0) + hugetlb_init_ns(lines).unwrap_or(0)
+}
+
 /// Read one Linux boot's serial log.
 pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
     let lines = console_lines(text);
@@ -367,6 +441,7 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         allocatable_ns,
         present_pages: present_pages(&lines),
         pages_initialised,
+        hugetlb_ns: huge_page_preparation_ns(&lines, &huge_pages),
         huge_pages,
         node_deferred_line_ns: deferred.iter().map(|&(ns, _)| ns).collect(),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),

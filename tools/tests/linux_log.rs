@@ -237,3 +237,49 @@ fn a_log_without_its_version_line_still_counts_when_it_has_no_huge_pages() {
         None
     );
 }
+
+#[test]
+fn huge_page_preparation_is_mem_inits_gap_and_hugetlb_init() {
+    // 6.1, lines 99-100: `software IO TLB: area num 2.` at 0.170810, then
+    // nothing until `Memory:` at 2.046414 (memmap_init_reserved_pages
+    // writes the 13 pages' tails); lines 566 and 571: hugetlb_init from
+    // 2.915421 to 3.196073.
+    let us = |b: &memboot_tools::linux_log::LinuxBoot| b.hugetlb_ns / 1000;
+    assert_eq!(
+        us(&parse(HUGE_6_1).unwrap()),
+        (2_046_414 - 170_810) + (3_196_073 - 2_915_421)
+    );
+    // 6.12, lines 106-107: `software IO TLB` at 0.108977, `SLUB:` at
+    // 0.166914 (its `Memory:` comes after deferred init); hugetlb_init
+    // lines 604 and 609.
+    assert_eq!(
+        us(&parse(HUGE_6_12).unwrap()),
+        (166_914 - 108_977) + (1_773_101 - 1_771_816)
+    );
+    // 7.3, lines 109-110: `mem auto-init:` itself, then `SLUB:`; lines
+    // 660 and 665.
+    assert_eq!(
+        us(&parse(HUGE_7_3).unwrap()),
+        (132_390 - 98_830) + (1_390_126 - 1_388_919)
+    );
+}
+
+#[test]
+fn without_its_calling_line_hugetlb_init_counts_the_usecs_it_reports() {
+    let cut: String = HUGE_6_1
+        .lines()
+        .filter(|l| !l.contains("calling  hugetlb_init+"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    // line 571: `returned 0 after 280000 usecs`.
+    assert_eq!(
+        parse(&cut).unwrap().hugetlb_ns / 1000,
+        (2_046_414 - 170_810) + 280_000
+    );
+}
+
+#[test]
+fn boots_without_huge_pages_count_no_huge_page_preparation() {
+    assert_eq!(parse(LOG).unwrap().hugetlb_ns, 0);
+    assert_eq!(parse(LOG_6_12).unwrap().hugetlb_ns, 0);
+}

@@ -175,6 +175,12 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>], hug
     )
 }
 
+/// The huge pages column's heading: the memmap figures of its entries
+/// take in their huge pages' preparation (`memmap_ns`, module doc of
+/// `bench`), Linux's after memory is ready too.
+pub const HUGE_COLUMN: &str = "huge pages (memmap includes their preparation: memboot's \
+     hugetlb phase, Linux's mem_init and hugetlb_init)";
+
 /// The markdown table (with a heading line saying how it was run): a
 /// huge pages column after the mode when some boot reserved huge pages.
 pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
@@ -182,7 +188,7 @@ pub fn table(results: &Results, plan: &Plan, heading: &str) -> String {
     let mut out = format!("{heading}\n\n");
     out += "| size | kernel | mode |";
     if huge {
-        out += " huge pages |";
+        out += &format!(" {HUGE_COLUMN} |");
     }
     let columns = columns(plan.entries);
     for c in &columns {

@@ -8,8 +8,13 @@
 //!   starts (memboot's eager memmap phase; Linux's `free_area_init()` block).
 //! - `memmap_ns`: struct-page work before memory is ready: memboot's
 //!   boot-CPU phase, its hand-off to the buddy and deferred init; Linux's
-//!   early block and its slowest node's deferred init. The drain that
-//!   `ondemand_drain=on` runs after memory is ready is `drain_ns`, not here.
+//!   early block and its slowest node's deferred init. With huge pages,
+//!   also their preparation, though it ends after memory is ready on
+//!   both: memboot's `hugetlb` phase, Linux's `mem_init()` gap (6.1
+//!   writes the 1 GiB pages' tails there) and `hugetlb_init`
+//!   (`LinuxBoot::hugetlb_ns`); the table's huge pages column says so.
+//!   The drain that `ondemand_drain=on` runs after memory is ready is
+//!   `drain_ns`, not here.
 //! - `allocatable_ns`: kernel entry until memory is ready: memory init
 //!   stops blocking the boot and every present, non-reserved page can be
 //!   had from the allocator, initialised or claimable by growth (memboot's
@@ -72,6 +77,6 @@ pub use deferred_clocks::linux_deferred;
 pub use entries::{
     is_linux, is_peer, kernel_of, linux_series, peer_label, size_mib, touch_entry, Plan,
 };
-pub use means_table::{columns, table, FIGURE_COLUMNS};
+pub use means_table::{columns, table, FIGURE_COLUMNS, HUGE_COLUMN};
 pub use results_json::to_json;
 pub use run_dir::{counted_boot_cpu_pages, counted_log_name, read_dir, Results, Warmup};

@@ -51,6 +51,16 @@
 //! are counted. (An interrupt between iterations makes the resumed
 //! instruction count again.)
 //!
+//! QEMU 7.2's x86 translator ends a block before an instruction after the
+//! first that would reach into another page and translates it again as the
+//! first of the next block, yet lists it to plugins in the first block too,
+//! cut at the page end: counted there, a loop straddling a page would count
+//! one instruction a turn too many, and the same code more or less by where
+//! the linker put it. A block that starts at the address the vCPU's
+//! previous block listed last takes that instruction back from the phases
+//! it was counted in (callbacks; the inline path, QEMU 9.1 on, is not
+//! known to list it).
+//!
 //! The API's functions are looked up in QEMU's executable with `dlsym`
 //! when the plugin is installed, so this library links without QEMU (the
 //! report binary and the tests use the same crate).

@@ -46,6 +46,10 @@ pub(super) struct BlockMeta {
     /// A spin-wait block ([`is_pause`](crate::insn::is_pause),
     /// [`is_wait_recheck`](crate::insn::is_wait_recheck)).
     pub(super) spin: bool,
+    /// The address of the block's first instruction, and of its last when
+    /// it has more than one (0: one instruction).
+    pub(super) first_vaddr: u64,
+    pub(super) last_vaddr: u64,
 }
 
 /// One vCPU's counters, touched only by that vCPU's callbacks.
@@ -63,6 +67,12 @@ pub(super) struct Vcpu {
     /// Callbacks: the REP string instruction the previous block ended with
     /// (0: none).
     pub(super) rep_at: u64,
+    /// Callbacks: the previous block's last instruction (0: it had one),
+    /// the phases it was counted in and whether as a spin-wait: if the next
+    /// block starts there, QEMU cut it from that block (`on_block`).
+    pub(super) last_at: u64,
+    pub(super) last_mask: u32,
+    pub(super) last_spin: bool,
     /// Inline: the REP iterations' stores and bytes, and the blocks'
     /// executions, already folded into the phases.
     pub(super) folded: [u64; 2],

@@ -130,7 +130,15 @@ pub(super) extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
         rep_first: if n > 0 { rep_at(0) } else { 0 },
         rep_last: if n > 0 { rep_at(n - 1) } else { 0 },
         spin: counts.spin,
+        first_vaddr: start,
+        last_vaddr: if n > 1 { vaddrs[n - 1] } else { 0 },
     };
+    register(p, tb, meta, counter);
+}
+
+/// Count `tb`'s executions: inline for most blocks, else by a callback
+/// that carries `meta`.
+fn register(p: &Plugin, tb: *mut Tb, meta: BlockMeta, counter: Option<api::PluginU64>) {
     match (p.api.inline(), counter) {
         // Counted inline: most blocks.
         (Some(inline), Some(counter))

@@ -66,6 +66,11 @@ pub enum TestFault {
     /// so it runs the trampoline late, while the next AP is being started:
     /// it must halt there, not take the next AP's stack (needs ≥ 3 CPUs).
     LateAp,
+    /// After the huge-page phase, write the first tail struct page beyond
+    /// the kept vmemmap page of the first 1 GiB page HVO maps: the page is
+    /// read-only, and the page-fault handler must name it (needs
+    /// `hugepagesz=1G hugepages=` and `hugetlb_free_vmemmap=on`).
+    HvoTail,
 }
 
 impl TestFault {
@@ -94,10 +99,11 @@ impl TestFault {
             TestFault::ListCorrupt => "list_corrupt",
             TestFault::PoolOverlap => "pool_overlap",
             TestFault::LateAp => "late_ap",
+            TestFault::HvoTail => "hvo_tail",
         }
     }
 
-    pub const ALL: [TestFault; 11] = [
+    pub const ALL: [TestFault; 12] = [
         TestFault::None,
         TestFault::Panic,
         TestFault::PanicInLog,
@@ -109,6 +115,7 @@ impl TestFault {
         TestFault::ListCorrupt,
         TestFault::PoolOverlap,
         TestFault::LateAp,
+        TestFault::HvoTail,
     ];
 }
 
@@ -367,7 +374,7 @@ impl fmt::Display for OptionError<'_> {
 
 /// `test_fault=` values, for the error message.
 const TEST_FAULTS: &str =
-    "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap|late_ap";
+    "none|panic|panic_in_log|panic_in_summary|page_fault|invalid_opcode|corrupt_page|double_init|list_corrupt|pool_overlap|late_ap|hvo_tail";
 
 /// Keys accepted on the command line, for error messages and the README.
 pub const KNOWN_KEYS: &str =

@@ -31,7 +31,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 6;
+pub const SUMMARY_VERSION: u64 = 7;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -443,6 +443,10 @@ summary_schema! {
         /// 2 MiB huge pages taken from the page allocator once memory was
         /// ready (`hugepagesz=2M hugepages=`), by node. Since version 6.
         pub hugepages_2m_per_node: Cow<'a, [u64]>,
+        /// Vmemmap bytes of the 1 GiB pages that HVO left unbacked
+        /// (`hugetlb_free_vmemmap=on`): their struct pages less one kept
+        /// page and its page tables each. Since version 7.
+        pub hvo_vmemmap_bytes_not_backed: u64,
     }
 }
 

@@ -115,3 +115,21 @@ pub fn alloc_pool<B: MemmapBacking>(
         shortfalls,
     }
 }
+
+/// What verification must know of the huge pages: the pool taken from the
+/// allocator, and how many struct pages of each 1 GiB page are written when
+/// HVO maps its vmemmap (the kept page's; every other tail reads as one of
+/// them).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HugeCheck<'a> {
+    pub pool: Option<&'a HugePool>,
+    pub hvo_kept_struct_pages: Option<u64>,
+}
+
+impl HugeCheck<'_> {
+    /// No pool, no HVO.
+    pub const NONE: HugeCheck<'static> = HugeCheck {
+        pool: None,
+        hvo_kept_struct_pages: None,
+    };
+}

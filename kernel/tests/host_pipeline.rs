@@ -189,7 +189,7 @@ fn check_vmemmap<P: PageLayout>(
         );
         vstats
     } else {
-        vmemmap::populate::<_, P>(mb, &mut mapper).unwrap().1
+        vmemmap::populate::<_, P>(mb, &mut mapper, &[]).unwrap().1
     };
     assert_eq!(vstats.sections, model.present_sections, "{name}: sections");
     assert_eq!(
@@ -390,7 +390,7 @@ fn the_1t_map_up_to_eager_init_matches_the_kernel() {
     .unwrap();
     let layout = zones::layout(&mb, &log, 64);
     let mut mapper = HostMapper::new();
-    let (backing, vstats) = vmemmap::populate::<_, StructPage>(&mut mb, &mut mapper).unwrap();
+    let (backing, vstats) = vmemmap::populate::<_, StructPage>(&mut mb, &mut mapper, &[]).unwrap();
     let mut memmap = Memmap::new(backing);
     let pageblocks = PageblockMaps::new(&layout);
     let mode = memboot_kernel::pipeline::mode::ModePlan::of(fx.opts.memmap);
@@ -898,7 +898,7 @@ fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
         let (backing, stats) = if lazy {
             sections.reserve::<StructPage32>(&mut mb, &layout).unwrap()
         } else {
-            sections.lend_mapper(|m| vmemmap::populate::<_, StructPage32>(&mut mb, m).unwrap())
+            sections.lend_mapper(|m| vmemmap::populate::<_, StructPage32>(&mut mb, m, &[]).unwrap())
         };
         // Huge pages 0..=4 (sections 0-9, two each) and 6 (section 13).
         assert_eq!(stats.bytes, 6 * (2 << 20), "lazy {lazy}");

@@ -319,6 +319,22 @@ pub unsafe fn prep_gigantic<B: MemmapBacking>(
     unsafe { prep_compound(memmap, page.pfn, page.nid, GIGANTIC_ORDER) }
 }
 
+/// [`prep_gigantic`] for a page whose vmemmap HVO maps
+/// ([`hvo`]): only the struct pages of the kept vmemmap page, the head and
+/// the first tails, as Linux's `hugetlb_folio_init_vmemmap` writes only
+/// those of an HVO page; every other tail reads as one of them.
+///
+/// # Safety
+/// As for [`prep_compound`].
+pub unsafe fn prep_gigantic_hvo<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    page: &HugePage,
+) -> Result<u64, UnbackedHugePage> {
+    let kept = hvo::kept_struct_pages(<B::Page as PageLayout>::BYTES);
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { prep_compound_first(memmap, page.pfn, page.nid, GIGANTIC_ORDER, kept) }
+}
+
 /// Write the `1 << order` struct pages from `head_pfn` (aligned to the
 /// order) as Linux's compound page of that order, node `nid`: the head,
 /// then each tail, a section piece at a time. Returns the struct pages
@@ -334,6 +350,21 @@ pub unsafe fn prep_compound<B: MemmapBacking>(
     nid: NodeId,
     order: u32,
 ) -> Result<u64, UnbackedHugePage> {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { prep_compound_first(memmap, head_pfn, nid, order, 1 << order) }
+}
+
+/// [`prep_compound`] of only the first `nr_pages` struct pages.
+///
+/// # Safety
+/// As for [`prep_compound`].
+unsafe fn prep_compound_first<B: MemmapBacking>(
+    memmap: &Memmap<B>,
+    head_pfn: Pfn,
+    nid: NodeId,
+    order: u32,
+    nr_pages: u64,
+) -> Result<u64, UnbackedHugePage> {
     let unbacked = |pfn| UnbackedHugePage { pfn };
     let head = memmap.page(head_pfn).ok_or(unbacked(head_pfn))?;
     let head = CompoundHead {
@@ -342,7 +373,8 @@ pub unsafe fn prep_compound<B: MemmapBacking>(
         order,
     };
     let mut written = 0;
-    for piece in PfnRange::new(head_pfn, head_pfn + (1 << order)).section_pieces() {
+    let end = head_pfn + nr_pages.min(1 << order);
+    for piece in PfnRange::new(head_pfn, end).section_pieces() {
         let zone = ZoneType::of_pfn(piece.start);
         let links = page_links(piece.start, zone, nid);
         // SAFETY: the caller guarantees no other reference to these pages;
@@ -360,5 +392,6 @@ pub unsafe fn prep_compound<B: MemmapBacking>(
     Ok(written)
 }
 
+pub mod hvo;
 #[cfg(test)]
 mod tests;

@@ -198,3 +198,90 @@ fn more_2m_pages_than_a_node_has_warn_and_boot() {
     assert!(b.has_message(&warning), "{warning}\n{}", b.describe());
     assert_eq!(per_node(&b).iter().sum::<u64>(), 1, "{}", b.describe());
 }
+
+/// HVO (`hugetlb_free_vmemmap=on`) at each struct-page size: each 1 GiB
+/// page's vmemmap is one kept base page plus its page tables (two at 8
+/// bytes, where the vmemmap is one 2 MiB page, else three: a shared table
+/// serves every 2 MiB after the first), the rest unbacked; only the kept
+/// page's struct pages are written; verification reads every other tail
+/// as the kept struct page it aliases and passes.
+#[test]
+fn hvo_keeps_one_vmemmap_page_per_1g_page_at_each_size() {
+    for struct_page in [64u64, 32, 8] {
+        let b = boot(
+            &["-m", "8G", "--nodes", "2"],
+            &[
+                "hugepagesz=1G",
+                "hugepages=4",
+                "hugetlb_free_vmemmap=on",
+                &format!("struct_page={struct_page}"),
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+        assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+        let vmemmap = GIGANTIC_PAGES * struct_page;
+        let frames = if vmemmap > 2 << 20 { 3 } else { 2 };
+        let s = b.summary_json();
+        assert_eq!(
+            s["hvo_vmemmap_bytes_not_backed"].as_u64(),
+            Some(4 * (vmemmap - frames * 4096)),
+            "{}",
+            b.describe()
+        );
+        assert_eq!(
+            s["hugetlb_struct_pages"].as_u64(),
+            Some(4 * 4096 / struct_page)
+        );
+        assert!(b.has_message("vmemmap: HVO: the struct pages of 4 pages of 1.00 GiB"));
+    }
+}
+
+/// A write to a tail struct page beyond the kept vmemmap page faults, and
+/// the page-fault handler names that struct page's PFN; where HVO cannot
+/// apply (`ondemand`), a line says so and the boot verifies.
+#[test]
+fn a_write_beyond_the_kept_page_faults_naming_the_page() {
+    let b = boot(
+        &["-m", "4G"],
+        &[
+            "hugepagesz=1G",
+            "hugepages=2",
+            "hugetlb_free_vmemmap=on",
+            "test_fault=hvo_tail",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.summary().status, "exception", "{}", b.describe());
+    let line = b
+        .messages_with("test_fault=hvo_tail: writing the struct page of pfn ")
+        .next()
+        .unwrap_or_else(|| panic!("no test_fault line\n{}", b.describe()));
+    let pfn = line
+        .split("pfn 0x")
+        .nth(1)
+        .and_then(|r| u64::from_str_radix(r.split(',').next()?, 16).ok())
+        .unwrap();
+    // The first tail beyond the kept page: 64 struct pages into a 1 GiB
+    // page (4096 / 64).
+    assert_eq!(pfn % GIGANTIC_PAGES, 64, "{line}");
+    let named = format!("the struct page of pfn {pfn:#x}: a write to a read-only struct page");
+    assert!(b.has_message(&named), "{named}\n{}", b.describe());
+
+    let b = boot(
+        &["-m", "4G"],
+        &[
+            "memmap=ondemand",
+            "hugepagesz=1G",
+            "hugepages=2",
+            "hugetlb_free_vmemmap=on",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+    assert!(b.has_message("HugeTLB: HVO not applied: memmap=ondemand"));
+    assert_eq!(
+        b.summary_json()["hugetlb_struct_pages"].as_u64(),
+        Some(2 * GIGANTIC_PAGES)
+    );
+}

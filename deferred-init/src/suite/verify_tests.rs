@@ -18,6 +18,7 @@ use super::tests::{cpus, dr, memmap_for, new_di, TestBacking, TestPage, TEST_CPU
 use crate::std_seams::{StdClock, ThreadExecutor};
 use crate::test_damage::TestDamage;
 use crate::*;
+use crate::hugetlb_pool::HugeCheck;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -130,7 +131,7 @@ fn with_world_on<R>(
 
 impl World<'_> {
     fn scan(&self, range: PfnRange) -> PageCheck {
-        verify_pages(self.mm, self.mb, self.layout, None, range)
+        verify_pages(self.mm, self.mb, self.layout, HugeCheck::NONE, range)
     }
     /// Scan all present ranges, one section-aligned slice per thread.
     fn scan_all_parallel(&self) -> PageCheck {
@@ -170,7 +171,7 @@ impl World<'_> {
         let pool = PoolCheck::new(&self.di);
         let mut pages = PageCheck::new(self.layout);
         for r in pool.scan_ranges(self.layout) {
-            pages.merge(verify_scan_range(self.mm, self.mb, self.layout, None, r));
+            pages.merge(verify_scan_range(self.mm, self.mb, self.layout, HugeCheck::NONE, r));
         }
         verify_buddy_with_pool(
             self.di.buddy(),
@@ -357,7 +358,7 @@ fn a_max_order_head(w: &World<'_>, nid: NodeId) -> Pfn {
 fn check_all_runs_every_part_and_stops_at_the_first_failure() {
     with_world(|w| {
         let executor = ThreadExecutor::new(TEST_CPUS);
-        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None)
+        let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck::NONE)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(verified.pages_checked, w.scan_all().pages_checked);
         assert_eq!(verified.untouched_pages, 0, "the workers ran: no pool");
@@ -368,7 +369,7 @@ fn check_all_runs_every_part_and_stops_at_the_first_failure() {
             .iter()
             .all(|t| matches!(t, verify::NodeSelftest::Ran(_))));
         w.corrupt(NODE1_RSV + 3, |p| p.break_links());
-        match verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None) {
+        match verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck::NONE) {
             Err(verify::CheckFailure::Pages(pages)) => {
                 assert_eq!(pages.mismatches[0].pfn, NODE1_RSV + 3, "{pages}");
             }
@@ -751,7 +752,7 @@ fn corrupt_grown_page_is_caught() {
             let pool = PoolCheck::new(&w.di);
             let mut pages = PageCheck::new(w.layout);
             for r in pool.scan_ranges(w.layout) {
-                pages.merge(verify_scan_range(w.mm, w.mb, w.layout, None, r));
+                pages.merge(verify_scan_range(w.mm, w.mb, w.layout, HugeCheck::NONE, r));
             }
             assert_eq!(pages.mismatches[0].pfn, pfn, "{pages}");
             // The 8-byte page's fault flips its type: a free page reads allocated.
@@ -1273,7 +1274,7 @@ fn check_all_skips_the_selftest_of_a_node_without_free_pages() {
         true,
         |w| {
             let executor = ThreadExecutor::new(TEST_CPUS);
-            let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None)
+            let verified = verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck::NONE)
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(verified.selftests.len(), 2, "{:?}", verified.selftests);
             assert_eq!(verified.selftests[0], verify::NodeSelftest::NoFreePages(0));
@@ -1297,7 +1298,7 @@ fn an_incomplete_scan_beside_a_pool_names_what_it_should_cover() {
         |w| {
             let pool = PoolCheck::new(&w.di);
             let first = pool.scan_ranges(w.layout)[0];
-            let pages = verify_scan_range(w.mm, w.mb, w.layout, None, first);
+            let pages = verify_scan_range(w.mm, w.mb, w.layout, HugeCheck::NONE, first);
             let f = verify_buddy_with_pool(w.di.buddy(), w.mm, w.layout, w.mb, &pages, &pool)
                 .expect_err("half a scan must fail");
             let present: u64 = w
@@ -1432,7 +1433,7 @@ fn a_scan_counts_memory_of_a_node_the_layout_lacks() {
     let renumbered = memblock_with(300 * MIB, 3);
     with_world(|w| {
         let node1 = *w.layout.present_section_ranges().last().unwrap();
-        let pages = verify_pages(w.mm, &renumbered, w.layout, None, node1);
+        let pages = verify_pages(w.mm, &renumbered, w.layout, HugeCheck::NONE, node1);
         let memory = ((200 + 302) * MIB) >> 12;
         let z = pages.zone(3, ZoneType::Normal).expect("node 3 counted");
         if !TestPage::STORES_LINKS {
@@ -1501,7 +1502,7 @@ fn memory_gone_from_memblock_is_an_unlisted_hole() {
     let larger = ZoneLayout::new(&memblock_with(310 * MIB, 1));
     with_world(|w| {
         let gone = PfnRange::new((300 * MIB) >> 12, (310 * MIB) >> 12);
-        let pages = verify_pages(w.mm, w.mb, &larger, None, gone);
+        let pages = verify_pages(w.mm, w.mb, &larger, HugeCheck::NONE, gone);
         assert_eq!(pages.nr_mismatches, gone.nr_pages(), "{pages}");
         assert!(pages
             .mismatches
@@ -1551,7 +1552,7 @@ fn every_page_of_an_unbacked_section_is_checked() {
     with_world(|w| {
         let unbacked: Memmap<TestBacking> = Memmap::new(TestBacking::for_ranges(&[]));
         let node1 = *w.layout.present_section_ranges().last().unwrap();
-        let pages = verify_pages(&unbacked, w.mb, w.layout, None, node1);
+        let pages = verify_pages(&unbacked, w.mb, w.layout, HugeCheck::NONE, node1);
         assert_eq!(pages.pages_checked, node1.nr_pages());
         assert_eq!(pages.nr_mismatches, node1.nr_pages());
         assert_eq!(pages.mismatches[0].problem, Problem::Unbacked);
@@ -1569,7 +1570,7 @@ fn a_page_left_in_a_cpu_cache_fails_verification() {
         let p = pages.alloc_pages(1, ZoneType::Normal, 0).unwrap();
         pages.free_pages(p, 0).unwrap();
         assert_eq!(caches.nr_cached_pages(), PCP_BATCH as u64);
-        let check = || verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, None);
+        let check = || verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck::NONE);
         match check() {
             Err(verify::CheckFailure::Pages(pages)) => {
                 assert_eq!(pages.nr_mismatches, PCP_BATCH as u64, "{pages}");
@@ -1612,7 +1613,7 @@ fn huge_pages_from_the_allocator_verify_and_a_damaged_tail_trips() {
         }
         let free_after = w.di.buddy().nr_free_pages_total();
         assert_eq!(free_before - free_after, 5 * 512);
-        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, huge);
+        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck { pool: huge, hvo_kept_struct_pages: None });
         let verified = check(Some(&pool)).unwrap_or_else(|e| panic!("{e}"));
         let huge: u64 = verified.buddy.zones.iter().map(|z| z.huge).sum();
         assert_eq!(huge, 5 * 512);

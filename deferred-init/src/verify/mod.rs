@@ -62,7 +62,7 @@ use memmap::zones::ZoneLayout;
 use memmap::NodeId;
 
 use crate::buddy::BuddyAllocator;
-use crate::hugetlb_pool::HugePool;
+use crate::hugetlb_pool::HugeCheck;
 use crate::run::{DeferredInit, Executor};
 
 mod list_report;
@@ -155,7 +155,7 @@ pub fn check_all<B: MemmapBacking>(
     layout: &ZoneLayout,
     buddy: &BuddyAllocator<'_, B>,
     di: &DeferredInit<'_, B>,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
 ) -> Result<Verified, CheckFailure> {
     let pool = PoolCheck::new(di);
     let pages = scan_on_every_cpu(executor, memmap, mb, layout, huge, &pool);
@@ -200,7 +200,7 @@ fn scan_on_every_cpu<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
     pool: &PoolCheck,
 ) -> PageCheck {
     let ranges: Vec<ScanRange> = pool.scan_ranges(layout);

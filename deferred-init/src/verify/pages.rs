@@ -14,7 +14,7 @@ use memmap::zones::{UnavailableRange, ZoneLayout};
 use memmap::{NodeId, Pfn, PfnRange, ZoneType, MAX_ORDER};
 
 use crate::buddy::{slot, slot_key, NR_ZONES};
-use crate::hugetlb_pool::{HugePool, PoolPage};
+use crate::hugetlb_pool::{HugeCheck, PoolPage};
 use memmap::NR_ORDERS;
 
 /// How many mismatches a [`PageCheck`] or [`BuddyFailure`] keeps (all are counted).
@@ -61,6 +61,9 @@ pub enum Expected {
         head: Pfn,
         order: u32,
     },
+    /// A tail beyond the kept vmemmap page of the HVO page `head`: the
+    /// struct page `index` of that page, which it aliases.
+    HvoAlias { head: Pfn, index: u64 },
 }
 
 impl fmt::Display for Expected {
@@ -97,6 +100,10 @@ impl fmt::Display for Expected {
                 f,
                 "head of a huge page of order {order} of node {nid} zone {} (PG_head, refcount 0)",
                 zone.name()
+            ),
+            Expected::HvoAlias { head, index } => write!(
+                f,
+                "a read-only alias of struct page {index} of the HVO page {head:#x} (what its vmemmap maps there)"
             ),
             Expected::CompoundTail {
                 nid,
@@ -379,6 +386,8 @@ struct HugeOf {
     head: Pfn,
     order: u32,
     pool: bool,
+    /// HVO maps its vmemmap: only this many struct pages were written.
+    hvo_kept: Option<u64>,
 }
 
 /// Classifies ascending PFNs with cursors into the sorted tables.
@@ -389,6 +398,7 @@ struct Classifier<'a> {
     /// The pool's huge pages, ascending, and their order.
     pool: &'a [PoolPage],
     pool_order: u32,
+    hvo_kept: Option<u64>,
     mi: usize,
     ri: usize,
     hi: usize,
@@ -396,22 +406,20 @@ struct Classifier<'a> {
 }
 
 impl<'a> Classifier<'a> {
-    fn new(
-        mb: &'a Memblock,
-        layout: &'a ZoneLayout,
-        huge: Option<&'a HugePool>,
-        start: Pfn,
-    ) -> Self {
+    fn new(mb: &'a Memblock, layout: &'a ZoneLayout, huge: HugeCheck<'a>, start: Pfn) -> Self {
         let mem = mb.memory().regions();
         let rsv = mb.reserved().regions();
         let holes = layout.unavailable_ranges();
-        let (pool, pool_order) = huge.map_or((&[][..], 0), |h| (&h.pages[..], h.order()));
+        let (pool, pool_order) = huge
+            .pool
+            .map_or((&[][..], 0), |h| (&h.pages[..], h.order()));
         Self {
             mem,
             rsv,
             holes,
             pool,
             pool_order,
+            hvo_kept: huge.hvo_kept_struct_pages,
             mi: mem.partition_point(|r| r.pfns().end <= start),
             ri: rsv.partition_point(|r| r.pfns().end <= start),
             hi: holes.partition_point(|u| u.pfns.end <= start),
@@ -437,6 +445,7 @@ impl<'a> Classifier<'a> {
                 head: p.pfn,
                 order: self.pool_order,
                 pool: true,
+                hvo_kept: None,
             })
     }
 
@@ -458,6 +467,7 @@ impl<'a> Classifier<'a> {
                         head: pfn & !(GIGANTIC_NR_PAGES - 1),
                         order: GIGANTIC_ORDER,
                         pool: false,
+                        hvo_kept: self.hvo_kept,
                     });
                 let nid = r.nid;
                 Class::Memory {
@@ -615,8 +625,25 @@ fn judge_huge<B: MemmapBacking>(
     huge: HugeOf,
 ) -> Result<Good, (Expected, Problem)> {
     let links = page_links(pfn, zone, nid);
-    let HugeOf { head, order, pool } = huge;
-    let (expected, ok) = if head == pfn {
+    let HugeOf {
+        head,
+        order,
+        pool,
+        hvo_kept,
+    } = huge;
+    let (expected, ok) = if let Some(kept) = hvo_kept.filter(|&k| pfn - head >= k) {
+        // HVO: a read-only alias of the kept page, whose struct page at the
+        // same offset it reads as (at offset 0, the head: Linux's fake
+        // head).
+        let expected = Expected::HvoAlias {
+            head,
+            index: (pfn - head) % kept,
+        };
+        let ok = memmap
+            .page(head + (pfn - head) % kept)
+            .is_some_and(|k| *p == *k);
+        (expected, ok)
+    } else if head == pfn {
         (
             Expected::CompoundHead { nid, zone, order },
             p.is_compound_head(links),
@@ -668,7 +695,10 @@ fn judge<B: MemmapBacking>(
             huge,
         } => {
             let zone = ZoneType::of_pfn(pfn);
-            let links_ok = p.links_match(pfn, zone, nid);
+            // An HVO alias holds the links of the kept struct page it
+            // aliases, which is all Linux reads of it: checked there.
+            let alias = huge.is_some_and(|h| h.hvo_kept.is_some_and(|k| pfn - h.head >= k));
+            let links_ok = alias || p.links_match(pfn, zone, nid);
             let key = Some((nid, zone, true));
             let outcome = if let Some(huge) = huge {
                 judge_huge(memmap, pfn, p, nid, zone, huge)
@@ -729,7 +759,7 @@ pub fn verify_pages<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
     range: PfnRange,
 ) -> PageCheck {
     // Blocks never cross a MAX_ORDER boundary: start tracking at one.
@@ -754,7 +784,7 @@ pub fn verify_scan_range<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
     range: ScanRange,
 ) -> PageCheck {
     if range.after_pool {
@@ -769,7 +799,7 @@ fn scan_from<B: MemmapBacking>(
     memmap: &Memmap<B>,
     mb: &Memblock,
     layout: &ZoneLayout,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
     range: PfnRange,
     scan_start: Pfn,
 ) -> PageCheck {
@@ -857,14 +887,14 @@ mod huge_page_tests {
         let mut mm = Memmap::new(VecBacking::<StructPage>::new(sections));
         // SAFETY: nothing else refers to the test's memmap.
         unsafe { prep_gigantic(&mm, &page) }.unwrap();
-        let check = verify_pages(&mm, &mb, &layout, None, page.pfns());
+        let check = verify_pages(&mm, &mb, &layout, HugeCheck::NONE, page.pfns());
         assert!(check.is_ok(), "{check}");
         let z = check.zone(0, ZoneType::Dma32).unwrap();
         assert_eq!((z.reserved, z.free), (GIGANTIC_NR_PAGES, 0));
         for victim in [page.pfn, page.pfn + 1, page.pfn + 70_000] {
             let saved = *mm.page(victim).unwrap();
             mm.page_mut(victim).unwrap().corrupt();
-            let check = verify_pages(&mm, &mb, &layout, None, page.pfns());
+            let check = verify_pages(&mm, &mb, &layout, HugeCheck::NONE, page.pfns());
             assert!(!check.is_ok());
             assert!(
                 check.to_string().contains(&format!("pfn {victim:#x}")),
@@ -876,6 +906,6 @@ mod huge_page_tests {
         // A tail with a refcount it should not have trips too.
         let tail = page.pfn + 5;
         mm.page_mut(tail).unwrap().set_refcount(1);
-        assert!(!verify_pages(&mm, &mb, &layout, None, page.pfns()).is_ok());
+        assert!(!verify_pages(&mm, &mb, &layout, HugeCheck::NONE, page.pfns()).is_ok());
     }
 }

@@ -304,6 +304,37 @@ const EXCEPTION_NAMES: [&str; 32] = [
     "reserved",
 ];
 
+/// The vmemmap's base and its struct-page size, once the vmemmap is
+/// mapped ([`note_vmemmap`]): a page fault inside it names the struct page.
+static VMEMMAP: spin::Once<(u64, u64)> = spin::Once::new();
+
+/// Name faults inside the vmemmap at `base` by the PFN whose struct page
+/// (of `page_bytes`) was touched.
+pub fn note_vmemmap(base: u64, page_bytes: u64) {
+    VMEMMAP.call_once(|| (base, page_bytes));
+}
+
+/// A page fault at `cr2` inside the vmemmap: whose struct page, and why a
+/// write there faults (HVO maps a huge page's tails read-only).
+fn name_struct_page(cr2: u64, error_code: u64) {
+    let Some(&(base, page_bytes)) = VMEMMAP.get() else {
+        return;
+    };
+    let Some(offset) = cr2.checked_sub(base).filter(|o| *o < 1 << 46) else {
+        return;
+    };
+    // Error code bit 0: the page was present; bit 1: a write.
+    let why = if error_code & 0b11 == 0b11 {
+        ": a write to a read-only struct page (HVO maps a huge page's tails beyond its kept vmemmap page onto that page, read-only)"
+    } else {
+        ""
+    };
+    crate::hw::serial::emergency_log(format_args!(
+        "  the struct page of pfn {:#x}{why}",
+        offset / page_bytes
+    ));
+}
+
 #[no_mangle]
 extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
     if IN_EXCEPTION.swap(true, Ordering::SeqCst) {
@@ -328,6 +359,9 @@ extern "C" fn memboot_exception(frame: &TrapFrame) -> ! {
         "  r8 {:#x} r9 {:#x} r10 {:#x} r11 {:#x} r12 {:#x} r13 {:#x} r14 {:#x} r15 {:#x} cs {:#x} ss {:#x}",
         frame.r8, frame.r9, frame.r10, frame.r11, frame.r12, frame.r13, frame.r14, frame.r15, frame.cs, frame.ss
     ));
+    if frame.vector == 14 {
+        name_struct_page(cr2, frame.error_code);
+    }
     match END_BOOT.get() {
         Some(end_boot) => end_boot("exception"),
         None => crate::hw::exit::exit(crate::hw::exit::ExitCode::Failure),

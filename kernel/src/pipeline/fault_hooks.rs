@@ -98,6 +98,42 @@ impl FaultHooks {
         Ok(late_ap)
     }
 
+    /// After the huge-page phase: `hvo_tail` writes the first tail struct
+    /// page beyond the kept vmemmap page of HVO page `first_hvo`, which HVO
+    /// maps read-only, so the write faults and the page-fault handler ends
+    /// the boot naming it. Without an HVO page, a line says there is none.
+    pub fn after_hugetlb<B: MemmapBacking>(
+        &self,
+        log: &dyn Log,
+        memmap: &Memmap<B>,
+        first_hvo: Option<Pfn>,
+    ) {
+        if self.fault != TestFault::HvoTail {
+            return;
+        }
+        let Some(head) = first_hvo else {
+            log.line(format_args!(
+                "test_fault=hvo_tail: no page HVO maps (hugepagesz=1G hugepages=N hugetlb_free_vmemmap=on, memmap=deferred, regions or perpfn): nothing written"
+            ));
+            return;
+        };
+        let tail = head + memmap::hugetlb::hvo::kept_struct_pages(<B::Page as PageLayout>::BYTES);
+        log.line(format_args!(
+            "test_fault=hvo_tail: writing the struct page of pfn {tail:#x}, the first tail of the HVO page {head:#x} beyond its kept vmemmap page"
+        ));
+        let range = memmap::PfnRange::new(tail, tail + 1);
+        // SAFETY: nothing else refers to this struct page (the huge page's
+        // tails are written by no one after the huge-page phase); the write
+        // is meant to fault: HVO maps the page read-only.
+        if let Some(pages) = unsafe { memmap.pages_mut_unchecked(range) } {
+            // SAFETY: a valid pointer to the struct page just obtained.
+            unsafe { core::ptr::write_volatile(pages.as_mut_ptr() as *mut u8, 0) };
+        }
+        panic!(
+            "test_fault=hvo_tail: the write to pfn {tail:#x} did not fault: HVO left it writable"
+        );
+    }
+
     /// What deferred init's claim loop does after each window.
     pub fn claim_hooks(&self) -> &dyn ClaimHooks {
         &self.double_init

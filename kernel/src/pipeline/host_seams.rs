@@ -4,7 +4,7 @@
 //! memory costs the host nothing; CPUs are `std` threads
 //! ([`deferred_init::std_seams::ThreadExecutor`]); the log is a `Vec`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::string::{String, ToString};
 use std::sync::Mutex;
@@ -27,6 +27,13 @@ pub struct HostMapper {
     pdpt_regions: HashSet<u64>,
     nr_mapped: u64,
     nr_tables: u64,
+    /// HVO's tables as filled: each entry's physical page and whether
+    /// writable.
+    filled: HashMap<u64, Vec<(u64, bool)>>,
+    /// The memory behind those physical pages: one page each of a memfd,
+    /// which a table's entries map, so that its aliases share it.
+    pages: Option<std::fs::File>,
+    page_offsets: HashMap<u64, u64>,
 }
 
 // SAFETY: the area is plain anonymous memory owned by the mapper.
@@ -42,7 +49,28 @@ impl HostMapper {
             pdpt_regions: HashSet::new(),
             nr_mapped: 0,
             nr_tables: 0,
+            filled: HashMap::new(),
+            pages: None,
+            page_offsets: HashMap::new(),
         }
+    }
+
+    /// The memfd offset of physical page `phys`, given one on first use.
+    fn page_offset(&mut self, phys: u64) -> (i32, u64) {
+        use std::os::fd::AsRawFd;
+        let file = self.pages.get_or_insert_with(|| {
+            // SAFETY: a fresh anonymous file; the name is a C string.
+            let fd = unsafe { libc::memfd_create(c"memboot-hvo".as_ptr(), 0) };
+            assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+            // SAFETY: `fd` was just created and is owned by nothing else.
+            unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+        });
+        let next = self.page_offsets.len() as u64 * 4096;
+        let offset = *self.page_offsets.entry(phys).or_insert(next);
+        if offset == next {
+            file.set_len(next + 4096).expect("grow the memfd");
+        }
+        (file.as_raw_fd(), offset)
     }
 
     /// 2 MiB pages mapped and page-table frames they were given.
@@ -143,6 +171,33 @@ unsafe impl VmemmapMapper for HostMapper {
         }
         self.nr_mapped += 1;
         self.nr_tables += new_tables.len() as u64;
+        Ok(())
+    }
+
+    fn fill_table(&mut self, table: u64, entry: &dyn Fn(usize) -> (u64, bool)) {
+        self.filled.insert(table, (0..512).map(entry).collect());
+    }
+
+    fn map_table(&mut self, virt: u64, table: u64, new_tables: &[u64]) -> Result<(), MapError> {
+        self.map_2mib(virt, 0, new_tables)?;
+        let entries = self.filled.get(&table).cloned().expect("fill_table first");
+        for (i, (phys, writable)) in entries.into_iter().enumerate() {
+            let (fd, offset) = self.page_offset(phys);
+            let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+            // SAFETY: the 4 KiB replaced lies in our own area (map_2mib
+            // checked the 2 MiB), which nothing references yet.
+            let at = unsafe {
+                libc::mmap(
+                    (virt + i as u64 * 4096) as *mut libc::c_void,
+                    4096,
+                    prot,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    offset as libc::off_t,
+                )
+            };
+            assert_ne!(at, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        }
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ use deferred_init::PageAllocator;
 
 use memboot_contract::hugepage_forms::report::{RegisteredLine, VmemmapLine};
 use memboot_contract::hugepage_forms::{self, HugePageSize, HugePlan, Pages};
+use memmap::hugetlb::hvo::{self, HvoPage};
 use memmap::hugetlb::{self, Request, Reservation, UnbackedHugePage, GIGANTIC_NR_PAGES};
 use memmap::memblock::Memblock;
 use memmap::page::PageLayout;
@@ -31,7 +32,7 @@ use super::context::Ctx;
 use super::error::{MemblockStageError, PipelineError};
 use super::facts::Phase;
 use super::input::Input;
-use super::mode::EagerWork;
+use super::mode::{EagerWork, VmemmapMapping};
 
 /// The huge pages the command line asks for: the 1 GiB pages reserved,
 /// the 2 MiB pages to take once memory is ready, and the sizes Linux
@@ -42,6 +43,8 @@ pub struct Huge {
     pub gigantic: Option<Reservation>,
     pub pool_2m: Option<Request>,
     pub hstates: Vec<HugePageSize>,
+    /// `hugetlb_free_vmemmap=on`.
+    pub hvo: bool,
 }
 
 /// The command line's huge-page plan, read as Linux reads it
@@ -86,6 +89,7 @@ pub fn reserve(cx: &Ctx<'_>, input: &Input<'_>, mb: &mut Memblock) -> Result<Hug
             gigantic: None,
             pool_2m,
             hstates,
+            hvo: plan.hvo,
         });
     };
     let reservation = hugetlb::reserve_gigantic(mb, &request).map_err(|err| {
@@ -101,6 +105,42 @@ pub fn reserve(cx: &Ctx<'_>, input: &Input<'_>, mb: &mut Memblock) -> Result<Hug
         gigantic: Some(reservation),
         pool_2m,
         hstates,
+        hvo: plan.hvo,
+    })
+}
+
+/// The 1 GiB pages whose vmemmap HVO maps (`hugetlb_free_vmemmap=on`), their
+/// frames reserved in memblock before the vmemmap is built; none when the
+/// mode cannot have it, which a line says.
+pub fn hvo_frames(
+    cx: &Ctx<'_>,
+    mb: &mut Memblock,
+    huge: &Huge,
+    page_bytes: u64,
+) -> Result<Vec<HvoPage>, PipelineError> {
+    let Some(reservation) = huge
+        .gigantic
+        .as_ref()
+        .filter(|r| huge.hvo && !r.pages.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
+    let why_not = if cx.mode.eager == EagerWork::Touch {
+        Some("memmap=touch writes every struct page")
+    } else if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
+        Some("memmap=ondemand maps the vmemmap on first use, section by section")
+    } else {
+        None
+    };
+    if let Some(why) = why_not {
+        cx.log.line(format_args!("HugeTLB: HVO not applied: {why}"));
+        return Ok(Vec::new());
+    }
+    hvo::reserve_frames(mb, reservation, page_bytes).map_err(|err| {
+        PipelineError::Memblock(MemblockStageError {
+            what: "HVO's page tables",
+            err,
+        })
     })
 }
 
@@ -117,6 +157,7 @@ pub fn run<B: MemmapBacking>(
     pages: PageAllocator<'_, '_, B>,
     huge: &Huge,
     layout: &ZoneLayout,
+    hvo: &[HvoPage],
 ) -> Result<Option<HugePool>, PipelineError> {
     if huge.hstates.is_empty() {
         return Ok(None);
@@ -124,7 +165,7 @@ pub fn run<B: MemmapBacking>(
     let linux_state = cx.mode.eager != EagerWork::Touch;
     let (done, ns) = cx.timed(Phase::Hugetlb, || -> Result<_, UnbackedHugePage> {
         let gigantic = match &huge.gigantic {
-            Some(r) if linux_state => prep_all(memmap, r)?,
+            Some(r) if linux_state => prep_all(memmap, r, !hvo.is_empty())?,
             _ => 0,
         };
         let pool = match &huge.pool_2m {
@@ -136,6 +177,8 @@ pub fn run<B: MemmapBacking>(
         Ok((gigantic, pool))
     });
     let (gigantic_written, pool) = done.map_err(PipelineError::Hugetlb)?;
+    cx.faults
+        .after_hugetlb(cx.log, memmap, hvo.first().map(|h| h.huge.pfn));
     let nr_nodes = layout.nodes().len();
     let mut written = gigantic_written;
     if let Some(r) = &huge.gigantic {
@@ -170,6 +213,8 @@ pub fn run<B: MemmapBacking>(
             f.hugepages_2m_per_node = pool.per_node(nr_nodes).into();
         }
         f.hugetlb_ns = if written > 0 { ns } else { 0 };
+        f.hvo_vmemmap_bytes_not_backed =
+            hvo.len() as u64 * hvo::bytes_not_backed(<B::Page as PageLayout>::BYTES);
         f.hugetlb_struct_pages = written;
     });
     Ok(pool)
@@ -210,18 +255,27 @@ fn report(cx: &Ctx<'_>, huge: &Huge, pool: Option<&HugePool>, struct_page_bytes:
     }
 }
 
-/// Every page's compound struct pages: the profile's `hugetlb` phase
+/// Every page's compound struct pages (with `hvo`, those of the kept
+/// vmemmap page only): the profile's `hugetlb` phase
 /// (`profile/src/phases.rs`), hence never inlined. Returns the struct
 /// pages written.
 #[inline(never)]
 pub fn prep_all<B: MemmapBacking>(
     memmap: &Memmap<B>,
     huge: &Reservation,
+    hvo: bool,
 ) -> Result<u64, UnbackedHugePage> {
     huge.pages.iter().try_fold(0u64, |n, page| {
         // SAFETY: a huge page's struct pages belong to no chunk, pool or
         // free block (they are MEMBLOCK_RSRV_NOINIT), and no other CPU
         // reads or writes them while the boot CPU runs this.
-        unsafe { hugetlb::prep_gigantic(memmap, page) }.map(|w| n + w)
+        let written = unsafe {
+            if hvo {
+                hugetlb::prep_gigantic_hvo(memmap, page)
+            } else {
+                hugetlb::prep_gigantic(memmap, page)
+            }
+        };
+        written.map(|w| n + w)
     })
 }

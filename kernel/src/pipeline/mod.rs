@@ -57,6 +57,7 @@ pub mod verify;
 pub mod vmemmap;
 pub mod zones;
 
+use deferred_init::hugetlb_pool::HugeCheck;
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memboot_contract::option_values::StructPageSize;
 use memmap::memblock::Memblock;
@@ -122,7 +123,8 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     // Declared before the memmap, so it outlives the backing that maps
     // sections through it on first use.
     let sections = vmemmap::SectionMapper::new(machine.mapper);
-    let mut memmap = vmemmap::run::<M, P>(cx, &mut mb, layout, &sections)?;
+    let hvo = hugetlb::hvo_frames(cx, &mut mb, huge, P::BYTES)?;
+    let mut memmap = vmemmap::run::<M, P>(cx, &mut mb, layout, &sections, &hvo)?;
     let start = |when| start_cpus(cx, when, machine.bringup, &sections, layout, &mb);
     let online = |when| wait_for_cpus(cx, when, machine.bringup);
     start(StartCpus::BeforeEager)?;
@@ -145,20 +147,16 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     start(StartCpus::WhenMemoryReady)?;
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
-    let huge_2m = hugetlb::run(cx, &memmap, pages, huge, layout)?;
+    let huge_2m = hugetlb::run(cx, &memmap, pages, huge, layout, &hvo)?;
     alloc_workload::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
     vmemmap::report_first_use(cx, &memmap, &sections)?;
-    let verified = verify::run(
-        cx,
-        pages,
-        &memmap,
-        &mb,
-        layout,
-        &di,
-        &outcome,
-        huge_2m.as_ref(),
-    );
+    let huge_check = HugeCheck {
+        pool: huge_2m.as_ref(),
+        hvo_kept_struct_pages: (!hvo.is_empty())
+            .then_some(memmap::hugetlb::hvo::kept_struct_pages(P::BYTES)),
+    };
+    let verified = verify::run(cx, pages, &memmap, &mb, layout, &di, &outcome, huge_check);
     // After everything that writes struct pages: on a lazy vmemmap,
     // verification's page scan maps the sections of the holes it reads,
     // and so writes their hole pages.

@@ -123,7 +123,9 @@ impl fmt::Display for MapError {
 /// An implementor promises that after [`map_2mib`](Self::map_2mib)`(virt, ..)`
 /// returns `Ok`, the 2 MiB at `virt` are valid for reads and writes, used
 /// for nothing else, for as long as the mapper lives, and that distinct
-/// `virt`s never alias.
+/// `virt`s never alias; and that after [`map_table`](Self::map_table)
+/// each 4 KiB of the 2 MiB at `virt` maps what the table's entry says
+/// (HVO: many read-only aliases of one page), for as long as it lives.
 pub unsafe trait VmemmapMapper: Send {
     /// Pick a area of at least `bytes` (2 MiB aligned) whose page-table
     /// structure is entirely unused, so every table the mapping needs is new.
@@ -134,4 +136,14 @@ pub unsafe trait VmemmapMapper: Send {
     /// (page-directory-pointer table first, then page directory), exactly
     /// as [`crate::pipeline::vmemmap::tables_needed`] planned.
     fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError>;
+
+    /// Write the 512 entries of the page-table frame `table` (reserved for
+    /// it alone): entry `i` maps the 4 KiB page at physical `entry(i).0`,
+    /// writable when `entry(i).1`.
+    fn fill_table(&mut self, table: u64, entry: &dyn Fn(usize) -> (u64, bool));
+
+    /// Map the 2 MiB at `virt` (inside the area) through the page table
+    /// `table`, filled by [`fill_table`](Self::fill_table); several 2 MiB
+    /// may share one. `new_tables` as for [`map_2mib`](Self::map_2mib).
+    fn map_table(&mut self, virt: u64, table: u64, new_tables: &[u64]) -> Result<(), MapError>;
 }

@@ -8,7 +8,7 @@ use alloc::format;
 use alloc::vec::Vec;
 use core::fmt;
 
-use deferred_init::hugetlb_pool::HugePool;
+use deferred_init::hugetlb_pool::HugeCheck;
 use deferred_init::{check_all, Verified};
 use deferred_init::{DeferredInit, PageAllocator};
 use memmap::init::InitOutcome;
@@ -38,7 +38,7 @@ pub fn run<B: MemmapBacking>(
     layout: &ZoneLayout,
     di: &DeferredInit<'_, B>,
     outcome: &InitOutcome,
-    huge: Option<&HugePool>,
+    huge: HugeCheck<'_>,
 ) -> Result<(), PipelineError> {
     if !cx.mode.has_allocator() || cx.opts.verify == Verify::Off {
         let why = if cx.mode.has_allocator() {

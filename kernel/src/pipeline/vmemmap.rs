@@ -39,6 +39,7 @@ use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 use core::ops::Range;
 
+use memmap::hugetlb::hvo::{self, HvoPage};
 use memmap::memblock::Memblock;
 use memmap::page::PageLayout;
 use memmap::sections::{
@@ -56,14 +57,16 @@ use super::seams::{Log, MapError, VmemmapMapper};
 
 /// Struct-page storage (of layout `P`) for every present
 /// section, mapped now or on first use as the mode says.
+/// `hvo`: the 1 GiB pages whose vmemmap HVO maps (at boot only).
 pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
     layout: &ZoneLayout,
     sections: &SectionMapper<'_, M>,
+    hvo: &[HvoPage],
 ) -> Result<Memmap<VmemmapBacking<P>>, PipelineError> {
     let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || match cx.mode.vmemmap {
-        VmemmapMapping::AtBoot => populate::<M, P>(mb, &mut *sections.state.lock().mapper),
+        VmemmapMapping::AtBoot => populate::<M, P>(mb, &mut *sections.state.lock().mapper, hvo),
         VmemmapMapping::OnFirstUse => sections.reserve::<P>(mb, layout),
     });
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
@@ -142,6 +145,8 @@ pub struct VmemmapStats {
     pub node_bytes: Vec<(NodeId, u64)>,
     /// Huge pages of struct pages that had to come from another node.
     pub off_node_huge_pages: u64,
+    /// 1 GiB pages whose vmemmap HVO maps onto one kept page each.
+    pub hvo_pages: u64,
 }
 
 /// The vmemmap area for `mb`'s present sections' struct pages of
@@ -168,6 +173,7 @@ fn plan_area<M: VmemmapMapper>(
         table_frames: 0,
         node_bytes: Vec::new(),
         off_node_huge_pages: 0,
+        hvo_pages: 0,
     };
     Ok((area, ranges, stats))
 }
@@ -195,16 +201,26 @@ impl VmemmapStats {
 }
 
 /// Map struct pages (of layout `P`) for every present section of `mb`,
-/// node-local.
+/// node-local; the sections of the 1 GiB pages in `hvo` (ascending) as
+/// HVO maps them ([`map_hvo`]).
 pub fn populate<M: VmemmapMapper, P: PageLayout>(
     mb: &mut Memblock,
     mapper: &mut M,
+    hvo: &[HvoPage],
 ) -> Result<(VmemmapBacking<P>, VmemmapStats), VmemmapError> {
     let (area, ranges, mut stats) = plan_area(mb, mapper, P::BYTES)?;
+    let hvo_sections: Vec<Range<u64>> = hvo.iter().map(|h| hvo::page_sections(&h.huge)).collect();
+    let ranges = hvo::without_sections(&ranges, &hvo_sections, &area, P::BYTES);
     let mut mapped = SectionSet::new();
     let mut prev_offset = None;
     let mut last_huge_page = None;
+    let mut next_hvo = hvo.iter().peekable();
     for range in &ranges {
+        // Mappings ascend (`tables_needed`): the HVO pages below this run
+        // first.
+        while let Some(h) = next_hvo.next_if(|h| hvo_virt::<P>(&area, h) < range.virt_start) {
+            map_hvo::<M, P>(mb, mapper, &area, h, &mut prev_offset, &mut stats)?;
+        }
         let huge_pages = own_huge_pages(range, last_huge_page);
         let (first, bytes) = (huge_pages.start, huge_pages.end - huge_pages.start);
         // One contiguous block per run when the node has it.
@@ -229,14 +245,65 @@ pub fn populate<M: VmemmapMapper, P: PageLayout>(
         stats.sections += range.nr_sections();
         stats.add_node_bytes(range.nid, bytes);
     }
+    for h in next_hvo {
+        map_hvo::<M, P>(mb, mapper, &area, h, &mut prev_offset, &mut stats)?;
+    }
+    for s in hvo_sections {
+        stats.sections += s.end - s.start;
+        mapped.insert_range(s);
+    }
     // SAFETY: every section in `mapped` has its struct pages at
     // `area.page_addr(first pfn of the section, P::BYTES)`, inside a huge
     // page mapped by `mapper.map_2mib` (its run's, or the previous run's
     // for a shared first huge page), which the mapper's contract makes
-    // valid, exclusive memory for as long as the mapper lives; the caller
-    // keeps the backing no longer.
+    // valid, exclusive memory for as long as the mapper lives, or, for an
+    // HVO page's sections, mapped by `mapper.map_table` onto the page's
+    // kept page: readable, writable in the kept page only (writes
+    // elsewhere fault; nothing writes there), the caller keeps the backing
+    // no longer than the mapper.
     let backing = unsafe { VmemmapBacking::new(area, mapped) };
     Ok((backing, stats))
+}
+
+/// Where the struct pages of HVO page `h` start in `area`.
+fn hvo_virt<P: PageLayout>(area: &Vmemmap, h: &HvoPage) -> u64 {
+    area.page_addr(h.huge.pfn, P::BYTES).unwrap_or(u64::MAX)
+}
+
+/// Map the vmemmap of one 1 GiB page as HVO does (`memmap::hugetlb::hvo`):
+/// its tables filled, each 2 MiB of it through one, with the upper tables
+/// a 2 MiB mapping there would need.
+fn map_hvo<M: VmemmapMapper, P: PageLayout>(
+    mb: &mut Memblock,
+    mapper: &mut M,
+    area: &Vmemmap,
+    h: &HvoPage,
+    prev_offset: &mut Option<u64>,
+    stats: &mut VmemmapStats,
+) -> Result<(), VmemmapError> {
+    mapper.fill_table(h.first_table, &|i| hvo::entry(true, i, h.kept));
+    if let Some(rest) = h.rest_table {
+        mapper.fill_table(rest, &|i| hvo::entry(false, i, h.kept));
+    }
+    let first = hvo_virt::<P>(area, h);
+    for i in 0..hvo::vmemmap_2mib_pages(P::BYTES) {
+        let virt = first + i * VMEMMAP_HUGE_PAGE_BYTES;
+        let offset = virt - area.base();
+        let needed = tables_needed(*prev_offset, offset);
+        let mut tables = [0u64; 2];
+        for slot in tables.iter_mut().take(needed.count()) {
+            *slot = alloc_on(mb, PAGE_SIZE, h.huge.nid, "page tables")?;
+        }
+        let table = h.table(i).unwrap_or(h.first_table);
+        mapper.map_table(virt, table, &tables[..needed.count()])?;
+        stats.table_frames += needed.count() as u64;
+        *prev_offset = Some(offset);
+    }
+    stats.table_frames += hvo::frames_per_page(P::BYTES) - 1;
+    stats.bytes += hvo::KEPT_BYTES;
+    stats.add_node_bytes(h.huge.nid, hvo::KEPT_BYTES);
+    stats.hvo_pages += 1;
+    Ok(())
 }
 
 fn alloc_on(
@@ -304,6 +371,13 @@ pub fn log(log: &dyn Log, stats: &VmemmapStats, vmemmap_ns: u64, mapping: Vmemma
         log.line(format_args!(
             "vmemmap: node {nid}: {} MiB of struct pages",
             bytes >> 20
+        ));
+    }
+    if stats.hvo_pages > 0 {
+        log.line(format_args!(
+            "vmemmap: HVO: the struct pages of {} pages of 1.00 GiB mapped onto one kept page each, {} MiB not backed",
+            stats.hvo_pages,
+            (stats.hvo_pages * hvo::bytes_not_backed(stats.page_bytes)) >> 20
         ));
     }
     if stats.off_node_huge_pages > 0 {

@@ -359,7 +359,7 @@ fn run_pipeline(
     // SAFETY: the bootloader's physical-memory offset; from here on the
     // boot CPU alone edits the page tables (APs only run jobs, which do not
     // map memory).
-    let mut mapper = unsafe { KernelMapper::new(phys_offset) };
+    let mut mapper = unsafe { KernelMapper::new(phys_offset, opts.struct_page.bytes()) };
     let machine = Machine {
         mapper: &mut mapper,
         executor: &SmpCpus,

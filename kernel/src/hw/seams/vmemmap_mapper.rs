@@ -26,6 +26,8 @@ const FIRST_KERNEL_SLOT: usize = 256;
 /// Maps the vmemmap area into the active page tables.
 pub struct KernelMapper<'a> {
     tables: OffsetPageTable<'a>,
+    /// Bytes per struct page, for the page-fault handler to name one.
+    page_bytes: u64,
 }
 
 impl<'a> KernelMapper<'a> {
@@ -33,14 +35,16 @@ impl<'a> KernelMapper<'a> {
     /// `phys_offset` must be the offset at which all physical memory is
     /// mapped, CR3 must hold the active, bootloader-built page tables, and
     /// no other code may edit them while the mapper lives.
-    pub unsafe fn new(phys_offset: u64) -> Self {
+    /// `page_bytes`: the boot's struct-page size, so that a page fault in
+    /// the vmemmap names the struct page (`interrupts::note_vmemmap`).
+    pub unsafe fn new(phys_offset: u64, page_bytes: u64) -> Self {
         let (pml4_frame, _) = x86_64::registers::control::Cr3::read();
         let pml4_virt = phys_offset + pml4_frame.start_address().as_u64();
         // SAFETY: the caller guarantees the offset mapping and exclusive access.
         let pml4: &mut PageTable = unsafe { &mut *(pml4_virt as *mut PageTable) };
         // SAFETY: as above.
         let tables = unsafe { OffsetPageTable::new(pml4, VirtAddr::new(phys_offset)) };
-        Self { tables }
+        Self { tables, page_bytes }
     }
 
     /// The page tables themselves, for CPU bring-up's own 4 KiB mappings
@@ -88,7 +92,9 @@ unsafe impl VmemmapMapper for KernelMapper<'_> {
                 .find(|&i| free(i))
                 .ok_or(MapError::NoArea { bytes })?
         };
-        Vmemmap::new(slot_addr(slot)).ok_or(MapError::NoArea { bytes })
+        let area = Vmemmap::new(slot_addr(slot)).ok_or(MapError::NoArea { bytes })?;
+        crate::hw::interrupts::note_vmemmap(area.base(), self.page_bytes);
+        Ok(area)
     }
 
     fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError> {
@@ -121,4 +127,50 @@ unsafe impl VmemmapMapper for KernelMapper<'_> {
         }
         Ok(())
     }
+
+    fn fill_table(&mut self, table: u64, entry: &dyn Fn(usize) -> (u64, bool)) {
+        let virt = self.tables.phys_offset() + table;
+        // SAFETY: `table` is a frame the pipeline reserved in memblock for
+        // this table alone, mapped at the physical-memory offset; nothing
+        // else refers to it until `map_table` links it in.
+        let pt: &mut PageTable = unsafe { &mut *(virt.as_u64() as *mut PageTable) };
+        for (i, e) in pt.iter_mut().enumerate() {
+            let (phys, writable) = entry(i);
+            let mut flags =
+                PageTableFlags::PRESENT | PageTableFlags::NO_EXECUTE | PageTableFlags::GLOBAL;
+            if writable {
+                flags |= PageTableFlags::WRITABLE;
+            }
+            e.set_addr(PhysAddr::new(phys), flags);
+        }
+    }
+
+    fn map_table(&mut self, virt: u64, table: u64, new_tables: &[u64]) -> Result<(), MapError> {
+        // Let `map_2mib` walk and build the upper tables as it would for a
+        // 2 MiB page, then point the page-directory entry at `table`
+        // instead; nothing has used the 2 MiB mapping in between.
+        self.map_2mib(virt, table & !(VMEMMAP_2MIB - 1), new_tables)?;
+        let page = Page::<Size2MiB>::containing_address(VirtAddr::new(virt));
+        let offset = self.tables.phys_offset();
+        let table_at = |phys: PhysAddr| (offset + phys.as_u64()).as_mut_ptr::<PageTable>();
+        let pml4 = self.tables.level_4_table();
+        let pdpt_phys = pml4[page.p4_index()].addr();
+        // SAFETY: `map_2mib` just made these entries present, each naming a
+        // table frame mapped at the physical-memory offset, and no other
+        // code edits the page tables while the mapper lives.
+        let pd_entry = unsafe {
+            let pdpt = &*table_at(pdpt_phys);
+            let pd = &mut *table_at(pdpt[page.p3_index()].addr());
+            &mut pd[page.p2_index()]
+        };
+        pd_entry.set_addr(
+            PhysAddr::new(table),
+            PageTableFlags::PRESENT | PageTableFlags::WRITABLE,
+        );
+        x86_64::instructions::tlb::flush(VirtAddr::new(virt));
+        Ok(())
+    }
 }
+
+/// A 2 MiB page's bytes.
+const VMEMMAP_2MIB: u64 = 2 << 20;

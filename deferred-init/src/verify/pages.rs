@@ -216,7 +216,7 @@ pub struct ZoneCheck {
     /// Hole pages (present sections, not memory) that passed every check.
     pub holes: u64,
     /// Pages of the huge pages taken from the allocator
-    /// ([`HugePool`]) that passed every check.
+    /// ([`crate::hugetlb_pool::HugePool`]) that passed every check.
     pub huge: u64,
 }
 

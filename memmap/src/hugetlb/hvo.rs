@@ -98,7 +98,7 @@ pub fn page_sections(page: &HugePage) -> Range<u64> {
 
 /// `ranges` (ascending runs of present sections, as
 /// [`crate::sections::vmemmap_backing_ranges`] gives them) without the sections of
-/// `left_out` (ascending, disjoint: [`sections`]), for struct pages of
+/// `left_out` (ascending, disjoint: [`page_sections`] of each page), for struct pages of
 /// `page_bytes` in `vmemmap`.
 pub fn without_sections(
     ranges: &[VmemmapRange],

@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use core::convert::Infallible;
 
 use memboot_contract::hugepage_forms::HugePageSize;
-use memmap::hugetlb::{order_of, take_pages, Request, Shortfall};
+use memmap::hugetlb::{count_per_node, order_of, take_pages, Request, Shortfall};
 use memmap::store::MemmapBacking;
 use memmap::zones::ZoneLayout;
 use memmap::{NodeId, Pfn};
@@ -46,15 +46,6 @@ pub struct HugePool {
 }
 
 impl HugePool {
-    /// An empty pool of `size` (nothing asked).
-    pub fn empty(size: HugePageSize) -> Self {
-        Self {
-            size,
-            pages: Vec::new(),
-            shortfalls: Vec::new(),
-        }
-    }
-
     /// The order of its pages.
     pub fn order(&self) -> u32 {
         order_of(self.size)
@@ -62,20 +53,7 @@ impl HugePool {
 
     /// Pages per node, `nr_nodes` entries (node ids `0..nr_nodes`).
     pub fn per_node(&self, nr_nodes: usize) -> Vec<u64> {
-        let mut out = alloc::vec![0u64; nr_nodes];
-        for p in &self.pages {
-            if let Some(n) = out.get_mut(p.nid as usize) {
-                *n += 1;
-            }
-        }
-        out
-    }
-
-    /// The pool's heads in `[start, end)` of PFNs, ascending.
-    pub fn heads_in(&self, start: Pfn, end: Pfn) -> &[PoolPage] {
-        let from = self.pages.partition_point(|p| p.pfn < start);
-        let to = self.pages.partition_point(|p| p.pfn < end);
-        &self.pages[from..to]
+        count_per_node(self.pages.iter().map(|p| p.nid), nr_nodes)
     }
 }
 

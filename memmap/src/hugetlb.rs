@@ -148,22 +148,20 @@ pub struct Reservation {
 impl Reservation {
     /// Pages per node, `nr_nodes` entries (node ids `0..nr_nodes`).
     pub fn per_node(&self, nr_nodes: usize) -> Vec<u64> {
-        let mut out = alloc::vec![0u64; nr_nodes];
-        for p in &self.pages {
-            if let Some(n) = out.get_mut(p.nid as usize) {
-                *n += 1;
-            }
-        }
-        out
+        count_per_node(self.pages.iter().map(|p| p.nid), nr_nodes)
     }
+}
 
-    /// Linux's `report_hugepages` line for the size.
-    pub fn registered_line(&self) -> RegisteredLine {
-        RegisteredLine {
-            size: HugePageSize::Gib1,
-            pages: self.pages.len() as u64,
+/// How many of `nids` name each node, `nr_nodes` entries (node ids
+/// `0..nr_nodes`; others are not counted): huge pages per node.
+pub fn count_per_node(nids: impl Iterator<Item = NodeId>, nr_nodes: usize) -> Vec<u64> {
+    let mut out = alloc::vec![0u64; nr_nodes];
+    for nid in nids {
+        if let Some(n) = out.get_mut(nid as usize) {
+            *n += 1;
         }
     }
+    out
 }
 
 /// One `memblock_alloc_*_nid_raw(1 GiB, 1 GiB)`: the highest aligned free

@@ -11,13 +11,18 @@ use memboot_tests::{boot, exit_code, Boot};
 /// Base pages in a 1 GiB page.
 const GIGANTIC_PAGES: u64 = 1 << 18;
 
-fn per_node(b: &Boot) -> Vec<u64> {
-    b.summary_json()["hugepages_1g_per_node"]
+/// The summary's array `key` (huge pages per node).
+fn per_node_of(b: &Boot, key: &str) -> Vec<u64> {
+    b.summary_json()[key]
         .as_array()
-        .unwrap_or_else(|| panic!("no hugepages_1g_per_node\n{}", b.describe()))
+        .unwrap_or_else(|| panic!("no {key}\n{}", b.describe()))
         .iter()
         .map(|v| v.as_u64().unwrap())
         .collect()
+}
+
+fn per_node(b: &Boot) -> Vec<u64> {
+    per_node_of(b, "hugepages_1g_per_node")
 }
 
 /// A boot with `reserved` 1 GiB pages: verified, out of the free pages,
@@ -122,12 +127,7 @@ fn per_node_counts_on_ondemand_and_8_byte_pages() {
 }
 
 fn per_node_2m(b: &Boot) -> Vec<u64> {
-    b.summary_json()["hugepages_2m_per_node"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no hugepages_2m_per_node\n{}", b.describe()))
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect()
+    per_node_of(b, "hugepages_2m_per_node")
 }
 
 /// 2 MiB pages, the default size (a bare `hugepages=`), taken from the

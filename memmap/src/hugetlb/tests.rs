@@ -51,7 +51,11 @@ fn a_total_alternates_nodes_from_the_top_of_each() {
         ]
     );
     assert_eq!(
-        r.registered_line().to_string(),
+        RegisteredLine {
+            size: HugePageSize::Gib1,
+            pages: r.pages.len() as u64
+        }
+        .to_string(),
         "HugeTLB: registered 1.00 GiB page size, pre-allocated 4 pages"
     );
 }

@@ -180,7 +180,7 @@ fn check_vmemmap<P: PageLayout>(
     let mut mapper = HostMapper::new();
     let vstats = if fx.opts.memmap == memboot_contract::options::MemmapMode::OnDemand {
         let sections = vmemmap::SectionMapper::new(&mut mapper);
-        let (backing, vstats) = sections.reserve::<P>(mb, layout).unwrap();
+        let (backing, vstats) = sections.reserve::<P>(mb, layout, &[]).unwrap();
         assert_eq!(backing.nr_populated(), 0, "{name}: nothing mapped at boot");
         assert_eq!(
             backing.hole_pages_on_first_use(),
@@ -896,7 +896,7 @@ fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
         let mut mapper = HostMapper::new();
         let sections = vmemmap::SectionMapper::new(&mut mapper);
         let (backing, stats) = if lazy {
-            sections.reserve::<StructPage32>(&mut mb, &layout).unwrap()
+            sections.reserve::<StructPage32>(&mut mb, &layout, &[]).unwrap()
         } else {
             sections.lend_mapper(|m| vmemmap::populate::<_, StructPage32>(&mut mb, m, &[]).unwrap())
         };

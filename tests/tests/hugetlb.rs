@@ -278,10 +278,27 @@ fn a_write_beyond_the_kept_page_faults_naming_the_page() {
         ],
         Duration::from_secs(300),
     );
+    // ondemand maps the huge pages' vmemmap at boot as HVO does, the rest
+    // on first use: only the kept struct pages are written, and first use
+    // never maps an HVO section.
     assert_eq!(b.summary().verify, "ok", "{}", b.describe());
-    assert!(b.has_message("HugeTLB: HVO not applied: memmap=ondemand"));
+    assert!(!b.has_message("HugeTLB: HVO not applied"));
     assert_eq!(
         b.summary_json()["hugetlb_struct_pages"].as_u64(),
-        Some(2 * GIGANTIC_PAGES)
+        Some(2 * (4096 / 64))
     );
+    assert!(b.has_message(
+        "vmemmap: HVO: the struct pages of 2 pages of 1.00 GiB mapped onto one kept page each"
+    ));
+    let first_use = b
+        .messages_with("vmemmap: ")
+        .find(|m| m.contains("sections mapped on first use"))
+        .unwrap_or_else(|| panic!("no first-use line\n{}", b.describe()));
+    let of: u64 = first_use
+        .split(" of ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap();
+    // 4 GiB is 32 sections, 16 of them the two 1 GiB pages'.
+    assert_eq!(of, 32 - 16, "{first_use}");
 }

@@ -32,7 +32,7 @@ use super::context::Ctx;
 use super::error::{MemblockStageError, PipelineError};
 use super::facts::Phase;
 use super::input::Input;
-use super::mode::{EagerWork, VmemmapMapping};
+use super::mode::EagerWork;
 
 /// The huge pages the command line asks for: the 1 GiB pages reserved,
 /// the 2 MiB pages to take once memory is ready, and the sizes Linux
@@ -125,15 +125,10 @@ pub fn hvo_frames(
     else {
         return Ok(Vec::new());
     };
-    let why_not = if cx.mode.eager == EagerWork::Touch {
-        Some("memmap=touch writes every struct page")
-    } else if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
-        Some("memmap=ondemand maps the vmemmap on first use, section by section")
-    } else {
-        None
-    };
-    if let Some(why) = why_not {
-        cx.log.line(format_args!("HugeTLB: HVO not applied: {why}"));
+    if !cx.mode.has_hvo() {
+        cx.log.line(format_args!(
+            "HugeTLB: HVO not applied: memmap=touch writes every struct page"
+        ));
         return Ok(Vec::new());
     }
     hvo::reserve_frames(mb, reservation, page_bytes).map_err(|err| {

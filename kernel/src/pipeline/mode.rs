@@ -110,6 +110,13 @@ impl ModePlan {
     pub const fn has_allocator(&self) -> bool {
         matches!(self.workers, InitMode::InitAndFree)
     }
+
+    /// Does HVO (`hugetlb_free_vmemmap=on`) map the 1 GiB pages' vmemmap?
+    /// In every mode with Linux state; `touch`, the store floor, writes
+    /// every struct page.
+    pub const fn has_hvo(&self) -> bool {
+        self.has_allocator()
+    }
 }
 
 #[cfg(test)]

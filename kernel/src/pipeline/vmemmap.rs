@@ -57,7 +57,7 @@ use super::seams::{Log, MapError, VmemmapMapper};
 
 /// Struct-page storage (of layout `P`) for every present
 /// section, mapped now or on first use as the mode says.
-/// `hvo`: the 1 GiB pages whose vmemmap HVO maps (at boot only).
+/// `hvo`: the 1 GiB pages whose vmemmap HVO maps, at boot in either mode.
 pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
     mb: &mut Memblock,
@@ -67,7 +67,7 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
 ) -> Result<Memmap<VmemmapBacking<P>>, PipelineError> {
     let (mapped, vmemmap_ns) = cx.timed(Phase::Vmemmap, || match cx.mode.vmemmap {
         VmemmapMapping::AtBoot => populate::<M, P>(mb, &mut *sections.state.lock().mapper, hvo),
-        VmemmapMapping::OnFirstUse => sections.reserve::<P>(mb, layout),
+        VmemmapMapping::OnFirstUse => sections.reserve::<P>(mb, layout, hvo),
     });
     let (backing, stats) = mapped.map_err(PipelineError::Vmemmap)?;
     log(cx.log, &stats, vmemmap_ns, cx.mode.vmemmap);
@@ -92,7 +92,7 @@ pub fn report_first_use<M: VmemmapMapper, P: PageLayout>(
     let (mapped, table_frames, error) = sections.first_use();
     cx.log.line(format_args!(
         "vmemmap: {mapped} of {} sections mapped on first use, with {table_frames} page-table pages and {} hole pages written",
-        backing.mapped().len(),
+        backing.mapped().len() - sections.hvo_sections(),
         backing.hole_pages_on_first_use()
     ));
     match error {
@@ -219,7 +219,8 @@ pub fn populate<M: VmemmapMapper, P: PageLayout>(
         // Mappings ascend (`tables_needed`): the HVO pages below this run
         // first.
         while let Some(h) = next_hvo.next_if(|h| hvo_virt::<P>(&area, h) < range.virt_start) {
-            map_hvo::<M, P>(mb, mapper, &area, h, &mut prev_offset, &mut stats)?;
+            let ascending = &mut |offset| ascend(&mut prev_offset, offset);
+            map_hvo::<M, P>(mb, mapper, &area, h, ascending, &mut stats)?;
         }
         let huge_pages = own_huge_pages(range, last_huge_page);
         let (first, bytes) = (huge_pages.start, huge_pages.end - huge_pages.start);
@@ -235,10 +236,8 @@ pub fn populate<M: VmemmapMapper, P: PageLayout>(
                 Some(base) => base + (virt - first),
                 None => alloc_on(mb, VMEMMAP_HUGE_PAGE_BYTES, range.nid, "struct pages")?,
             };
-            let offset = virt - area.base();
-            let needed = tables_needed(prev_offset, offset);
+            let needed = ascend(&mut prev_offset, virt - area.base());
             map_huge_page(mb, mapper, range, virt, phys, needed, &mut stats)?;
-            prev_offset = Some(offset);
             last_huge_page = Some(virt);
         }
         mapped.insert_range(range.section_nrs.clone());
@@ -246,7 +245,8 @@ pub fn populate<M: VmemmapMapper, P: PageLayout>(
         stats.add_node_bytes(range.nid, bytes);
     }
     for h in next_hvo {
-        map_hvo::<M, P>(mb, mapper, &area, h, &mut prev_offset, &mut stats)?;
+        let ascending = &mut |offset| ascend(&mut prev_offset, offset);
+        map_hvo::<M, P>(mb, mapper, &area, h, ascending, &mut stats)?;
     }
     for s in hvo_sections {
         stats.sections += s.end - s.start;
@@ -270,15 +270,23 @@ fn hvo_virt<P: PageLayout>(area: &Vmemmap, h: &HvoPage) -> u64 {
     area.page_addr(h.huge.pfn, P::BYTES).unwrap_or(u64::MAX)
 }
 
+/// The tables a mapping at area offset `offset` needs when mappings ascend
+/// ([`tables_needed`]), noting it as the previous one.
+fn ascend(prev_offset: &mut Option<u64>, offset: u64) -> TablesNeeded {
+    let needed = tables_needed(*prev_offset, offset);
+    *prev_offset = Some(offset);
+    needed
+}
+
 /// Map the vmemmap of one 1 GiB page as HVO does (`memmap::hugetlb::hvo`):
 /// its tables filled, each 2 MiB of it through one, with the upper tables
-/// a 2 MiB mapping there would need.
+/// `needed` says a mapping at that area offset needs.
 fn map_hvo<M: VmemmapMapper, P: PageLayout>(
     mb: &mut Memblock,
     mapper: &mut M,
     area: &Vmemmap,
     h: &HvoPage,
-    prev_offset: &mut Option<u64>,
+    needed: &mut dyn FnMut(u64) -> TablesNeeded,
     stats: &mut VmemmapStats,
 ) -> Result<(), VmemmapError> {
     mapper.fill_table(h.first_table, &|i| hvo::entry(true, i, h.kept));
@@ -288,8 +296,7 @@ fn map_hvo<M: VmemmapMapper, P: PageLayout>(
     let first = hvo_virt::<P>(area, h);
     for i in 0..hvo::vmemmap_2mib_pages(P::BYTES) {
         let virt = first + i * VMEMMAP_HUGE_PAGE_BYTES;
-        let offset = virt - area.base();
-        let needed = tables_needed(*prev_offset, offset);
+        let needed = needed(virt - area.base());
         let mut tables = [0u64; 2];
         for slot in tables.iter_mut().take(needed.count()) {
             *slot = alloc_on(mb, PAGE_SIZE, h.huge.nid, "page tables")?;
@@ -297,7 +304,6 @@ fn map_hvo<M: VmemmapMapper, P: PageLayout>(
         let table = h.table(i).unwrap_or(h.first_table);
         mapper.map_table(virt, table, &tables[..needed.count()])?;
         stats.table_frames += needed.count() as u64;
-        *prev_offset = Some(offset);
     }
     stats.table_frames += hvo::frames_per_page(P::BYTES) - 1;
     stats.bytes += hvo::KEPT_BYTES;
@@ -406,6 +412,8 @@ struct LazyState<'m, M> {
     pd_regions: BTreeSet<u64>,
     pdpt_regions: BTreeSet<u64>,
     mapped: SectionSet,
+    /// Sections of `mapped` HVO mapped at boot, not on first use.
+    hvo_sections: u64,
     table_frames_used: u64,
     /// The first mapping that failed, for the report.
     error: Option<MapError>,
@@ -438,6 +446,7 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
                 pd_regions: BTreeSet::new(),
                 pdpt_regions: BTreeSet::new(),
                 mapped: SectionSet::new(),
+                hvo_sections: 0,
                 table_frames_used: 0,
                 error: None,
             }),
@@ -454,7 +463,16 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// and the first mapping error, if any.
     pub fn first_use(&self) -> (u64, u64, Option<MapError>) {
         let st = self.state.lock();
-        (st.mapped.len(), st.table_frames_used, st.error)
+        (
+            st.mapped.len() - st.hvo_sections,
+            st.table_frames_used,
+            st.error,
+        )
+    }
+
+    /// Sections HVO mapped at boot.
+    pub fn hvo_sections(&self) -> u64 {
+        self.state.lock().hvo_sections
     }
 
     /// Reserve every present section's struct pages (one memblock block
@@ -462,14 +480,20 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// (one per 1 GiB and per 512 GiB of area its runs touch), and return a
     /// backing that maps each section the first time it is asked for, and
     /// then writes the section's holes of `layout`: boot writes no struct
-    /// page.
+    /// page. The sections of the 1 GiB pages in `hvo` (ascending) are
+    /// mapped now, as HVO maps them ([`map_hvo`]): their struct pages are
+    /// written in the huge-page phase, never by first use.
     pub fn reserve<P: PageLayout>(
         &self,
         mb: &mut Memblock,
         layout: &ZoneLayout,
+        hvo: &[HvoPage],
     ) -> Result<(VmemmapBacking<P>, VmemmapStats), VmemmapError> {
         let mut st = self.state.lock();
         let (area, ranges, mut stats) = plan_area(mb, &mut *st.mapper, P::BYTES)?;
+        let hvo_sections: Vec<Range<u64>> =
+            hvo.iter().map(|h| hvo::page_sections(&h.huge)).collect();
+        let ranges = hvo::without_sections(&ranges, &hvo_sections, &area, P::BYTES);
         let mut allowed = SectionSet::new();
         let mut node_frames: Vec<(NodeId, u64)> = Vec::new();
         let mut last_huge_page = None;
@@ -524,6 +548,13 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
             stats.table_frames += n;
         }
         st.area = Some(area);
+        st.map_hvo::<P>(mb, &area, hvo, &mut stats)?;
+        for s in hvo_sections {
+            stats.sections += s.end - s.start;
+            st.hvo_sections += s.end - s.start;
+            allowed.insert_range(s.clone());
+            st.mapped.insert_range(s);
+        }
         drop(st);
         let holes = layout.unavailable_ranges().to_vec();
         // SAFETY: `self` maps each section of `allowed` at its place in
@@ -536,6 +567,26 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
 }
 
 impl<M: VmemmapMapper> LazyState<'_, M> {
+    /// Map the vmemmap of the 1 GiB pages in `hvo` as HVO does, noting the
+    /// page directories and PDPTs it adds so first use finds them.
+    fn map_hvo<P: PageLayout>(
+        &mut self,
+        mb: &mut Memblock,
+        area: &Vmemmap,
+        hvo: &[HvoPage],
+        stats: &mut VmemmapStats,
+    ) -> Result<(), VmemmapError> {
+        let (pd_regions, pdpt_regions) = (&mut self.pd_regions, &mut self.pdpt_regions);
+        let mut needed = |offset: u64| TablesNeeded {
+            pdpt: pdpt_regions.insert(offset / PDPT_SPAN_BYTES),
+            pd: pd_regions.insert(offset / PD_SPAN_BYTES),
+        };
+        for h in hvo {
+            map_hvo::<M, P>(mb, &mut *self.mapper, area, h, &mut needed, stats)?;
+        }
+        Ok(())
+    }
+
     /// Map `section_nr` now (it must be in a run): its huge page unless a
     /// section sharing it mapped it already, and the page directory / PDPT
     /// that needs from its node's frames; then `prepare` its struct pages

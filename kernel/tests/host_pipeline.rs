@@ -896,7 +896,9 @@ fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
         let mut mapper = HostMapper::new();
         let sections = vmemmap::SectionMapper::new(&mut mapper);
         let (backing, stats) = if lazy {
-            sections.reserve::<StructPage32>(&mut mb, &layout, &[]).unwrap()
+            sections
+                .reserve::<StructPage32>(&mut mb, &layout, &[])
+                .unwrap()
         } else {
             sections.lend_mapper(|m| vmemmap::populate::<_, StructPage32>(&mut mb, m, &[]).unwrap())
         };

@@ -987,3 +987,66 @@ fn the_machine_type_is_pinned_and_the_binary_chosen() {
         assert_eq!(other[1..], cmd[1..], "{args:?}: only the binary differs");
     }
 }
+
+/// The need `args` is charged (from the dry run's check).
+fn need_mib(args: &[&str]) -> u64 {
+    accepted(args, 1 << 30).need.total_mib
+}
+
+/// HVO leaves a 1 GiB page's struct pages unbacked but for its kept page
+/// and two page tables (12 KiB of 16 MiB at 64 bytes): the charge leaves
+/// them out for the pages that surely fit, and never drops below what the
+/// boot writes (the small pages' struct pages, RAM/64 of what the 1 GiB
+/// pages leave, and QEMU's own). Without HVO, or with `touch`, every
+/// struct page is charged; plain `ondemand` adds the 1 GiB pages' struct
+/// pages, which it writes in the huge-page phase.
+#[test]
+fn hvo_leaves_the_huge_pages_struct_pages_out_of_the_charge() {
+    let tib_mib = 1u64 << 20;
+    let boot = |opts: &[&str]| {
+        let mut args = vec!["--dry-run", "-m", "1T", "--"];
+        args.extend_from_slice(opts);
+        need_mib(&args)
+    };
+    let (pages, per_page_mib) = (1000u64, 16u64);
+    let huge = ["hugepagesz=1G", "hugepages=1000"];
+    let hvo = ["hugepagesz=1G", "hugepages=1000", "hugetlb_free_vmemmap=on"];
+    assert_eq!(boot(&huge), faithful_need_mib(tib_mib));
+    let with_hvo = boot(&hvo);
+    let small_pages_mib = all_struct_pages_mib(tib_mib) - pages * per_page_mib;
+    // HVO's 12 KiB per page, in MiB.
+    let hvo_mib = (pages * 12 * 1024) >> 20;
+    let floor = small_pages_mib + qemu_own_mib(tib_mib) + hvo_mib;
+    assert!(with_hvo >= floor, "{with_hvo} < {floor}");
+    // At most a few pages' struct pages over it (the frames that might not
+    // be free on the one node) and a 2 MiB host page.
+    assert!(with_hvo <= floor + 4 * per_page_mib + 2, "{with_hvo}");
+    let touch = [
+        "memmap=touch",
+        "hugepagesz=1G",
+        "hugepages=1000",
+        "hugetlb_free_vmemmap=on",
+    ];
+    assert_eq!(boot(&touch), faithful_need_mib(tib_mib));
+
+    let plain = boot(&["memmap=ondemand"]);
+    let ondemand = boot(&["memmap=ondemand", "hugepagesz=1G", "hugepages=1000"]);
+    assert_eq!(ondemand, plain + pages * per_page_mib);
+    let ondemand_hvo = boot(&[
+        "memmap=ondemand",
+        "hugepagesz=1G",
+        "hugepages=1000",
+        "hugetlb_free_vmemmap=on",
+    ]);
+    assert!(plain < ondemand_hvo && ondemand_hvo <= plain + hvo_mib + 3);
+
+    // 8T with 8000 pages and HVO fits a 24 GiB host; without HVO its
+    // 128 GiB of struct pages do not.
+    let eight = |opts: &[&str]| {
+        let mut args = vec!["--dry-run", "-m", "8T", "--"];
+        args.extend_from_slice(opts);
+        checked(&args, 24 << 10).map(|c| c.need.total_mib)
+    };
+    assert!(eight(&["hugepagesz=1G", "hugepages=8000", "hugetlb_free_vmemmap=on"]).is_ok());
+    assert!(eight(&["hugepagesz=1G", "hugepages=8000"]).is_err());
+}

@@ -8,8 +8,11 @@ use memboot_contract::host_memory::{
     LINUX_BASE_MIB, LINUX_PER_TIB_MIB, LOW_ZONES_MIB, QEMU_BASE_MIB, QEMU_PER_TIB_MIB, SECTION_MIB,
     WINDOW_MIB,
 };
+use memboot_contract::hugepage_forms::{self, HugePageSize, Pages};
 use memboot_contract::option_values::{BuddyStore, StructPageSize};
 use memboot_contract::options::{Drain, MemmapMode, Options, ALLOC_TEST_DEFAULT_BYTES};
+use memboot_kernel::pipeline::mode::ModePlan;
+use memmap::hugetlb::hvo;
 
 /// The virtual machine: its RAM per NUMA node and its vCPUs.
 #[derive(Clone, Copy, Debug)]
@@ -56,9 +59,14 @@ pub enum Kernel {
 pub enum StructPages {
     /// Every one: the faithful modes, ondemand with its drain, Linux.
     All,
-    /// Plain `memmap=ondemand`: its eager part and what its allocation
-    /// test initialises, in MiB of struct pages.
-    OnDemand { eager_mib: u64, alloc_mib: u64 },
+    /// Plain `memmap=ondemand`: its eager part, what its allocation test
+    /// initialises and its 1 GiB pages' struct pages (HVO's kept pages and
+    /// tables with `hugetlb_free_vmemmap=on`), in MiB.
+    OnDemand {
+        eager_mib: u64,
+        alloc_mib: u64,
+        huge_mib: u64,
+    },
     /// None: the kernel refuses its options first.
     None,
 }
@@ -78,6 +86,9 @@ pub struct Need {
     pub qemu_mib: u64,
     /// Linux's own, beyond struct pages (0 for memboot).
     pub linux_mib: u64,
+    /// Struct pages of 1 GiB pages HVO leaves unbacked, left out of
+    /// `struct_mib`.
+    pub hvo_unbacked_mib: u64,
     /// All guest RAM, backed before the boot (`--host-memory prefault`).
     pub prefault: bool,
 }
@@ -89,6 +100,12 @@ impl Need {
             return format!("{mem_mib} MiB of guest RAM, all backed before the boot (--host-memory prefault), + {} MiB for QEMU itself", self.qemu_mib);
         }
         let mut parts = format!("{} MiB of struct pages", self.struct_mib);
+        if self.hvo_unbacked_mib > 0 {
+            parts += &format!(
+                " (HVO leaves {} MiB of the 1 GiB pages' unbacked)",
+                self.hvo_unbacked_mib
+            );
+        }
         if self.bitmap_mib > 0 {
             parts += &format!(" + {} MiB of free bitmaps", self.bitmap_mib);
         }
@@ -124,6 +141,68 @@ fn ondemand_struct_mib(m: &Machine, alloc_test_bytes: u64, ram_per_struct: u64) 
     )
 }
 
+/// Whole 1 GiB frames of a node of `node_mib` that surely stay free
+/// until the kernel reserves its 1 GiB pages: an unaligned start or end
+/// loses one, memblock's top-down allocations before the reservation may
+/// take the top one, and on node 0 the first GiB holds the firmware's
+/// holes and the kernel, and the PCI hole splits its RAM.
+fn surely_free_frames(nid: usize, node_mib: u64) -> u64 {
+    let not_sure = if nid == 0 { 4 } else { 2 };
+    (node_mib >> 10).saturating_sub(not_sure)
+}
+
+/// The 1 GiB pages a boot gets, bounded: the kernel reserves as many as
+/// fit of what the command line asks (`memmap::hugetlb::reserve_gigantic`);
+/// the host knows each node's size, not its free frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GiganticPages {
+    /// Surely reserved (a node's [`surely_free_frames`] at most).
+    pub at_least: u64,
+    /// Reserved at most (a node's whole 1 GiB frames at most).
+    pub at_most: u64,
+    /// `hugetlb_free_vmemmap=on`, in a mode HVO applies in.
+    pub hvo: bool,
+}
+
+/// The 1 GiB pages `o` asks for on `machine`, read as the kernel reads
+/// the command line (`hugepage_forms::plan`; memboot runs only on CPUs
+/// with 1 GiB pages).
+pub fn gigantic_pages(machine: &Machine, o: &Options) -> GiganticPages {
+    let plan = hugepage_forms::plan(
+        &o.hugetlb,
+        hugepage_forms::Machine {
+            has_1g_pages: true,
+            nodes: machine.node_mib.len() as u32,
+        },
+    );
+    let Some(size) = plan.sizes.iter().find(|s| s.size == HugePageSize::Gib1) else {
+        return GiganticPages::default();
+    };
+    let frames = |bound: &dyn Fn(usize, u64) -> u64| -> Vec<u64> {
+        let nodes = machine.node_mib.iter().enumerate();
+        nodes.map(|(nid, &mib)| bound(nid, mib)).collect()
+    };
+    let granted = |free: Vec<u64>| match &size.pages {
+        Pages::Total(n) => (*n).min(free.iter().sum()),
+        Pages::PerNode(asked) => asked
+            .iter()
+            .map(|&(nid, n)| n.min(free.get(nid as usize).copied().unwrap_or(0)))
+            .sum(),
+    };
+    GiganticPages {
+        at_least: granted(frames(&surely_free_frames)),
+        at_most: granted(frames(&|_, mib| mib >> 10)),
+        hvo: plan.hvo && ModePlan::of(o.memmap).has_hvo(),
+    }
+}
+
+/// MiB of host memory HVO's frames for `pages` 1 GiB pages take (packed
+/// per node; each node's block may straddle one more 2 MiB host page).
+fn hvo_frames_mib(pages: u64, page_bytes: u64, nodes: u64) -> u64 {
+    let bytes = pages * hvo::frames_per_page(page_bytes) * memmap::PAGE_SIZE;
+    bytes.div_ceil(1 << 20) + 2 * nodes
+}
+
 /// The host memory `kernel` booted on `machine` needs.
 pub fn need(machine: &Machine, kernel: &Kernel, prefault: bool) -> Need {
     let mem_mib = machine.mem_mib();
@@ -133,22 +212,10 @@ pub fn need(machine: &Machine, kernel: &Kernel, prefault: bool) -> Need {
     };
     let ram_per_struct = 4096 / struct_page.bytes();
     let all_mib = mem_mib.div_ceil(ram_per_struct);
-    let (writes, struct_mib) = match kernel {
-        Kernel::Memboot(o)
-            if o.memmap == MemmapMode::OnDemand && o.ondemand_drain == Drain::Off =>
-        {
-            let (eager_mib, alloc_mib) =
-                ondemand_struct_mib(machine, o.alloc_test_bytes, ram_per_struct);
-            (
-                StructPages::OnDemand {
-                    eager_mib,
-                    alloc_mib,
-                },
-                (eager_mib + alloc_mib).min(all_mib),
-            )
-        }
-        Kernel::MembootRefusing(_) => (StructPages::None, 0),
-        _ => (StructPages::All, all_mib),
+    let (writes, struct_mib, hvo_unbacked_mib) = match kernel {
+        Kernel::Memboot(o) => memboot_struct_mib(machine, o, ram_per_struct),
+        Kernel::MembootRefusing(_) => (StructPages::None, 0, 0),
+        Kernel::Linux => (StructPages::All, all_mib, 0),
     };
     let qemu_mib = machine.qemu_own_mib();
     let bitmap_mib = match kernel {
@@ -176,8 +243,44 @@ pub fn need(machine: &Machine, kernel: &Kernel, prefault: bool) -> Need {
         bitmap_mib,
         qemu_mib,
         linux_mib,
+        hvo_unbacked_mib,
         prefault,
     }
+}
+
+/// The struct pages memboot with `o` writes, in MiB, and those HVO leaves
+/// unbacked: every one but, with HVO, the 1 GiB pages' beyond their kept
+/// pages (only the pages surely reserved are left out); plain `ondemand`
+/// its eager part, its allocation test's and the 1 GiB pages' (those that
+/// may be reserved).
+fn memboot_struct_mib(m: &Machine, o: &Options, ram_per_struct: u64) -> (StructPages, u64, u64) {
+    let all_mib = m.mem_mib().div_ceil(ram_per_struct);
+    let huge = gigantic_pages(m, o);
+    let page_bytes = o.struct_page.bytes();
+    let huge_struct_mib = |pages: u64| pages * (1024 / ram_per_struct);
+    if o.memmap == MemmapMode::OnDemand && o.ondemand_drain == Drain::Off {
+        let (eager_mib, alloc_mib) = ondemand_struct_mib(m, o.alloc_test_bytes, ram_per_struct);
+        let huge_mib = if huge.hvo {
+            hvo_frames_mib(huge.at_most, page_bytes, m.nodes())
+        } else {
+            huge_struct_mib(huge.at_most)
+        };
+        let writes = StructPages::OnDemand {
+            eager_mib,
+            alloc_mib,
+            huge_mib,
+        };
+        return (writes, (eager_mib + alloc_mib + huge_mib).min(all_mib), 0);
+    }
+    if !huge.hvo || huge.at_least == 0 {
+        return (StructPages::All, all_mib, 0);
+    }
+    let unbacked = huge_struct_mib(huge.at_least).saturating_sub(hvo_frames_mib(
+        huge.at_least,
+        page_bytes,
+        m.nodes(),
+    ));
+    (StructPages::All, all_mib - unbacked, unbacked)
 }
 
 /// What plain `memmap=ondemand` with the default allocation test would
@@ -216,9 +319,13 @@ pub fn refusal(machine: &Machine, kernel: &Kernel, need: &Need, mem: &str, have:
             } else {
                 format!("memmap={}", o.memmap.name())
             };
-            format!("-m {mem} with {what} writes every struct page: the boot needs {total} MiB of host memory ({} MiB of struct pages, RAM/{}, + {} MiB for QEMU itself) and {have}. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need {} MiB), or a smaller -m.", need.struct_mib, need.ram_per_struct, need.qemu_mib, ondemand())
+            let hvo = match need.hvo_unbacked_mib {
+                0 => String::new(),
+                n => format!(" less {n} MiB HVO leaves unbacked"),
+            };
+            format!("-m {mem} with {what} writes every struct page: the boot needs {total} MiB of host memory ({} MiB of struct pages, RAM/{}{hvo}, + {} MiB for QEMU itself) and {have}. Boot it with memmap=ondemand (struct pages initialised when first allocated; it would need {} MiB), or a smaller -m.", need.struct_mib, need.ram_per_struct, need.qemu_mib, ondemand())
         }
-        (Kernel::Memboot(o), StructPages::OnDemand { eager_mib, alloc_mib }) if alloc_mib > 0 => format!("-m {mem} with memmap=ondemand alloc_test={} initialises the struct pages of what the allocation test allocates on {} node(s): the boot needs {total} MiB of host memory ({} MiB of struct pages: {eager_mib} MiB eager, {alloc_mib} MiB for alloc_test; + {} MiB for QEMU itself) and {have}. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m.", size_text(o.alloc_test_bytes), machine.nodes(), need.struct_mib, need.qemu_mib),
+        (Kernel::Memboot(o), StructPages::OnDemand { eager_mib, alloc_mib, huge_mib }) if alloc_mib > 0 => format!("-m {mem} with memmap=ondemand alloc_test={} initialises the struct pages of what the allocation test allocates on {} node(s): the boot needs {total} MiB of host memory ({} MiB of struct pages: {eager_mib} MiB eager, {alloc_mib} MiB for alloc_test, {huge_mib} MiB for 1 GiB pages; + {} MiB for QEMU itself) and {have}. Give a smaller alloc_test= per node (alloc_test=0 skips the test), or a smaller -m.", size_text(o.alloc_test_bytes), machine.nodes(), need.struct_mib, need.qemu_mib),
         (Kernel::MembootRefusing(_), _) => format!("-m {mem}, whose kernel options the kernel refuses before it writes a struct page: the boot needs {total} MiB of host memory ({parts}) and {have}. Boot a smaller -m."),
         _ => format!("-m {mem} with memmap=ondemand and no allocation test: the boot needs {total} MiB of host memory ({parts}) and {have}. Boot a smaller -m."),
     }
@@ -228,6 +335,10 @@ pub fn refusal(machine: &Machine, kernel: &Kernel, need: &Need, mem: &str, have:
 /// reads it), after `run-qemu.sh: `.
 pub fn struct_pages_line(need: &Need) -> String {
     match need.writes {
+        StructPages::All if need.hvo_unbacked_mib > 0 => format!(
+            "struct pages: every one written but those of the 1 GiB pages HVO leaves unbacked ({} MiB of host memory)",
+            need.struct_mib
+        ),
         StructPages::All => format!(
             "struct pages: every one written ({} MiB of host memory)",
             need.struct_mib

@@ -17,20 +17,32 @@
 //! the struct pages the boot's own log says it initialised (memboot's
 //! summary, Linux's `Memory:` and unavailable-range lines), which for
 //! Linux include the reserved pages its hand-off initialises.
+//!
+//! An entry with huge pages (`+hugepagesz=…` words) also counts their
+//! preparation (phase `hugetlb`: memboot's, and Linux's `hugetlb_init`) in
+//! its whole memmap, whose pages then add the struct pages memboot's phase
+//! wrote; a table of totals puts that work beside each Linux peer with the
+//! same huge pages. Without huge pages the phase is left out: Linux's
+//! `hugetlb_init` then only sets up its (empty) pools.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::bench::{counted_log_name, is_peer, peer_label, touch_entry, Plan};
+use crate::bench::{
+    counted_log_name, huge_words, is_linux, is_peer, linux_series, peer_label, touch_entry, Plan,
+};
 
 /// The memmap phases, in the order the boot runs them, with their titles.
-const PHASES: [(&str, &str); 4] = [
+const PHASES: [(&str, &str); 5] = [
     ("boot_cpu_memmap", "boot-CPU memmap"),
     ("free_bitmaps", "free bitmaps"),
     ("buddy_handoff", "hand-off"),
     ("deferred", "deferred init"),
+    (HUGETLB, "huge pages"),
 ];
+/// The huge pages' preparation, counted for entries with huge pages only.
+const HUGETLB: &str = "hugetlb";
 /// The whole memmap's row: every phase above, per struct page the boot
 /// initialised (its log's count).
 const MEMMAP: &str = "whole memmap";
@@ -168,15 +180,24 @@ fn nodes(profile: &Value) -> Option<Nodes> {
 }
 
 /// A counted boot from its profile, and the struct pages its log says it
-/// initialised (`pages_initialised`).
-fn boot(profile: &Value, pages_initialised: Option<u64>) -> Boot {
-    let phases: Vec<Option<Counts>> = PHASES.iter().map(|(n, _)| phase(profile, n)).collect();
+/// initialised (`pages_initialised`); with `huge_pages` (the entry asks
+/// for some) their preparation too, whose struct pages memboot's profile
+/// counts (a Linux log already has them).
+fn boot(profile: &Value, pages_initialised: Option<u64>, huge_pages: bool, linux: bool) -> Boot {
+    let phases: Vec<Option<Counts>> = PHASES
+        .iter()
+        .map(|(n, _)| phase(profile, n).filter(|_| huge_pages || *n != HUGETLB))
+        .collect();
     let ran: Vec<&Counts> = phases.iter().flatten().collect();
+    let huge_struct_pages = match phases.last() {
+        Some(Some(c)) if !linux => c.pages.unwrap_or(0),
+        _ => 0,
+    };
     let memmap = (!ran.is_empty()).then(|| Counts {
         insns: ran.iter().map(|c| c.insns).sum(),
         stores: ran.iter().map(|c| c.stores).sum(),
         bytes: ran.iter().map(|c| c.bytes).sum(),
-        pages: pages_initialised,
+        pages: pages_initialised.map(|p| p + huge_struct_pages),
     });
     Boot {
         phases,
@@ -268,7 +289,8 @@ fn read_runs(dir: &Path, plan: &Plan) -> Result<Vec<Run>, String> {
                 let log =
                     std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
                 let row = crate::bench::row_from_log(&log, size, entry, k)?;
-                boots.push(boot(&v, row.pages_initialised));
+                let huge = !huge_words(entry).is_empty();
+                boots.push(boot(&v, row.pages_initialised, huge, is_linux(entry)));
             }
             if !boots.is_empty() {
                 runs.push(Run {
@@ -380,6 +402,70 @@ fn per_page_table(runs: &[Run], peers: &[&String]) -> String {
         }
     }
     out
+}
+
+/// The whole memmap with the huge pages' preparation, in totals (means of
+/// the counted boots), beside each Linux peer with the same huge-page
+/// words: a row per entry with huge pages, `None` when none has any.
+fn totals_table(runs: &[Run], peers: &[&String]) -> Option<String> {
+    let huge: Vec<&Run> = runs
+        .iter()
+        .filter(|r| !huge_words(&r.entry).is_empty())
+        .collect();
+    if huge.is_empty() {
+        return None;
+    }
+    let mut series: Vec<&str> = peers.iter().filter_map(|p| linux_series(p)).collect();
+    series.sort_unstable();
+    series.dedup();
+    let mut out = String::from(
+        "\ncounted, the whole memmap with the huge pages' preparation (memboot's `hugetlb` phase, Linux's \
+         `hugetlb_init` and, in 6.1, `memblock_free_all` writing the 1 GiB pages' tails), in totals: \
+         millions of guest instructions, stores and bytes stored, means of the counted boots; × Linux N = \
+         over that kernel's with the same huge-page options\n\n\
+         | size | entry | instructions M | stores M | bytes M |",
+    );
+    for s in &series {
+        out += &format!(" total instructions × Linux {s} | total bytes × Linux {s} |");
+    }
+    out += "\n|---|---|---|---|---|";
+    out += &"---|---|".repeat(series.len());
+    out.push('\n');
+    let million = |x: Option<f64>| x.map_or("–".into(), |x| format!("{:.2}", x / 1e6));
+    for run in huge {
+        let field = |f: usize| total(run, f);
+        out += &format!(
+            "| {} | {} | {} | {} | {} |",
+            run.size,
+            run.entry,
+            million(field(0)),
+            million(field(1)),
+            million(field(2)),
+        );
+        for s in &series {
+            let name = format!("linux-{s}{}", huge_words(&run.entry));
+            let peer = runs.iter().find(|r| r.size == run.size && r.entry == name);
+            for f in [0, 2] {
+                out += &format!(" {} |", ratio(field(f), peer.and_then(|p| total(p, f))));
+            }
+        }
+        out.push('\n');
+    }
+    Some(out)
+}
+
+/// The mean over `run`'s boots of the whole memmap's instructions (`f` 0),
+/// stores (1) or bytes (2).
+fn total(run: &Run, f: usize) -> Option<f64> {
+    let v: Vec<f64> = run
+        .boots
+        .iter()
+        .filter_map(|b| {
+            let c = b.memmap.as_ref()?;
+            Some([c.insns, c.stores, c.bytes][f] as f64)
+        })
+        .collect();
+    mean(&v)
 }
 
 /// Deferred init by node: a row per counted boot.
@@ -515,6 +601,7 @@ pub fn tables(dir: &Path, plan: &Plan) -> Result<Option<String>, String> {
     let peers: Vec<&String> = plan.entries.iter().filter(|e| is_peer(e)).collect();
     Ok(Some(
         per_page_table(&runs, &peers)
+            + &totals_table(&runs, &peers).unwrap_or_default()
             + &nodes_table(&runs, &peers)
             + &per_call_table(&runs, &peers).unwrap_or_default(),
     ))
@@ -617,6 +704,64 @@ mod tests {
         };
         let text = tables(&d, &plan).unwrap().unwrap();
         (d, text)
+    }
+
+    /// `profile` with a `hugetlb` phase of `insns` instructions on `pages`.
+    fn with_hugetlb(profile: String, insns: u64, pages: u64) -> String {
+        let mut v: Value = serde_json::from_str(&profile).unwrap();
+        v["phases"].as_array_mut().unwrap().push(serde_json::json!({
+            "name": "hugetlb", "insns": insns, "stores": insns / 2, "bytes": insns * 4,
+            "pages": pages, "opens": 1
+        }));
+        v.to_string()
+    }
+
+    /// The huge pages' preparation counts in the whole memmap of an entry
+    /// that asks for huge pages (memboot's struct pages added to its log's),
+    /// not in one that does not; the totals table puts each beside the
+    /// Linux peer with the same huge-page words.
+    #[test]
+    fn huge_pages_count_in_the_memmap_of_entries_that_ask_for_them() {
+        let d = dir("huge");
+        let w = |name: String, text: String| std::fs::write(d.join(name), text).unwrap();
+        let linux_log = include_str!("../../tests/fixtures/linux-6.12-16g-2nodes.log");
+        let huge = "+hugepagesz=1G+hugepages=2";
+        let memboot_log = "memboot-summary: {\"status\":\"ok\",\"pages_initialised\":1000}\n";
+        for entry in ["deferred".to_string(), format!("deferred{huge}")] {
+            w(format!("16G-{entry}-counted-1.log"), memboot_log.into());
+            let p = with_hugetlb(profile([10, 1, 5, 12], (100, 900), true), 7000, 128);
+            w(format!("16G-{entry}-counted-1.profile.json"), p);
+        }
+        let linux = format!("linux-6.12{huge}");
+        w(format!("16G-{linux}-counted-1.log"), linux_log.into());
+        let p = with_hugetlb(profile([40, 0, 20, 52], (99, 900), false), 70000, 0);
+        w(format!("16G-{linux}-counted-1.profile.json"), p);
+        let (sizes, entries) = (
+            vec!["16G".to_string()],
+            vec![
+                "deferred".to_string(),
+                format!("deferred{huge}"),
+                linux.clone(),
+            ],
+        );
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 1,
+        };
+        let text = tables(&d, &plan).unwrap().unwrap();
+        // Without huge pages: 13300 instructions over 1000 pages, as before.
+        let plain = cells(&text, "| 16G | deferred | whole memmap |");
+        assert_eq!((plain[4], plain[5]), ("1000", "13.30"), "{text}");
+        assert!(!text.contains("| 16G | deferred | huge pages |"), "{text}");
+        // With: + 7000 instructions and its 128 struct pages.
+        let m = cells(&text, &format!("| 16G | deferred{huge} | whole memmap |"));
+        assert_eq!(m[4], "1128", "{text}");
+        assert_eq!(m[5], format!("{:.2}", 20300.0 / 1128.0), "{text}");
+        // Totals: 20300 vs Linux's 40·99 + 20·99 + 52·900 + 70000 = 122740.
+        let t = cells(&text, &format!("| 16G | deferred{huge} | 0.02 |"));
+        assert_eq!(t[6], format!("{:.2}", 20300.0 / 122740.0), "{text}");
+        assert!(!text.contains("| 16G | deferred | 0.01 |"), "{text}");
     }
 
     #[test]

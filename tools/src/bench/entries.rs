@@ -60,7 +60,7 @@ pub fn is_huge_word(word: &str) -> bool {
 
 /// The huge-page words of an entry, each with its `+`
 /// (`linux-6.12+nokaslr+hugepagesz=1G+hugepages=2` → `+hugepagesz=1G+hugepages=2`).
-fn huge_words(entry: &str) -> String {
+pub fn huge_words(entry: &str) -> String {
     kernel_of(entry)
         .split('+')
         .skip(1)

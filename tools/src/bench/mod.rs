@@ -75,7 +75,7 @@ pub use boot_row::{row_from_log, Row};
 pub use comparison_table::comparison;
 pub use deferred_clocks::linux_deferred;
 pub use entries::{
-    is_linux, is_peer, kernel_of, linux_series, peer_label, size_mib, touch_entry, Plan,
+    huge_words, is_linux, is_peer, kernel_of, linux_series, peer_label, size_mib, touch_entry, Plan,
 };
 pub use means_table::{columns, table, FIGURE_COLUMNS, HUGE_COLUMN};
 pub use results_json::to_json;

@@ -202,7 +202,7 @@ impl VmemmapStats {
 
 /// Map struct pages (of layout `P`) for every present section of `mb`,
 /// node-local; the sections of the 1 GiB pages in `hvo` (ascending) as
-/// HVO maps them ([`map_hvo`]).
+/// HVO maps them (`map_hvo`).
 pub fn populate<M: VmemmapMapper, P: PageLayout>(
     mb: &mut Memblock,
     mapper: &mut M,
@@ -481,7 +481,7 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// backing that maps each section the first time it is asked for, and
     /// then writes the section's holes of `layout`: boot writes no struct
     /// page. The sections of the 1 GiB pages in `hvo` (ascending) are
-    /// mapped now, as HVO maps them ([`map_hvo`]): their struct pages are
+    /// mapped now, as HVO maps them (`map_hvo`): their struct pages are
     /// written in the huge-page phase, never by first use.
     pub fn reserve<P: PageLayout>(
         &self,

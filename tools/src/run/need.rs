@@ -156,7 +156,7 @@ fn surely_free_frames(nid: usize, node_mib: u64) -> u64 {
 /// the host knows each node's size, not its free frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GiganticPages {
-    /// Surely reserved (a node's [`surely_free_frames`] at most).
+    /// Surely reserved (a node's `surely_free_frames` at most).
     pub at_least: u64,
     /// Reserved at most (a node's whole 1 GiB frames at most).
     pub at_most: u64,

@@ -67,9 +67,10 @@ pub enum TestFault {
     /// it must halt there, not take the next AP's stack (needs ≥ 3 CPUs).
     LateAp,
     /// After the huge-page phase, write the first tail struct page beyond
-    /// the kept vmemmap page of the first 1 GiB page HVO maps: the page is
-    /// read-only, and the page-fault handler must name it (needs
-    /// `hugepagesz=1G hugepages=` and `hugetlb_free_vmemmap=on`).
+    /// the kept vmemmap page of the first 1 GiB page HVO maps, or without
+    /// one of the first 2 MiB page HVO remapped: the page is read-only,
+    /// and the page-fault handler must name it (needs `hugepagesz=1G` or
+    /// `2M`, `hugepages=` and `hugetlb_free_vmemmap=on`).
     HvoTail,
 }
 

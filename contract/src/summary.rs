@@ -31,7 +31,7 @@ pub const SUMMARY_FAILED_STATUS: &str = "summary";
 /// The schema's version, the line's `summary_version`. A line without that
 /// key is version 0 (written before it existed); keys added since read as
 /// their defaults there.
-pub const SUMMARY_VERSION: u64 = 7;
+pub const SUMMARY_VERSION: u64 = 8;
 
 /// A phase of the boot, for the summary's `phases` timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -447,6 +447,11 @@ summary_schema! {
         /// (`hugetlb_free_vmemmap=on`): their struct pages less one kept
         /// page and its page tables each. Since version 7.
         pub hvo_vmemmap_bytes_not_backed: u64,
+        /// Vmemmap bytes of the 2 MiB pages that HVO freed to the page
+        /// allocator once they were taken (`hugetlb_free_vmemmap=on`):
+        /// their vmemmap base pages less the kept one each (28 KiB a page
+        /// at 64 bytes). Since version 8.
+        pub hvo_2m_vmemmap_bytes_freed: u64,
     }
 }
 

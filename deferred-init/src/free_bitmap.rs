@@ -438,6 +438,12 @@ impl FreeBitmaps {
         }
     }
 
+    /// Do the bitmaps have bits for every block of `range`?
+    pub(crate) fn covers(&self, range: PfnRange) -> bool {
+        range.start >= self.base
+            && ((range.end - 1 - self.base) / GROUP_NR_PAGES) < self.groups.len() as u64
+    }
+
     /// Is `pfn` the head of a free block of `order`? (`false` outside the span.)
     #[inline]
     pub(crate) fn contains(&self, pfn: Pfn, order: u32) -> bool {

@@ -97,11 +97,22 @@ pub fn alloc_pool<B: MemmapBacking>(
 /// What verification must know of the huge pages: the pool taken from the
 /// allocator, and how many struct pages of each 1 GiB page are written when
 /// HVO maps its vmemmap (the kept page's; every other tail reads as one of
-/// them).
+/// them); and HVO of the pool's pages, if applied.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HugeCheck<'a> {
     pub pool: Option<&'a HugePool>,
     pub hvo_kept_struct_pages: Option<u64>,
+    pub pool_hvo: Option<PoolHvo<'a>>,
+}
+
+/// HVO of every page of the pool: the struct pages of each page's kept
+/// vmemmap page (every other tail reads as one of them), and the page
+/// tables it took from the allocator (ascending PFNs; allocated order-0
+/// pages, held for good).
+#[derive(Clone, Copy, Debug)]
+pub struct PoolHvo<'a> {
+    pub kept_struct_pages: u64,
+    pub tables: &'a [Pfn],
 }
 
 impl HugeCheck<'_> {
@@ -109,5 +120,6 @@ impl HugeCheck<'_> {
     pub const NONE: HugeCheck<'static> = HugeCheck {
         pool: None,
         hvo_kept_struct_pages: None,
+        pool_hvo: None,
     };
 }

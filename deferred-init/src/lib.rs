@@ -111,7 +111,9 @@ test_suite!(
 );
 
 pub use buddy::walk::ListEnd;
-pub use buddy::{AllocError, BuddyAllocator, BuddyError, FreeError, ManagedRange, PFN_NONE};
+pub use buddy::{
+    AllocError, BuddyAllocator, BuddyError, FreeError, ManageError, ManagedRange, PFN_NONE,
+};
 pub use claim_hooks::{ClaimHooks, NoClaimHooks};
 pub use clock::Clock;
 pub use page_alloc::{Allocation, Grow, PageAllocator};

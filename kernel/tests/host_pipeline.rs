@@ -936,3 +936,39 @@ fn sections_sharing_a_huge_page_keep_their_own_struct_pages() {
         );
     }
 }
+
+/// HVO of the 2 MiB pages on the host, whose mapper aliases through a
+/// memfd: at 64 and 32 bytes each page's vmemmap pages after the kept one
+/// are remapped onto it and freed to the allocator (7 and 3 a page), the
+/// pool and the page tables verify, and the freed pages verify free; at 8
+/// bytes a line says there is nothing to free.
+#[test]
+fn hvo_frees_the_vmemmap_of_the_2m_pages_and_verifies() {
+    for (layout, freed_per_page) in [
+        (StructPageSize::Bytes64, 7u64),
+        (StructPageSize::Bytes32, 3),
+        (StructPageSize::Bytes8, 0),
+    ] {
+        let mut fx = at_bytes(load("4g-deferred"), layout);
+        let cmdline = "hugepagesz=2M hugepages=100 hugetlb_free_vmemmap=on";
+        fx.opts.hugetlb = memboot_contract::options::parse(cmdline).unwrap().hugetlb;
+        let (mm, lines, _) = common::run_on_host(&fx);
+        let what = format!("struct_page={}", layout.bytes());
+        assert_eq!(mm.verify, VerifyOutcome::Ok.name(), "{what}\n{lines:#?}");
+        assert_eq!(mm.hugepages_2m_per_node.iter().sum::<u64>(), 100, "{what}");
+        assert_eq!(
+            mm.hvo_2m_vmemmap_bytes_freed,
+            100 * freed_per_page * 4096,
+            "{what}\n{lines:#?}"
+        );
+        let said = if freed_per_page > 0 {
+            "HugeTLB: HVO: the vmemmap of 100 pages of 2.00 MiB remapped onto one kept page each"
+        } else {
+            "HugeTLB: HVO of the 2.00 MiB pages frees nothing at 8-byte struct pages"
+        };
+        assert!(
+            lines.iter().any(|l| l.starts_with(said)),
+            "{what}: {said}\n{lines:#?}"
+        );
+    }
+}

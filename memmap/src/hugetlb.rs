@@ -391,5 +391,6 @@ unsafe fn prep_compound_first<B: MemmapBacking>(
 }
 
 pub mod hvo;
+pub mod hvo_2m;
 #[cfg(test)]
 mod tests;

@@ -247,6 +247,11 @@ impl<P: PageLayout> VmemmapBacking<P> {
         }
     }
 
+    /// The vmemmap area the struct pages are laid out in.
+    pub fn area(&self) -> Vmemmap {
+        self.area
+    }
+
     /// The sections that are, or (lazily) may be, mapped.
     pub fn mapped(&self) -> &SectionSet {
         self.lazy.as_ref().map_or(&self.mapped, |l| &l.allowed)

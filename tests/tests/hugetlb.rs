@@ -302,3 +302,91 @@ fn a_write_beyond_the_kept_page_faults_naming_the_page() {
     // 4 GiB is 32 sections, 16 of them the two 1 GiB pages'.
     assert_eq!(of, 32 - 16, "{first_use}");
 }
+
+/// HVO of the 2 MiB pages (`hugetlb_free_vmemmap=on`) at each struct-page
+/// size, applied after they are taken from the allocator: each page's
+/// vmemmap base pages after the kept one (7 at 64 bytes, 3 at 32) go back
+/// to the allocator, the split mappings' page tables come from it, and
+/// verification reads every tail beyond the kept page as the kept struct
+/// page it aliases and passes; at 8 bytes a page's struct pages fill one
+/// base page and a line says there is nothing to free.
+#[test]
+fn hvo_frees_the_vmemmap_of_2m_pages_at_each_size() {
+    const PAGES: u64 = 64;
+    for (struct_page, freed_per_page) in [(64u64, 7u64), (32, 3), (8, 0)] {
+        let b = boot(
+            &["-m", "4G", "--nodes", "2"],
+            &[
+                "hugepagesz=2M",
+                &format!("hugepages={PAGES}"),
+                "hugetlb_free_vmemmap=on",
+                &format!("struct_page={struct_page}"),
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
+        assert_eq!(b.summary().verify, "ok", "{}", b.describe());
+        assert_eq!(per_node_2m(&b), [PAGES / 2, PAGES / 2], "{}", b.describe());
+        let s = b.summary_json();
+        assert_eq!(
+            s["hvo_2m_vmemmap_bytes_freed"].as_u64(),
+            Some(PAGES * freed_per_page * 4096),
+            "{}",
+            b.describe()
+        );
+        let said = if freed_per_page > 0 {
+            format!("HugeTLB: HVO: the vmemmap of {PAGES} pages of 2.00 MiB remapped onto one kept page each")
+        } else {
+            "HugeTLB: HVO of the 2.00 MiB pages frees nothing at 8-byte struct pages".into()
+        };
+        assert!(b.has_message(&said), "{said}\n{}", b.describe());
+        // The huge pages and, with HVO, a page table per split 2 MiB
+        // vmemmap mapping (one per 2 MiB of struct pages they touch).
+        let in_huge_pages: u64 = b
+            .messages_with("verify: node ")
+            .filter_map(|l| l.strip_suffix(" in huge pages"))
+            .map(|l| l.rsplit(", ").next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        let tables = in_huge_pages - PAGES * 512;
+        assert!(
+            if freed_per_page > 0 {
+                (1..=PAGES).contains(&tables)
+            } else {
+                tables == 0
+            },
+            "{in_huge_pages}\n{}",
+            b.describe()
+        );
+    }
+}
+
+/// On a boot with only 2 MiB pages, `test_fault=hvo_tail` writes the first
+/// tail beyond the kept vmemmap page of the first one: HVO mapped it
+/// read-only onto the kept page, and the page-fault handler names it.
+#[test]
+fn a_write_beyond_the_kept_page_of_a_2m_page_faults_naming_it() {
+    let b = boot(
+        &["-m", "4G"],
+        &[
+            "hugepagesz=2M",
+            "hugepages=8",
+            "hugetlb_free_vmemmap=on",
+            "test_fault=hvo_tail",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(b.summary().status, "exception", "{}", b.describe());
+    let line = b
+        .messages_with("test_fault=hvo_tail: writing the struct page of pfn ")
+        .next()
+        .unwrap_or_else(|| panic!("no test_fault line\n{}", b.describe()));
+    let pfn = line
+        .split("pfn 0x")
+        .nth(1)
+        .and_then(|r| u64::from_str_radix(r.split(',').next()?, 16).ok())
+        .unwrap();
+    // 64 struct pages into a 2 MiB page (4096 / 64).
+    assert_eq!(pfn % 512, 64, "{line}");
+    let named = format!("the struct page of pfn {pfn:#x}: a write to a read-only struct page");
+    assert!(b.has_message(&named), "{named}\n{}", b.describe());
+}

@@ -159,3 +159,25 @@ impl fmt::Display for FreeError {
         }
     }
 }
+
+/// Why [`BuddyAllocator::manage`](super::BuddyAllocator::manage) refused a
+/// range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManageError {
+    pub range: ManagedRange,
+    pub why: &'static str,
+}
+
+impl fmt::Display for ManageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the allocator cannot manage {:#x}..{:#x} of node {} zone {}: {}; a memboot bug, report it with the log",
+            self.range.pfns.start,
+            self.range.pfns.end,
+            self.range.nid,
+            self.range.zone.name(),
+            self.why
+        )
+    }
+}

@@ -60,7 +60,7 @@ mod bulk;
 mod errors;
 pub(crate) mod walk;
 
-pub use errors::{AllocError, BuddyError, FreeError};
+pub use errors::{AllocError, BuddyError, FreeError, ManageError};
 
 /// End-of-list marker in the PFN-valued `lru` link words.
 pub const PFN_NONE: Pfn = u64::MAX;
@@ -106,6 +106,11 @@ pub struct BuddyAllocator<'m, B> {
     memmap: &'m Memmap<B>,
     /// Managed ranges: sorted, disjoint, adjacent ones of the same slot merged.
     ranges: Vec<(PfnRange, u32)>,
+    /// Ranges managed since [`manage`](Self::manage) (reserved memory
+    /// given back once memory is ready), sorted, disjoint from `ranges`:
+    /// looked up only when `ranges` has no hit, so the hot paths never
+    /// take this lock.
+    late: Mutex<Vec<(PfnRange, u32)>>,
     /// Slot `nid * NR_ZONES + zone`.
     zones: Vec<Mutex<ZoneFree>>,
     store: BuddyStore,
@@ -202,6 +207,7 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         Ok(Self {
             memmap,
             ranges,
+            late: Mutex::new(Vec::new()),
             zones,
             store,
         })
@@ -227,9 +233,55 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     /// The managed range holding `pfn` and its slot.
     #[inline]
     fn range_of(&self, pfn: Pfn) -> Option<(PfnRange, usize)> {
-        let i = self.ranges.partition_point(|(r, _)| r.start <= pfn);
-        let (r, s) = *self.ranges.get(i.checked_sub(1)?)?;
-        r.contains(pfn).then_some((r, s as usize))
+        match find_range(&self.ranges, pfn) {
+            Some(hit) => Some(hit),
+            None => self.late_range_of(pfn),
+        }
+    }
+
+    /// [`range_of`](Self::range_of) among the ranges managed late.
+    #[cold]
+    fn late_range_of(&self, pfn: Pfn) -> Option<(PfnRange, usize)> {
+        find_range(&self.late.lock(), pfn)
+    }
+
+    /// Manage `range` of (nid, zone) from now on: reserved memory that is
+    /// given back once memory is ready (Linux frees such pages into their
+    /// zone, `free_reserved_page`), which then joins the allocator through
+    /// [`free_initialised_range`](Self::free_initialised_range). A range
+    /// managed already is left as it is. Its pages merge only with each
+    /// other: a buddy outside it is never read.
+    pub fn manage(&self, m: ManagedRange) -> Result<(), ManageError> {
+        let s = slot(m.nid, m.zone);
+        let refuse = |why| Err(ManageError { range: m, why });
+        if m.pfns.is_empty() || self.check_managed(m.pfns).is_ok() {
+            return Ok(());
+        }
+        if ZoneType::of_pfn(m.pfns.start) != m.zone || ZoneType::of_pfn(m.pfns.end - 1) != m.zone {
+            return refuse("it leaves the zone it is labelled with");
+        }
+        if self.memmap.first_unbacked_section(m.pfns).is_some() {
+            return refuse("a section of it has no struct-page backing");
+        }
+        let overlaps = |(r, _): &(PfnRange, u32)| r.intersect(&m.pfns).is_some();
+        if self.ranges.iter().any(overlaps) {
+            return refuse("part of it is managed already");
+        }
+        let Some(zone) = self.zones.get(s) else {
+            return refuse("the allocator has no free lists for its (node, zone)");
+        };
+        if let FreeIndex::Bitmaps(bits) = &zone.lock().index {
+            if !bits.covers(m.pfns) {
+                return refuse("it lies outside its zone's free bitmaps");
+            }
+        }
+        let mut late = self.late.lock();
+        if late.iter().any(overlaps) {
+            return refuse("part of it is managed already");
+        }
+        let at = late.partition_point(|(r, _)| r.start < m.pfns.start);
+        late.insert(at, (m.pfns, s as u32));
+        Ok(())
     }
 
     /// Run `f` on the struct page of `pfn`.
@@ -623,6 +675,14 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     pub fn nr_slots(&self) -> usize {
         self.zones.len()
     }
+}
+
+/// The range of sorted, disjoint `ranges` holding `pfn`, and its slot.
+#[inline]
+fn find_range(ranges: &[(PfnRange, u32)], pfn: Pfn) -> Option<(PfnRange, usize)> {
+    let i = ranges.partition_point(|(r, _)| r.start <= pfn);
+    let (r, s) = *ranges.get(i.checked_sub(1)?)?;
+    r.contains(pfn).then_some((r, s as usize))
 }
 
 /// Write a page's list link (the list store only serves pages that have one).

@@ -1881,3 +1881,50 @@ proptest! {
         prop_assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 3 + 26, "blocks 1024..4096 and 6144..32768 of the section");
     }
 }
+
+/// Reserved memory given back once memory is ready (HVO's freed vmemmap
+/// pages): a range the allocator did not manage joins it through
+/// `manage`, merges only within itself, and can be allocated and freed
+/// again; a range managed already is left alone, one overlapping a managed
+/// range is refused.
+#[test]
+fn a_range_managed_late_joins_the_allocator() {
+    let a = 33 * S;
+    let mut mm = Memmap::new(TestBacking::new([33]));
+    init_section(&mut mm, 33);
+    // The allocator manages [a, a + 1024) and [a + 2048, a + 4096): the
+    // pages between are reserved, until seven of them are given back.
+    let buddy = test_buddy(
+        &mm,
+        [
+            managed(0, ZoneType::Normal, a, a + 1024),
+            managed(0, ZoneType::Normal, a + 2048, a + 4096),
+        ],
+    )
+    .unwrap();
+    let late = PfnRange::new(a + 1025, a + 1032);
+    let range = |pfns| ManagedRange {
+        nid: 0,
+        zone: ZoneType::Normal,
+        pfns,
+    };
+    // SAFETY: single-threaded; the pages were initialised above.
+    let free = |r| unsafe { buddy.free_initialised_range(r) };
+    assert!(free(late).is_err(), "not managed yet");
+    buddy.manage(range(late)).unwrap();
+    buddy.manage(range(PfnRange::new(a, a + 8))).unwrap();
+    assert!(buddy
+        .manage(range(PfnRange::new(a + 1020, a + 1030)))
+        .is_err());
+    free(late).unwrap();
+    assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal), 7);
+    // 1025 | 1026..1028 | 1028..1032: the blocks of the range alone.
+    let blocks: Vec<u64> = (0..3)
+        .map(|o| buddy.nr_free_blocks(0, ZoneType::Normal, o))
+        .collect();
+    assert_eq!(blocks, [1, 1, 1]);
+    let p = buddy.alloc(0, ZoneType::Normal, 2).unwrap();
+    assert_eq!(p, a + 1028);
+    buddy.free(p, 2).unwrap();
+    assert_eq!(buddy.nr_free_pages(0, ZoneType::Normal), 7);
+}

@@ -1613,7 +1613,7 @@ fn huge_pages_from_the_allocator_verify_and_a_damaged_tail_trips() {
         }
         let free_after = w.di.buddy().nr_free_pages_total();
         assert_eq!(free_before - free_after, 5 * 512);
-        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck { pool: huge, hvo_kept_struct_pages: None });
+        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, HugeCheck { pool: huge, hvo_kept_struct_pages: None, pool_hvo: None });
         let verified = check(Some(&pool)).unwrap_or_else(|e| panic!("{e}"));
         let huge: u64 = verified.buddy.zones.iter().map(|z| z.huge).sum();
         assert_eq!(huge, 5 * 512);
@@ -1662,5 +1662,69 @@ fn huge_pages_beyond_what_fits_are_a_shortfall() {
             pool.shortfalls[0].to_string(),
             format!("HugeTLB: allocating 1000000 of page size 2.00 MiB failed node1.  Only allocated {got} hugepages.")
         );
+    });
+}
+
+/// HVO of the 2 MiB pages, as the struct pages read once it remapped
+/// them: every tail beyond the kept vmemmap page reads as the kept struct
+/// page at the same offset (written here as the aliases would read), and
+/// a page table taken from the allocator is held. Told of both
+/// (`PoolHvo`), verification passes, counting the table with the huge
+/// pages; a damaged alias and a table given back each trip it.
+#[test]
+fn hvo_of_2m_pages_verifies_and_damage_trips() {
+    use memboot_contract::hugepage_forms::HugePageSize;
+    use memmap::hugetlb::{prep_compound, Request};
+
+    use crate::hugetlb_pool::{alloc_pool, PoolHvo};
+
+    with_world(|w| {
+        let executor = ThreadExecutor::new(TEST_CPUS);
+        let pages = w.di.allocator();
+        let pool = alloc_pool(&pages, w.layout, &Request::Total(3), HugePageSize::Mib2);
+        let kept = 4096 / TestPage::BYTES;
+        for p in &pool.pages {
+            // SAFETY: the pages are allocated to the pool; nothing else
+            // touches their struct pages.
+            unsafe { prep_compound(w.mm, p.pfn, p.nid, 9) }.unwrap();
+            for i in kept..512 {
+                let alias = *w.mm.page(p.pfn + i % kept).unwrap();
+                w.corrupt(p.pfn + i, |t| *t = alias);
+            }
+        }
+        let nid = pool.pages[0].nid;
+        let zone = w.layout.highest_zone(nid).unwrap().zone;
+        let table = pages.alloc_pages(nid, zone, 0).unwrap();
+        let tables = [table];
+        let hvo = |tables| HugeCheck {
+            pool: Some(&pool),
+            hvo_kept_struct_pages: None,
+            pool_hvo: Some(PoolHvo {
+                kept_struct_pages: kept,
+                tables,
+            }),
+        };
+        let check = |huge| verify::check_all(&executor, w.mm, w.mb, w.layout, w.di.buddy(), &w.di, huge);
+        let verified = check(hvo(&tables)).unwrap_or_else(|e| panic!("{e}"));
+        let huge: u64 = verified.buddy.zones.iter().map(|z| z.huge).sum();
+        assert_eq!(huge, 3 * 512 + 1);
+        assert!(check(hvo(&[])).is_err(), "an allocated page nobody holds");
+        let first_fails = |huge| match check(huge) {
+            Err(verify::CheckFailure::Pages(pages)) => pages.mismatches[0],
+            other => panic!("expected a page failure, got {other:?}"),
+        };
+        if kept < 512 {
+            let tail = pool.pages[1].pfn + kept + 3;
+            w.corrupt(tail, |p| p.break_links());
+            let m = first_fails(hvo(&tables));
+            assert_eq!(m.pfn, tail, "{m}");
+            assert!(matches!(m.expected, Expected::HvoAlias { index: 3, .. }), "{m}");
+            let alias = *w.mm.page(pool.pages[1].pfn + 3).unwrap();
+            w.corrupt(tail, |t| *t = alias);
+        }
+        pages.free_pages(table, 0).unwrap();
+        let m = first_fails(hvo(&tables));
+        assert_eq!(m.pfn, table, "{m}");
+        assert!(matches!(m.expected, Expected::HvoTable { .. }), "{m}");
     });
 }

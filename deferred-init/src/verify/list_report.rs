@@ -37,7 +37,8 @@ pub struct ZoneSummary {
     /// memblock-reserved pages among them.
     pub untouched: u64,
     pub untouched_reserved: u64,
-    /// Pages of huge pages taken from the allocator (page scan).
+    /// Pages of huge pages taken from the allocator, and HVO's page
+    /// tables for them (page scan).
     pub huge: u64,
 }
 

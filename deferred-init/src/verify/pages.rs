@@ -64,6 +64,8 @@ pub enum Expected {
     /// A tail beyond the kept vmemmap page of the HVO page `head`: the
     /// struct page `index` of that page, which it aliases.
     HvoAlias { head: Pfn, index: u64 },
+    /// A page table HVO took from the allocator for the 2 MiB pages.
+    HvoTable { nid: NodeId, zone: ZoneType },
 }
 
 impl fmt::Display for Expected {
@@ -113,6 +115,11 @@ impl fmt::Display for Expected {
             } => write!(
                 f,
                 "tail of the huge page {head:#x} of order {order} of node {nid} zone {} (compound_head, refcount 0)",
+                zone.name()
+            ),
+            Expected::HvoTable { nid, zone } => write!(
+                f,
+                "a page table HVO allocated for the 2 MiB pages, of node {nid} zone {} (refcount 1, not PageBuddy, PG_reserved clear)",
                 zone.name()
             ),
         }
@@ -216,7 +223,8 @@ pub struct ZoneCheck {
     /// Hole pages (present sections, not memory) that passed every check.
     pub holes: u64,
     /// Pages of the huge pages taken from the allocator
-    /// ([`crate::hugetlb_pool::HugePool`]) that passed every check.
+    /// ([`crate::hugetlb_pool::HugePool`]), and the page tables HVO took
+    /// for them ([`crate::hugetlb_pool::PoolHvo`]), that passed every check.
     pub huge: u64,
 }
 
@@ -372,6 +380,8 @@ enum Class {
         nid: NodeId,
         reserved: bool,
         huge: Option<HugeOf>,
+        /// A page table HVO took from the allocator.
+        table: bool,
     },
     Hole {
         nid: NodeId,
@@ -399,10 +409,14 @@ struct Classifier<'a> {
     pool: &'a [PoolPage],
     pool_order: u32,
     hvo_kept: Option<u64>,
+    pool_hvo_kept: Option<u64>,
+    /// HVO's page tables, ascending.
+    tables: &'a [Pfn],
     mi: usize,
     ri: usize,
     hi: usize,
     pi: usize,
+    ti: usize,
 }
 
 impl<'a> Classifier<'a> {
@@ -413,6 +427,7 @@ impl<'a> Classifier<'a> {
         let (pool, pool_order) = huge
             .pool
             .map_or((&[][..], 0), |h| (&h.pages[..], h.order()));
+        let tables = huge.pool_hvo.map_or(&[][..], |h| h.tables);
         Self {
             mem,
             rsv,
@@ -420,11 +435,23 @@ impl<'a> Classifier<'a> {
             pool,
             pool_order,
             hvo_kept: huge.hvo_kept_struct_pages,
+            pool_hvo_kept: huge.pool_hvo.map(|h| h.kept_struct_pages),
+            tables,
             mi: mem.partition_point(|r| r.pfns().end <= start),
             ri: rsv.partition_point(|r| r.pfns().end <= start),
             hi: holes.partition_point(|u| u.pfns.end <= start),
             pi: pool.partition_point(|p| p.pfn + (1 << pool_order) <= start),
+            ti: tables.partition_point(|&t| t < start),
         }
+    }
+
+    /// Is `pfn` one of HVO's page tables? (ascending calls)
+    #[inline]
+    fn is_table(&mut self, pfn: Pfn) -> bool {
+        while self.tables.get(self.ti).is_some_and(|&t| t < pfn) {
+            self.ti += 1;
+        }
+        self.tables.get(self.ti) == Some(&pfn)
     }
 
     /// The pool's huge page holding `pfn`, if any (ascending calls).
@@ -445,7 +472,7 @@ impl<'a> Classifier<'a> {
                 head: p.pfn,
                 order: self.pool_order,
                 pool: true,
-                hvo_kept: None,
+                hvo_kept: self.pool_hvo_kept,
             })
     }
 
@@ -470,10 +497,12 @@ impl<'a> Classifier<'a> {
                         hvo_kept: self.hvo_kept,
                     });
                 let nid = r.nid;
+                let huge = gigantic.or_else(|| self.pool_page(pfn));
                 Class::Memory {
                     nid,
                     reserved: rsv.is_some(),
-                    huge: gigantic.or_else(|| self.pool_page(pfn)),
+                    huge,
+                    table: huge.is_none() && self.is_table(pfn),
                 }
             }
             _ => {
@@ -515,6 +544,24 @@ impl<'a> Classifier<'a> {
     }
 }
 
+/// First failing check of a page table HVO allocated: an order-0 page
+/// held for good.
+fn check_table<P: PageLayout>(p: &P, links_ok: bool) -> Result<(), Problem> {
+    if !links_ok {
+        Err(Problem::WrongLinks)
+    } else if p.has_stray_state() {
+        Err(Problem::StrayState)
+    } else if p.is_reserved() {
+        Err(Problem::ReservedSet)
+    } else if p.refcount() != 1 {
+        Err(Problem::Refcount)
+    } else if p.is_buddy() {
+        Err(Problem::UnexpectedBuddy)
+    } else {
+        Ok(())
+    }
+}
+
 /// A block opened by a valid head.
 #[derive(Clone, Copy)]
 struct OpenBlock {
@@ -526,7 +573,8 @@ struct OpenBlock {
 /// What a page passed as.
 enum Good {
     Reserved,
-    /// A page of a huge page of the pool.
+    /// A page of a huge page of the pool, or a page table HVO took for
+    /// them: pages the huge-page phase holds.
     Huge,
     Free,
     Head(u32),
@@ -693,6 +741,7 @@ fn judge<B: MemmapBacking>(
             nid,
             reserved,
             huge,
+            table,
         } => {
             let zone = ZoneType::of_pfn(pfn);
             // An HVO alias holds the links of the kept struct page it
@@ -702,6 +751,10 @@ fn judge<B: MemmapBacking>(
             let key = Some((nid, zone, true));
             let outcome = if let Some(huge) = huge {
                 judge_huge(memmap, pfn, p, nid, zone, huge)
+            } else if table {
+                check_table(p, links_ok)
+                    .map(|()| Good::Huge)
+                    .map_err(|e| (Expected::HvoTable { nid, zone }, e))
             } else if reserved {
                 // A valid head's block is wholly free memory, so no open
                 // block covers a reserved page.

@@ -23,4 +23,5 @@ pub mod interrupts;
 pub mod pvh;
 pub mod seams;
 pub mod smp;
+pub mod tlb;
 pub mod tsc;

@@ -33,6 +33,9 @@ pub enum PipelineError {
     Smp(SmpError),
     /// Writing a 1 GiB huge page's struct pages.
     Hugetlb(UnbackedHugePage),
+    /// HVO of the 2 MiB pages, midway: remapping their vmemmap or giving
+    /// its pages back.
+    Hvo(super::hvo_2m::HvoError),
 }
 
 impl PipelineError {
@@ -51,6 +54,7 @@ impl PipelineError {
             PipelineError::TestFault(_) => "bad_option",
             PipelineError::Smp(_) => "smp",
             PipelineError::Hugetlb(_) => "memmap",
+            PipelineError::Hvo(_) => "vmemmap",
         }
     }
 }
@@ -73,6 +77,7 @@ impl fmt::Display for PipelineError {
             PipelineError::TestFault(e) => write!(f, "{e}"),
             PipelineError::Smp(e) => write!(f, "{e}"),
             PipelineError::Hugetlb(e) => write!(f, "{e}"),
+            PipelineError::Hvo(e) => write!(f, "{e}"),
         }
     }
 }

@@ -98,10 +98,11 @@ impl FaultHooks {
         Ok(late_ap)
     }
 
-    /// After the huge-page phase: `hvo_tail` writes the first tail struct
-    /// page beyond the kept vmemmap page of HVO page `first_hvo`, which HVO
-    /// maps read-only, so the write faults and the page-fault handler ends
-    /// the boot naming it. Without an HVO page, a line says there is none.
+    /// After the huge-page phase and HVO of the 2 MiB pages: `hvo_tail`
+    /// writes the first tail struct page beyond the kept vmemmap page of
+    /// HVO page `first_hvo` (the first 1 GiB page HVO maps, else the first
+    /// 2 MiB page it remapped), which HVO maps read-only, so the write
+    /// faults and the page-fault handler ends the boot naming it. Without an HVO page, a line says there is none.
     pub fn after_hugetlb<B: MemmapBacking>(
         &self,
         log: &dyn Log,
@@ -113,7 +114,7 @@ impl FaultHooks {
         }
         let Some(head) = first_hvo else {
             log.line(format_args!(
-                "test_fault=hvo_tail: no page HVO maps (hugepagesz=1G hugepages=N hugetlb_free_vmemmap=on, memmap=deferred, regions or perpfn): nothing written"
+                "test_fault=hvo_tail: no page HVO maps (hugepagesz=1G or 2M hugepages=N hugetlb_free_vmemmap=on, memmap=deferred, regions or perpfn; 2M needs 64- or 32-byte struct pages): nothing written"
             ));
             return;
         };

@@ -34,6 +34,13 @@ pub struct HostMapper {
     /// which a table's entries map, so that its aliases share it.
     pages: Option<std::fs::File>,
     page_offsets: HashMap<u64, u64>,
+    /// Each 2 MiB page `map_2mib` mapped: virtual → physical, and back.
+    huge: HashMap<u64, u64>,
+    huge_at: HashMap<u64, u64>,
+    /// The 2 MiB pages split into 4 KiB entries.
+    split: HashSet<u64>,
+    /// Vmemmap pages moved into the memfd so that others alias them.
+    shared: HashSet<u64>,
 }
 
 // SAFETY: the area is plain anonymous memory owned by the mapper.
@@ -52,7 +59,24 @@ impl HostMapper {
             filled: HashMap::new(),
             pages: None,
             page_offsets: HashMap::new(),
+            huge: HashMap::new(),
+            huge_at: HashMap::new(),
+            split: HashSet::new(),
+            shared: HashSet::new(),
         }
+    }
+
+    /// Move the vmemmap page at `virt` (physical `phys`) into the memfd,
+    /// its contents kept, so that other pages can alias it.
+    fn share(&mut self, virt: u64, phys: u64) -> (i32, u64) {
+        let (fd, offset) = self.page_offset(phys);
+        if self.shared.insert(virt) {
+            // SAFETY: `virt` is a 4 KiB page of our own area, readable.
+            let n = unsafe { libc::pwrite(fd, virt as *const libc::c_void, 4096, offset as i64) };
+            assert_eq!(n, 4096, "{}", std::io::Error::last_os_error());
+            map_page(virt, fd, offset, true);
+        }
+        (fd, offset)
     }
 
     /// The memfd offset of physical page `phys`, given one on first use.
@@ -71,6 +95,28 @@ impl HostMapper {
             file.set_len(next + 4096).expect("grow the memfd");
         }
         (file.as_raw_fd(), offset)
+    }
+
+    /// Check a 2 MiB mapping at `virt` against the page-table model and
+    /// count it.
+    fn map_2mib_tables(&mut self, virt: u64, new_tables: &[u64]) -> Result<(), MapError> {
+        let area = self.area.expect("choose_area first");
+        let offset = virt - area.base();
+        assert!(
+            virt.is_multiple_of(VMEMMAP_HUGE_PAGE_BYTES)
+                && virt + VMEMMAP_HUGE_PAGE_BYTES <= self.base as u64 + self.len as u64,
+            "{virt:#x} outside the area"
+        );
+        // Regions relative to a slot-aligned origin, as the kernel's area
+        // starts on a top-level slot.
+        let needed = usize::from(self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES))
+            + usize::from(self.pd_regions.insert(offset / PD_SPAN_BYTES));
+        if needed != new_tables.len() {
+            return Err(MapError::TablesExhausted { virt });
+        }
+        self.nr_mapped += 1;
+        self.nr_tables += new_tables.len() as u64;
+        Ok(())
     }
 
     /// 2 MiB pages mapped and page-table frames they were given.
@@ -127,7 +173,10 @@ impl Drop for HostMapper {
 
 // SAFETY: the whole area is one private anonymous read-write mapping that
 // lives until the mapper drops, so every 2 MiB page in it is valid, exclusive
-// memory; distinct addresses never alias.
+// memory; distinct addresses alias only where `map_table` or `remap_4k`
+// map a 4 KiB page onto one memfd page, as the contract asks; a split
+// 2 MiB page keeps its memory; the host has one CPU view, so no TLB to
+// flush.
 unsafe impl VmemmapMapper for HostMapper {
     fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
         assert!(self.base.is_null(), "one area per mapper");
@@ -154,23 +203,10 @@ unsafe impl VmemmapMapper for HostMapper {
         Ok(area)
     }
 
-    fn map_2mib(&mut self, virt: u64, _phys: u64, new_tables: &[u64]) -> Result<(), MapError> {
-        let area = self.area.expect("choose_area first");
-        let offset = virt - area.base();
-        assert!(
-            virt.is_multiple_of(VMEMMAP_HUGE_PAGE_BYTES)
-                && virt + VMEMMAP_HUGE_PAGE_BYTES <= self.base as u64 + self.len as u64,
-            "{virt:#x} outside the area"
-        );
-        // Regions relative to a slot-aligned origin, as the kernel's area
-        // starts on a top-level slot.
-        let needed = usize::from(self.pdpt_regions.insert(offset / PDPT_SPAN_BYTES))
-            + usize::from(self.pd_regions.insert(offset / PD_SPAN_BYTES));
-        if needed != new_tables.len() {
-            return Err(MapError::TablesExhausted { virt });
-        }
-        self.nr_mapped += 1;
-        self.nr_tables += new_tables.len() as u64;
+    fn map_2mib(&mut self, virt: u64, phys: u64, new_tables: &[u64]) -> Result<(), MapError> {
+        self.map_2mib_tables(virt, new_tables)?;
+        self.huge.insert(virt, phys);
+        self.huge_at.insert(phys, virt);
         Ok(())
     }
 
@@ -179,27 +215,56 @@ unsafe impl VmemmapMapper for HostMapper {
     }
 
     fn map_table(&mut self, virt: u64, table: u64, new_tables: &[u64]) -> Result<(), MapError> {
-        self.map_2mib(virt, 0, new_tables)?;
+        self.map_2mib_tables(virt, new_tables)?;
         let entries = self.filled.get(&table).cloned().expect("fill_table first");
         for (i, (phys, writable)) in entries.into_iter().enumerate() {
             let (fd, offset) = self.page_offset(phys);
-            let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-            // SAFETY: the 4 KiB replaced lies in our own area (map_2mib
-            // checked the 2 MiB), which nothing references yet.
-            let at = unsafe {
-                libc::mmap(
-                    (virt + i as u64 * 4096) as *mut libc::c_void,
-                    4096,
-                    prot,
-                    libc::MAP_SHARED | libc::MAP_FIXED,
-                    fd,
-                    offset as libc::off_t,
-                )
-            };
-            assert_ne!(at, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+            map_page(virt + i as u64 * 4096, fd, offset, writable);
         }
         Ok(())
     }
+
+    unsafe fn split_2mib(&mut self, virt: u64, _table: u64) -> Result<u64, MapError> {
+        let phys = *self
+            .huge
+            .get(&virt)
+            .ok_or(MapError::NotSplittable { virt })?;
+        if !self.split.insert(virt) {
+            return Err(MapError::NotSplittable { virt });
+        }
+        Ok(phys)
+    }
+
+    unsafe fn remap_4k(&mut self, virt: u64, phys: u64, writable: bool) -> Result<(), MapError> {
+        let two_mib = virt & !(VMEMMAP_HUGE_PAGE_BYTES - 1);
+        let offset_in = phys & (VMEMMAP_HUGE_PAGE_BYTES - 1);
+        let source = self.huge_at.get(&(phys - offset_in)).map(|v| v + offset_in);
+        let (Some(source), true) = (source, self.split.contains(&two_mib)) else {
+            return Err(MapError::NotSplittable { virt });
+        };
+        let (fd, offset) = self.share(source, phys);
+        map_page(virt, fd, offset, writable);
+        Ok(())
+    }
+}
+
+/// Map the memfd page at `offset` of `fd` at `virt` (4 KiB of our own
+/// area), writable or read-only.
+fn map_page(virt: u64, fd: i32, offset: u64, writable: bool) {
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    // SAFETY: the 4 KiB replaced lies in our own area, and the caller
+    // holds no reference into it (the mapper's contract).
+    let at = unsafe {
+        libc::mmap(
+            virt as *mut libc::c_void,
+            4096,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            offset as libc::off_t,
+        )
+    };
+    assert_ne!(at, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
 }
 
 /// A log that keeps its lines, and notes when it was told memory is ready.

@@ -172,8 +172,6 @@ pub fn run<B: MemmapBacking>(
         Ok((gigantic, pool))
     });
     let (gigantic_written, pool) = done.map_err(PipelineError::Hugetlb)?;
-    cx.faults
-        .after_hugetlb(cx.log, memmap, hvo.first().map(|h| h.huge.pfn));
     let nr_nodes = layout.nodes().len();
     let mut written = gigantic_written;
     if let Some(r) = &huge.gigantic {

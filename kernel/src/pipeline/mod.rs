@@ -16,6 +16,7 @@
 //! | [`deferred_workers`] or [`ondemand_pool`] | workers on each node's CPUs initialise the rest, or it goes to the allocator untouched; memory is ready. Either has the boot CPU create the memory blocks meanwhile ([`memory_blocks::create_timed`]) |
 //! | [`memory_blocks`] | the memory-block devices reported, and Linux's `Memory:` line |
 //! | [`hugetlb::run`] | the 1 GiB pages' struct pages written as compound pages, the 2 MiB pages taken from the allocator and written so (timed phase `hugetlb`) |
+//! | [`hvo_2m`] | `hugetlb_free_vmemmap=on`: the 2 MiB pages' vmemmap remapped onto a kept page each, the rest freed to the allocator |
 //! | [`alloc_workload`] | `alloc_test=`: timed allocations of orders 0/3/9/10 on every node |
 //! | [`pool_after_boot`] | `ondemand_drain=on`'s drain; what the pool and growth came to |
 //! | [`vmemmap::report_first_use`] | how much of the vmemmap first use mapped (`ondemand`) |
@@ -46,6 +47,7 @@ pub mod fault_hooks;
 #[cfg(feature = "host")]
 pub mod host_seams;
 pub mod hugetlb;
+pub mod hvo_2m;
 pub mod input;
 pub mod memblock;
 pub mod memory_blocks;
@@ -57,7 +59,7 @@ pub mod verify;
 pub mod vmemmap;
 pub mod zones;
 
-use deferred_init::hugetlb_pool::HugeCheck;
+use deferred_init::hugetlb_pool::{HugeCheck, PoolHvo};
 use deferred_init::{DeferredInit, PageAllocator, PerCpuPages};
 use memboot_contract::option_values::StructPageSize;
 use memmap::memblock::Memblock;
@@ -148,13 +150,24 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);
     let huge_2m = hugetlb::run(cx, &memmap, pages, huge, layout, &hvo)?;
+    let pool = huge_2m.as_ref();
+    let hvo_2m = hvo_2m::run(
+        cx, &sections, &memmap, &buddy, pages, &mut mb, layout, pool, huge.hvo,
+    )?;
+    let first_hvo = hvo.first().map(|h| h.huge.pfn);
+    cx.faults
+        .after_hugetlb(cx.log, &memmap, first_hvo.or(hvo_2m.heads.first().copied()));
     alloc_workload::run(cx, pages, &di, layout)?;
     pool_after_boot::run(cx, &di, layout)?;
     vmemmap::report_first_use(cx, &memmap, &sections)?;
+    let kept = memmap::hugetlb::hvo::kept_struct_pages(P::BYTES);
     let huge_check = HugeCheck {
         pool: huge_2m.as_ref(),
-        hvo_kept_struct_pages: (!hvo.is_empty())
-            .then_some(memmap::hugetlb::hvo::kept_struct_pages(P::BYTES)),
+        hvo_kept_struct_pages: (!hvo.is_empty()).then_some(kept),
+        pool_hvo: (!hvo_2m.heads.is_empty()).then_some(PoolHvo {
+            kept_struct_pages: kept,
+            tables: &hvo_2m.tables,
+        }),
     };
     let verified = verify::run(cx, pages, &memmap, &mb, layout, &di, &outcome, huge_check);
     // After everything that writes struct pages: on a lazy vmemmap,

@@ -81,6 +81,9 @@ pub enum MapError {
     /// A section asked for on first use has no struct pages reserved (it
     /// is not a present section).
     NotReserved { section_nr: u64 },
+    /// HVO asked to split a 2 MiB mapping, or remap a 4 KiB page of one,
+    /// that is not there as such.
+    NotSplittable { virt: u64 },
 }
 
 impl fmt::Display for MapError {
@@ -108,6 +111,10 @@ impl fmt::Display for MapError {
                 f,
                 "section {section_nr}'s struct pages were asked for but none were reserved (not a present section); a memboot bug, report it with the log"
             ),
+            MapError::NotSplittable { virt } => write!(
+                f,
+                "HVO asked to split or remap vmemmap address {virt:#x}, which no 2 MiB mapping (or split one) maps; a memboot bug, report it with the log"
+            ),
         }
     }
 }
@@ -125,7 +132,12 @@ impl fmt::Display for MapError {
 /// for nothing else, for as long as the mapper lives, and that distinct
 /// `virt`s never alias; and that after [`map_table`](Self::map_table)
 /// each 4 KiB of the 2 MiB at `virt` maps what the table's entry says
-/// (HVO: many read-only aliases of one page), for as long as it lives.
+/// (HVO: many read-only aliases of one page), for as long as it lives;
+/// that [`split_2mib`](Self::split_2mib) leaves every 4 KiB of the 2 MiB
+/// mapping the same memory, read-write; and that after
+/// [`remap_4k`](Self::remap_4k) the 4 KiB reads as the page it names, on
+/// every CPU before that CPU next runs an [`Executor`] job (the old
+/// translation is out of every TLB by then).
 pub unsafe trait VmemmapMapper: Send {
     /// Pick a area of at least `bytes` (2 MiB aligned) whose page-table
     /// structure is entirely unused, so every table the mapping needs is new.
@@ -146,4 +158,27 @@ pub unsafe trait VmemmapMapper: Send {
     /// `table`, filled by [`fill_table`](Self::fill_table); several 2 MiB
     /// may share one. `new_tables` as for [`map_2mib`](Self::map_2mib).
     fn map_table(&mut self, virt: u64, table: u64, new_tables: &[u64]) -> Result<(), MapError>;
+
+    /// Split the 2 MiB page mapped at `virt` by [`map_2mib`](Self::map_2mib)
+    /// into 4 KiB entries in the page-table frame `table`, each mapping the
+    /// same memory read-write (Linux's `vmemmap_split_pmd`). Returns the
+    /// physical address the 2 MiB page maps.
+    ///
+    /// # Safety
+    /// `table` must be a frame of RAM that nothing else uses: from now on
+    /// it is a live page table, the mapper's for as long as it lives.
+    unsafe fn split_2mib(&mut self, virt: u64, table: u64) -> Result<u64, MapError>;
+
+    /// Point the 4 KiB at `virt`, inside a 2 MiB page split by
+    /// [`split_2mib`](Self::split_2mib), at physical `phys`, a page of the
+    /// area this mapper maps (HVO: the kept vmemmap page), writable or
+    /// read-only; the old translation leaves every CPU's TLB before that
+    /// CPU next runs a job (Linux's `vmemmap_remap_pte` and
+    /// `flush_tlb_kernel_range`).
+    ///
+    /// # Safety
+    /// No reference into the 4 KiB at `virt` may be alive, nor any CPU
+    /// running a job: from now on it reads as `phys`, and the frame it
+    /// mapped is the caller's (HVO frees it).
+    unsafe fn remap_4k(&mut self, virt: u64, phys: u64, writable: bool) -> Result<(), MapError>;
 }

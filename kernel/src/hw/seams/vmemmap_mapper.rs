@@ -12,6 +12,7 @@ use memboot_kernel::pipeline::seams::{MapError, VmemmapMapper};
 use memboot_kernel::pipeline::vmemmap::PDPT_SPAN_BYTES;
 use memmap::sections::Vmemmap;
 use x86_64::structures::paging::mapper::MapToError;
+use x86_64::structures::paging::page_table::PageTableEntry;
 use x86_64::structures::paging::{
     FrameAllocator, Mapper, OffsetPageTable, Page, PageTable, PageTableFlags, PhysFrame, Size2MiB,
     Size4KiB,
@@ -79,7 +80,10 @@ unsafe impl FrameAllocator<Size4KiB> for PlannedFrames<'_> {
 
 // SAFETY: `map_2mib` maps each 2 MiB page once, to RAM the pipeline reserved
 // in memblock for that section alone, inside top-level slots that were
-// unused, and the mapping is never removed.
+// unused, and the mapping is never removed; `split_2mib` keeps every
+// translation of it, and `remap_4k` changes one 4 KiB translation, its old
+// one flushed here and, before their next job, on the other CPUs
+// (`flush_everywhere`).
 unsafe impl VmemmapMapper for KernelMapper<'_> {
     fn choose_area(&mut self, bytes: u64) -> Result<Vmemmap, MapError> {
         let slots = bytes.div_ceil(PDPT_SPAN_BYTES).max(1) as usize;
@@ -169,6 +173,108 @@ unsafe impl VmemmapMapper for KernelMapper<'_> {
         );
         x86_64::instructions::tlb::flush(VirtAddr::new(virt));
         Ok(())
+    }
+
+    unsafe fn split_2mib(&mut self, virt: u64, table: u64) -> Result<u64, MapError> {
+        // SAFETY: the only reference to the entry, used below only.
+        let pd_entry = unsafe { self.pd_entry(virt) }
+            .filter(|e| e.flags().contains(PageTableFlags::HUGE_PAGE))
+            .ok_or(MapError::NotSplittable { virt })?;
+        let phys = pd_entry.addr().as_u64();
+        let flags = PageTableFlags::PRESENT
+            | PageTableFlags::WRITABLE
+            | PageTableFlags::NO_EXECUTE
+            | PageTableFlags::GLOBAL;
+        // SAFETY: the caller gives us `table`, a frame nothing else uses,
+        // mapped at the physical-memory offset.
+        let pt = unsafe { self.table_at(table) };
+        for (i, e) in pt.iter_mut().enumerate() {
+            e.set_addr(PhysAddr::new(phys + i as u64 * 4096), flags);
+        }
+        // The same translations as before, now through `table`; Linux's
+        // `vmemmap_split_pmd` swaps the entry the same way, then flushes.
+        pd_entry.set_addr(
+            PhysAddr::new(table),
+            PageTableFlags::PRESENT | PageTableFlags::WRITABLE,
+        );
+        self.flush_everywhere(virt);
+        Ok(phys)
+    }
+
+    unsafe fn remap_4k(&mut self, virt: u64, phys: u64, writable: bool) -> Result<(), MapError> {
+        // SAFETY: the only reference to the entry, used below only.
+        let pd_entry = unsafe { self.pd_entry(virt) }
+            .filter(|e| !e.flags().contains(PageTableFlags::HUGE_PAGE))
+            .ok_or(MapError::NotSplittable { virt })?;
+        let table = pd_entry.addr().as_u64();
+        // SAFETY: a page table `split_2mib` built (present, not a huge
+        // page), which only this mapper edits.
+        let pt = unsafe { self.table_at(table) };
+        let page = Page::<Size4KiB>::containing_address(VirtAddr::new(virt));
+        let mut flags =
+            PageTableFlags::PRESENT | PageTableFlags::NO_EXECUTE | PageTableFlags::GLOBAL;
+        if writable {
+            flags |= PageTableFlags::WRITABLE;
+        }
+        pt[page.p1_index()].set_addr(PhysAddr::new(phys), flags);
+        self.flush_everywhere(virt);
+        Ok(())
+    }
+}
+
+impl KernelMapper<'_> {
+    /// The page table at physical `phys`, through the physical-memory
+    /// offset.
+    ///
+    /// # Safety
+    /// `phys` must be a page table (or a frame about to be one) that only
+    /// this mapper edits, and no other reference to it may be alive while
+    /// the one returned is.
+    unsafe fn table_at<'t>(&self, phys: u64) -> &'t mut PageTable {
+        let virt = self.tables.phys_offset() + phys;
+        // SAFETY: the caller's guarantee; the offset maps all RAM.
+        unsafe { &mut *virt.as_mut_ptr::<PageTable>() }
+    }
+
+    /// The page-directory entry mapping vmemmap address `virt`, if the
+    /// walk down to it finds present tables.
+    ///
+    /// # Safety
+    /// No other reference to that entry may be alive while this one is.
+    unsafe fn pd_entry<'t>(&self, virt: u64) -> Option<&'t mut PageTableEntry> {
+        let page = Page::<Size2MiB>::containing_address(VirtAddr::new(virt));
+        let pml4e = &self.tables.level_4_table()[page.p4_index()];
+        if !pml4e.flags().contains(PageTableFlags::PRESENT) {
+            return None;
+        }
+        // SAFETY: present entries name table frames, mapped at the
+        // physical-memory offset, which only this mapper edits.
+        let pdpt = unsafe { self.table_at(pml4e.addr().as_u64()) };
+        let pdpte = &pdpt[page.p3_index()];
+        let huge = pdpte.flags().contains(PageTableFlags::HUGE_PAGE);
+        if !pdpte.flags().contains(PageTableFlags::PRESENT) || huge {
+            return None;
+        }
+        // SAFETY: as above; the caller holds no other reference to it.
+        let pd = unsafe { self.table_at(pdpte.addr().as_u64()) };
+        Some(&mut pd[page.p2_index()]).filter(|e| e.flags().contains(PageTableFlags::PRESENT))
+    }
+
+    /// After changing the translation of `virt`, a mapping in use: this
+    /// CPU's entry (and the paging-structure caches for it) flushed now,
+    /// the other CPUs' before their next job.
+    fn flush_everywhere(&self, virt: u64) {
+        x86_64::instructions::tlb::flush(VirtAddr::new(virt));
+        // SAFETY: the other CPUs may hold the old translation of `virt`
+        // (the deferred workers wrote struct pages through it), writable.
+        // They reach the vmemmap only inside jobs, and none runs now: the
+        // pipeline changes mappings on the boot CPU between jobs, and
+        // `smp::scope` returns only when every job it posted finished.
+        // `tlb::changed` is published before the next job is posted, and
+        // every AP flushes its whole TLB, global entries included, before
+        // it runs that job (`tlb::catch_up` in `smp::scope::serve`), so no
+        // write through the old translation can reach the frame it named.
+        crate::hw::tlb::changed();
     }
 }
 

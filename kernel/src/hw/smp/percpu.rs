@@ -73,6 +73,9 @@ pub(super) struct PerCpu {
     /// The posted job; only touched by the BSP while `mailbox` is IDLE and
     /// by the AP while it is POSTED.
     pub(super) job: UnsafeCell<Option<*const Job<'static>>>,
+    /// The mapping changes this AP's TLB has caught up with
+    /// (`tlb::catch_up`); only the AP touches it.
+    pub(super) tlb_seen: AtomicU64,
     timing: UnsafeCell<BootTiming>,
     /// An AP's stack until the AP claims it on arrival (given back if it
     /// never comes). Whoever takes it out under the lock owns it.
@@ -102,6 +105,7 @@ impl PerCpu {
             bringup: AtomicU32::new(if info.is_bsp { CPU_UP } else { CPU_PENDING }),
             mailbox: AtomicU32::new(MAILBOX_IDLE),
             job: UnsafeCell::new(None),
+            tlb_seen: AtomicU64::new(0),
             timing: UnsafeCell::new(BootTiming {
                 init_tsc: 0,
                 seen_tsc: 0,

@@ -20,7 +20,7 @@ use memboot_kernel::smp_error::SmpError;
 
 use super::percpu::{CpuInfo, Job, PerCpu, MAILBOX_IDLE, MAILBOX_POSTED};
 use super::state::{boot_timing, online_cpus, settle, SMP};
-use crate::hw::{apic, interrupts, serial, tsc};
+use crate::hw::{apic, interrupts, serial, tlb, tsc};
 
 /// A set of jobs; see [`scope`]. `'env` is the lifetime of what the jobs
 /// borrow; it outlives the `scope` call, and `Scope` is invariant in it.
@@ -99,6 +99,9 @@ pub(super) fn serve(pc: &'static PerCpu, bsp_apic_id: u32) -> ! {
             // SAFETY: POSTED means the BSP stored a job and does not touch
             // the slot until we set IDLE below.
             let job = unsafe { *pc.job.get() };
+            // A mapping the boot CPU changed since this AP's last job (HVO)
+            // may still be in its TLB: flushed before the job can use it.
+            tlb::catch_up(&pc.tlb_seen);
             if let Some(job) = job {
                 // SAFETY: the BSP's scope keeps the referent alive until the
                 // mailbox is IDLE again (see Scope::spawn_on).

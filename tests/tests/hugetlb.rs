@@ -242,31 +242,9 @@ fn hvo_keeps_one_vmemmap_page_per_1g_page_at_each_size() {
 /// apply (`ondemand`), a line says so and the boot verifies.
 #[test]
 fn a_write_beyond_the_kept_page_faults_naming_the_page() {
-    let b = boot(
-        &["-m", "4G"],
-        &[
-            "hugepagesz=1G",
-            "hugepages=2",
-            "hugetlb_free_vmemmap=on",
-            "test_fault=hvo_tail",
-        ],
-        Duration::from_secs(300),
-    );
-    assert_eq!(b.summary().status, "exception", "{}", b.describe());
-    let line = b
-        .messages_with("test_fault=hvo_tail: writing the struct page of pfn ")
-        .next()
-        .unwrap_or_else(|| panic!("no test_fault line\n{}", b.describe()));
-    let pfn = line
-        .split("pfn 0x")
-        .nth(1)
-        .and_then(|r| u64::from_str_radix(r.split(',').next()?, 16).ok())
-        .unwrap();
     // The first tail beyond the kept page: 64 struct pages into a 1 GiB
     // page (4096 / 64).
-    assert_eq!(pfn % GIGANTIC_PAGES, 64, "{line}");
-    let named = format!("the struct page of pfn {pfn:#x}: a write to a read-only struct page");
-    assert!(b.has_message(&named), "{named}\n{}", b.describe());
+    assert_hvo_tail_fault(&["hugepagesz=1G", "hugepages=2"], GIGANTIC_PAGES);
 
     let b = boot(
         &["-m", "4G"],
@@ -365,16 +343,17 @@ fn hvo_frees_the_vmemmap_of_2m_pages_at_each_size() {
 /// read-only onto the kept page, and the page-fault handler names it.
 #[test]
 fn a_write_beyond_the_kept_page_of_a_2m_page_faults_naming_it() {
-    let b = boot(
-        &["-m", "4G"],
-        &[
-            "hugepagesz=2M",
-            "hugepages=8",
-            "hugetlb_free_vmemmap=on",
-            "test_fault=hvo_tail",
-        ],
-        Duration::from_secs(300),
-    );
+    // 64 struct pages into a 2 MiB page (4096 / 64).
+    assert_hvo_tail_fault(&["hugepagesz=2M", "hugepages=8"], 512);
+}
+
+/// A 4G boot with `huge` pages, HVO and `test_fault=hvo_tail` stops with
+/// a page fault on the struct page 64 pages into a huge page of
+/// `base_pages`, which the handler names.
+fn assert_hvo_tail_fault(huge: &[&str], base_pages: u64) {
+    let mut opts = huge.to_vec();
+    opts.extend(["hugetlb_free_vmemmap=on", "test_fault=hvo_tail"]);
+    let b = boot(&["-m", "4G"], &opts, Duration::from_secs(300));
     assert_eq!(b.summary().status, "exception", "{}", b.describe());
     let line = b
         .messages_with("test_fault=hvo_tail: writing the struct page of pfn ")
@@ -385,8 +364,7 @@ fn a_write_beyond_the_kept_page_of_a_2m_page_faults_naming_it() {
         .nth(1)
         .and_then(|r| u64::from_str_radix(r.split(',').next()?, 16).ok())
         .unwrap();
-    // 64 struct pages into a 2 MiB page (4096 / 64).
-    assert_eq!(pfn % 512, 64, "{line}");
+    assert_eq!(pfn % base_pages, 64, "{line}");
     let named = format!("the struct page of pfn {pfn:#x}: a write to a read-only struct page");
     assert!(b.has_message(&named), "{named}\n{}", b.describe());
 }

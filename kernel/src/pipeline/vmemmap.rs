@@ -533,20 +533,7 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
                 phys,
             });
         }
-        for (nid, n) in node_frames {
-            let base = mb
-                .alloc(n * PAGE_SIZE, PAGE_SIZE, Some(nid))
-                .map_err(|err| VmemmapError::OutOfMemory {
-                    what: "page tables",
-                    err,
-                })?;
-            st.frames.push(FramePool {
-                nid,
-                next: base,
-                end: base + n * PAGE_SIZE,
-            });
-            stats.table_frames += n;
-        }
+        st.reserve_frames(mb, node_frames, &mut stats)?;
         st.area = Some(area);
         st.map_hvo::<P>(mb, &area, hvo, &mut stats)?;
         for s in hvo_sections {
@@ -567,6 +554,31 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
 }
 
 impl<M: VmemmapMapper> LazyState<'_, M> {
+    /// Reserve each node's page-table frames (`(node, frames)`) as one
+    /// memblock block on that node, for first use to take from.
+    fn reserve_frames(
+        &mut self,
+        mb: &mut Memblock,
+        node_frames: Vec<(NodeId, u64)>,
+        stats: &mut VmemmapStats,
+    ) -> Result<(), VmemmapError> {
+        for (nid, n) in node_frames {
+            let base = mb
+                .alloc(n * PAGE_SIZE, PAGE_SIZE, Some(nid))
+                .map_err(|err| VmemmapError::OutOfMemory {
+                    what: "page tables",
+                    err,
+                })?;
+            self.frames.push(FramePool {
+                nid,
+                next: base,
+                end: base + n * PAGE_SIZE,
+            });
+            stats.table_frames += n;
+        }
+        Ok(())
+    }
+
     /// Map the vmemmap of the 1 GiB pages in `hvo` as HVO does, noting the
     /// page directories and PDPTs it adds so first use finds them.
     fn map_hvo<P: PageLayout>(

@@ -287,11 +287,18 @@ fn a_write_beyond_the_kept_page_faults_naming_the_page() {
 /// to the allocator, the split mappings' page tables come from it, and
 /// verification reads every tail beyond the kept page as the kept struct
 /// page it aliases and passes; at 8 bytes a page's struct pages fill one
-/// base page and a line says there is nothing to free.
+/// base page and a line says there is nothing to free. The freed frames
+/// join either free-block store (`buddy=lists`, `buddy=bitmaps`, whose
+/// bitmaps must grow to cover ranges managed late).
 #[test]
 fn hvo_frees_the_vmemmap_of_2m_pages_at_each_size() {
     const PAGES: u64 = 64;
-    for (struct_page, freed_per_page) in [(64u64, 7u64), (32, 3), (8, 0)] {
+    for (struct_page, freed_per_page, buddy) in [
+        (64u64, 7u64, "lists"),
+        (32, 3, "lists"),
+        (8, 0, "bitmaps"),
+        (64, 7, "bitmaps"),
+    ] {
         let b = boot(
             &["-m", "4G", "--nodes", "2"],
             &[
@@ -299,9 +306,11 @@ fn hvo_frees_the_vmemmap_of_2m_pages_at_each_size() {
                 &format!("hugepages={PAGES}"),
                 "hugetlb_free_vmemmap=on",
                 &format!("struct_page={struct_page}"),
+                &format!("buddy={buddy}"),
             ],
             Duration::from_secs(300),
         );
+        assert_eq!(b.summary_json()["buddy_store"].as_str(), Some(buddy));
         assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
         assert_eq!(b.summary().verify, "ok", "{}", b.describe());
         assert_eq!(per_node_2m(&b), [PAGES / 2, PAGES / 2], "{}", b.describe());

@@ -139,15 +139,20 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         managed: impl IntoIterator<Item = ManagedRange>,
     ) -> Result<Self, BuddyError> {
         let store = BuddyStore::default_for(<B::Page as PageLayout>::HAS_LIST_LINK);
-        Self::with_store(memmap, managed, store)
+        Self::with_store(memmap, managed, [], store)
     }
 
-    /// [`new`](Self::new) with the free blocks kept in `store`. Never
-    /// inlined: the instruction profile's `free_bitmaps` phase opens here.
+    /// [`new`](Self::new) with the free blocks kept in `store`, and
+    /// `may_manage`: memory not managed now that may be later
+    /// ([`manage`](Self::manage): reserved memory given back), which the
+    /// free bitmaps of its (node, zone) cover too, as Linux's zone spans
+    /// cover its reserved pages. Never inlined: the instruction profile's
+    /// `free_bitmaps` phase opens here.
     #[inline(never)]
     pub fn with_store(
         memmap: &'m Memmap<B>,
         managed: impl IntoIterator<Item = ManagedRange>,
+        may_manage: impl IntoIterator<Item = ManagedRange>,
         store: BuddyStore,
     ) -> Result<Self, BuddyError> {
         if store == BuddyStore::Lists && !<B::Page as PageLayout>::HAS_LIST_LINK {
@@ -196,11 +201,21 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
         } else {
             (max_nid as usize + 1) * NR_ZONES
         };
+        let may_manage: Vec<(PfnRange, u32)> = match store {
+            BuddyStore::Lists => Vec::new(),
+            BuddyStore::Bitmaps => may_manage
+                .into_iter()
+                .filter(|m| !m.pfns.is_empty() && slot(m.nid, m.zone) < nr_slots)
+                .map(|m| (m.pfns, slot(m.nid, m.zone) as u32))
+                .collect(),
+        };
         let mut zones = Vec::with_capacity(nr_slots);
         for s in 0..nr_slots {
             let index = match store {
                 BuddyStore::Lists => FreeIndex::Lists([PFN_NONE; NR_ORDERS]),
-                BuddyStore::Bitmaps => FreeIndex::Bitmaps(slot_bitmaps(&ranges, s)?),
+                BuddyStore::Bitmaps => {
+                    FreeIndex::Bitmaps(slot_bitmaps(ranges.iter().chain(&may_manage), s)?)
+                }
             };
             zones.push(Mutex::new(ZoneFree::new(index)));
         }
@@ -693,14 +708,17 @@ fn set_link<P: PageLayout>(p: &mut P, f: impl FnOnce(&mut ListHead)) {
     }
 }
 
-/// The free bitmaps of slot `s`, over the span of its managed ranges.
-fn slot_bitmaps(ranges: &[(PfnRange, u32)], s: usize) -> Result<FreeBitmaps, BuddyError> {
-    let mut mine = ranges
-        .iter()
-        .filter(|(_, rs)| *rs as usize == s)
-        .map(|(r, _)| r);
+/// The free bitmaps of slot `s`, over the span of its ranges (managed, or
+/// memory it may manage later).
+fn slot_bitmaps<'a>(
+    ranges: impl Iterator<Item = &'a (PfnRange, u32)>,
+    s: usize,
+) -> Result<FreeBitmaps, BuddyError> {
+    let mut mine = ranges.filter(|(_, rs)| *rs as usize == s).map(|(r, _)| *r);
     let span = match mine.next() {
-        Some(first) => mine.fold(*first, |span, r| PfnRange::new(span.start, r.end)),
+        Some(first) => mine.fold(first, |span, r| {
+            PfnRange::new(span.start.min(r.start), span.end.max(r.end))
+        }),
         None => PfnRange::new(0, 0),
     };
     FreeBitmaps::new(span).map_err(|bytes| {

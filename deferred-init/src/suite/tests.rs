@@ -37,7 +37,7 @@ pub(crate) fn test_buddy<'m>(
     mm: &'m Memmap<TestBacking>,
     managed: impl IntoIterator<Item = ManagedRange>,
 ) -> Result<BuddyAllocator<'m, TestBacking>, BuddyError> {
-    BuddyAllocator::with_store(mm, managed, test_store())
+    BuddyAllocator::with_store(mm, managed, [], test_store())
 }
 
 /// CPUs of the host executor: more than any scenario's highest CPU number.
@@ -1879,6 +1879,37 @@ proptest! {
         buddy.for_each_free_block(|_, _, _, o| *got.entry(o).or_default() += 1);
         prop_assert_eq!(got, expect);
         prop_assert_eq!(buddy.nr_free_blocks(0, ZoneType::Normal, MAX_ORDER), 3 + 26, "blocks 1024..4096 and 6144..32768 of the section");
+    }
+}
+
+/// Memory above every managed range of its zone (a node's vmemmap, which
+/// memblock places at the node's top) joins late only where the allocator
+/// was told it may: the free bitmaps must cover it, the lists need not.
+#[test]
+fn a_range_beyond_the_managed_span_joins_where_it_may() {
+    let a = 33 * S;
+    let mut mm = Memmap::new(TestBacking::new([33]));
+    init_section(&mut mm, 33);
+    let range = |start, end| ManagedRange {
+        nid: 0,
+        zone: ZoneType::Normal,
+        pfns: PfnRange::new(start, end),
+    };
+    let managed = [range(a, a + 1024)];
+    let top = range(a + S - 8, a + S);
+    let told = BuddyAllocator::with_store(&mm, managed, [range(a + 1024, a + S)], test_store())
+        .unwrap();
+    told.manage(top).unwrap();
+    // SAFETY: single-threaded; the section's pages were initialised above.
+    unsafe { told.free_initialised_range(top.pfns) }.unwrap();
+    assert_eq!(told.nr_free_pages(0, ZoneType::Normal), 8);
+    assert_eq!(told.alloc(0, ZoneType::Normal, 3).unwrap(), a + S - 8);
+
+    let untold = test_buddy(&mm, managed).unwrap();
+    let managed_late = untold.manage(top);
+    match test_store() {
+        BuddyStore::Lists => assert!(managed_late.is_ok()),
+        BuddyStore::Bitmaps => assert!(managed_late.is_err(), "{managed_late:?}"),
     }
 }
 

@@ -6,7 +6,8 @@
 use alloc::vec::Vec;
 
 use deferred_init::{
-    BuddyAllocator, DeferredInit, DeferredInitError, DeferredPlan, NodeCpus, PlanError, PlanOptions,
+    BuddyAllocator, DeferredInit, DeferredInitError, DeferredPlan, ManagedRange, NodeCpus,
+    PlanError, PlanOptions,
 };
 use memmap::init::InitOutcome;
 use memmap::memblock::Memblock;
@@ -52,10 +53,13 @@ pub fn run<'m, B: MemmapBacking>(
         .map_err(|e: PlanError| PipelineError::DeferredPlan(e))?;
     // The store is allocator metadata written before memory is ready (the
     // free bitmaps: ~RAM/16384), so it is timed with the struct-page work.
+    // Its bitmaps span each zone, reserved pages too: HVO gives freed
+    // vmemmap (at the node's top) back once memory is ready.
     let (buddy, free_bitmaps_ns) = cx.timed(Phase::FreeBitmaps, || {
         BuddyAllocator::with_store(
             memmap,
             plan.managed_ranges().chain(outcome.eager.iter().copied()),
+            zone_spans(layout),
             cx.opts.buddy_store(),
         )
     });
@@ -89,6 +93,19 @@ pub fn deferred_init<'m, B: MemmapBacking>(
         .map_err(PipelineError::DeferredInit)?;
     di.set_claim_hooks(cx.faults.claim_hooks());
     Ok(di)
+}
+
+/// Each populated zone's span, as a range the allocator may manage.
+fn zone_spans(layout: &ZoneLayout) -> impl Iterator<Item = ManagedRange> + '_ {
+    layout
+        .zones()
+        .iter()
+        .filter(|z| z.present_pages > 0)
+        .map(|z| ManagedRange {
+            nid: z.nid,
+            zone: z.zone,
+            pfns: z.span,
+        })
 }
 
 /// The CPUs of each node with memory; `cpu_nodes[cpu]` is CPU `cpu`'s node.

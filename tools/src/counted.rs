@@ -19,7 +19,8 @@
 //! Linux include the reserved pages its hand-off initialises.
 //!
 //! An entry with huge pages (`+hugepagesz=…` words) also counts their
-//! preparation (phase `hugetlb`: memboot's, and Linux's `hugetlb_init`) in
+//! preparation (phase `hugetlb`: memboot's, and Linux's `hugetlb_init` and
+//! `gather_bootmem_prealloc_parallel` wherever it runs) in
 //! its whole memmap, whose pages then add the struct pages memboot's phase
 //! wrote; a table of totals puts that work beside each Linux peer with the
 //! same huge pages. Without huge pages the phase is left out: Linux's
@@ -420,7 +421,8 @@ fn totals_table(runs: &[Run], peers: &[&String]) -> Option<String> {
     series.dedup();
     let mut out = String::from(
         "\ncounted, the whole memmap with the huge pages' preparation (memboot's `hugetlb` phase, Linux's \
-         `hugetlb_init` and, in 6.1, `memblock_free_all` writing the 1 GiB pages' tails), in totals: \
+         `hugetlb_init` and `gather_bootmem_prealloc_parallel` wherever it runs and, in 6.1, \
+         `memblock_free_all` writing the 1 GiB pages' tails), in totals: \
          millions of guest instructions, stores and bytes stored, means of the counted boots; × Linux N = \
          over that kernel's with the same huge-page options\n\n\
          | size | entry | instructions M | stores M | bytes M |",

@@ -6,9 +6,11 @@
 //! Linux since 6.9 (mm/hugetlb.c, `__alloc_bootmem_huge_page`) marks every
 //! boot-time gigantic page's tails `MEMBLOCK_RSRV_NOINIT`, whether or not
 //! HVO is on: `memmap_init_reserved_pages()` writes only the head, deferred
-//! init walks free ranges only, and `gather_bootmem_prealloc()` in
-//! `hugetlb_init` (an initcall, after memory is ready) writes the tails,
-//! all of them, or with HVO the 63 its kept vmemmap page holds. What
+//! init walks free ranges only, and `gather_bootmem_prealloc()` writes the
+//! tails, all of them, or with HVO the 63 its kept vmemmap page holds: in
+//! `hugetlb_init`, an initcall after memory is ready, or, in the Debian
+//! 6.12 and 7.3 builds the bench boots, from `page_alloc_init_late()`
+//! (`hugetlb_bootmem_struct_page_init()`) before its `Memory:` line. What
 //! `free_area_init()` writes before deferral still covers a tail that lies
 //! there: every low zone, and the first section of each node's last zone
 //! (`defer_init()`). So a tail is left to hugetlb when it lies at or above

@@ -563,10 +563,15 @@ fn huge_page_entries_get_a_huge_pages_column_and_their_own_peer() {
     // its summary's phases, hugetlb_ns 38541882 included. Linux 6.12:
     // Zone ranges (0.027078) to the line after the early block (0.058553),
     // node 0's 16 ms of deferred init, mem_init's gap (0.108977 to SLUB
-    // at 0.166914) and hugetlb_init (1.771816 to 1.773101).
+    // at 0.166914), page_alloc_init_late's (node 0's line at 1.030151 to
+    // Memory: at 1.249347) and hugetlb_init (1.771816 to 1.773101).
     let memboot_memmap = 8368702 + 1119147 + 1034742 + 38541882;
     assert_eq!(results.rows[0].memmap_ns, memboot_memmap);
-    let linux_memmap = (58_553 - 27_078) + 16_000 + (166_914 - 108_977) + (1_773_101 - 1_771_816);
+    let linux_memmap = (58_553 - 27_078)
+        + 16_000
+        + (166_914 - 108_977)
+        + (1_249_347 - 1_030_151)
+        + (1_773_101 - 1_771_816);
     assert_eq!(results.rows[1].memmap_ns, linux_memmap * 1000);
     // The peer with huge pages divides the entries' ratios, under its name.
     let label = "Linux 6.12+hugepagesz=1G+hugepages=13+hugetlb_free_vmemmap=on";

@@ -239,7 +239,7 @@ fn a_log_without_its_version_line_still_counts_when_it_has_no_huge_pages() {
 }
 
 #[test]
-fn huge_page_preparation_is_mem_inits_gap_and_hugetlb_init() {
+fn huge_page_preparation_is_mem_inits_gap_init_lates_gap_and_hugetlb_init() {
     // 6.1, lines 99-100: `software IO TLB: area num 2.` at 0.170810, then
     // nothing until `Memory:` at 2.046414 (memmap_init_reserved_pages
     // writes the 13 pages' tails); lines 566 and 571: hugetlb_init from
@@ -250,17 +250,18 @@ fn huge_page_preparation_is_mem_inits_gap_and_hugetlb_init() {
         (2_046_414 - 170_810) + (3_196_073 - 2_915_421)
     );
     // 6.12, lines 106-107: `software IO TLB` at 0.108977, `SLUB:` at
-    // 0.166914 (its `Memory:` comes after deferred init); hugetlb_init
-    // lines 604 and 609.
+    // 0.166914; lines 260-261: node 0's deferred line at 1.030151, then
+    // `Memory:` at 1.249347 (page_alloc_init_late writes the pages'
+    // struct pages before it); hugetlb_init lines 604 and 609.
     assert_eq!(
         us(&parse(HUGE_6_12).unwrap()),
-        (166_914 - 108_977) + (1_773_101 - 1_771_816)
+        (166_914 - 108_977) + (1_249_347 - 1_030_151) + (1_773_101 - 1_771_816)
     );
     // 7.3, lines 109-110: `mem auto-init:` itself, then `SLUB:`; lines
-    // 660 and 665.
+    // 271-272: 1.000702 to `Memory:` at 1.128590; lines 660 and 665.
     assert_eq!(
         us(&parse(HUGE_7_3).unwrap()),
-        (132_390 - 98_830) + (1_390_126 - 1_388_919)
+        (132_390 - 98_830) + (1_128_590 - 1_000_702) + (1_390_126 - 1_388_919)
     );
 }
 

@@ -179,7 +179,7 @@ fn table_line(rows: &[Row], size: &str, entry: &str, peers: &[Option<&str>], hug
 /// take in their huge pages' preparation (`memmap_ns`, module doc of
 /// `bench`), Linux's after memory is ready too.
 pub const HUGE_COLUMN: &str = "huge pages (memmap includes their preparation: memboot's \
-     hugetlb phase, Linux's mem_init and hugetlb_init)";
+     hugetlb phase, Linux's mem_init, page_alloc_init_late and hugetlb_init)";
 
 /// The markdown table (with a heading line saying how it was run): a
 /// huge pages column after the mode when some boot reserved huge pages.

@@ -11,7 +11,8 @@
 //!   early block and its slowest node's deferred init. With huge pages,
 //!   also their preparation, though it ends after memory is ready on
 //!   both: memboot's `hugetlb` phase, Linux's `mem_init()` gap (6.1
-//!   writes the 1 GiB pages' tails there) and `hugetlb_init`
+//!   writes the 1 GiB pages' tails there), `page_alloc_init_late()`'s gap
+//!   (6.12 and 7.3 write them there) and `hugetlb_init`
 //!   (`LinuxBoot::hugetlb_ns`); the table's huge pages column says so.
 //!   The drain that `ondemand_drain=on` runs after memory is ready is
 //!   `drain_ns`, not here.
@@ -31,7 +32,8 @@
 //!   table has a huge pages column only when some boot reserved any, so
 //!   runs without them replay unchanged. Their struct pages are not in
 //!   `pages_initialised` where the kernel writes them after memory is
-//!   ready (memboot's `hugetlb` phase, Linux 6.9+'s `hugetlb_init`).
+//!   ready (memboot's `hugetlb` phase); Linux 6.9+ writes them in
+//!   `gather_bootmem_prealloc()` (`crate::hugetlb_log`).
 //!
 //! Logs are named `SIZE-ENTRY-ROUND.log` (ENTRY: a memmap mode, or a Linux
 //! entry, [`is_linux`]); an entry that was not booted at a size (its struct

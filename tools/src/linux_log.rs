@@ -134,9 +134,13 @@ pub struct LinuxBoot {
     pub pages_initialised: Option<u64>,
     /// The huge pages reserved at boot, per size (`hugetlb_log::sizes`).
     pub huge_pages: Vec<HugeSize>,
-    /// Huge-page preparation: `mem_init()`'s gap plus `hugetlb_init`'s
-    /// (module doc); 0 for a boot without huge pages.
+    /// Huge-page preparation: `mem_init()`'s gap, `page_alloc_init_late()`'s
+    /// and `hugetlb_init`'s (module doc); 0 for a boot without huge pages.
     pub hugetlb_ns: u64,
+    /// `page_alloc_init_late()`'s gap (module doc), part of `hugetlb_ns`:
+    /// the huge pages' work after the last deferred-init line and before
+    /// memory is ready; 0 for a boot without huge pages, and in 6.1.
+    pub init_late_huge_ns: u64,
     /// Stamp of `Run /init as init process`.
     pub init_started_ns: u64,
     /// `tsc: Detected X MHz processor`, if printed.
@@ -467,6 +471,11 @@ pub fn parse(text: &str) -> Result<LinuxBoot, LinuxLogError> {
         present_pages: present_pages(&lines),
         pages_initialised,
         hugetlb_ns: huge_page_preparation_ns(&lines, &huge_pages),
+        init_late_huge_ns: if huge_pages.is_empty() {
+            0
+        } else {
+            init_late_gap_ns(&lines).unwrap_or(0)
+        },
         huge_pages,
         node_deferred_line_ns: deferred.iter().map(|&(ns, _)| ns).collect(),
         node_deferred_ms: deferred.into_iter().map(|(_, d)| d).collect(),

@@ -573,6 +573,12 @@ fn huge_page_entries_get_a_huge_pages_column_and_their_own_peer() {
         + (1_249_347 - 1_030_151)
         + (1_773_101 - 1_771_816);
     assert_eq!(results.rows[1].memmap_ns, linux_memmap * 1000);
+    // Its QEMU start → ready: the tap's 4365.228 ms at the deferred line,
+    // plus page_alloc_init_late's huge-page gap before memory is ready.
+    assert_eq!(
+        results.rows[1].qemu_start_to_ready_us,
+        Some(4_365_228 + (1_249_347 - 1_030_151))
+    );
     // The peer with huge pages divides the entries' ratios, under its name.
     let label = "Linux 6.12+hugepagesz=1G+hugepages=13+hugetlb_free_vmemmap=on";
     assert_eq!(cell(peer, &format!("memmap × {label} memmap")), "1.00");

@@ -68,10 +68,13 @@ impl Row {
 }
 
 impl Row {
-    /// Linux is ready at its last deferred-init line (`tap::LINUX_READY`).
-    /// A log whose tap timed the arrival of the ready line after it (made
-    /// before the tap timed the deferred line) is moved back by the
-    /// printk time between the two, which Linux printed synchronously.
+    /// Linux is ready at its last deferred-init line (`tap::LINUX_READY`),
+    /// or, with huge pages, once `page_alloc_init_late()` has written their
+    /// struct pages after it (6.12 and 7.3: `init_late_huge_ns`). A log
+    /// whose tap timed the arrival of the ready line after it (made before
+    /// the tap timed the deferred line) is moved back by the printk time
+    /// between the two, which Linux printed synchronously; the huge pages'
+    /// gap is added at printk time too.
     fn linux_ready_at_last_deferred_line(
         mut self,
         text: &str,
@@ -83,6 +86,9 @@ impl Row {
                 .qemu_start_to_ready_us
                 .map(|us| us.saturating_sub(gap_us));
         }
+        self.qemu_start_to_ready_us = self
+            .qemu_start_to_ready_us
+            .map(|us| us + boot.init_late_huge_ns / 1000);
         self
     }
 }

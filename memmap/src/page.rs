@@ -488,7 +488,10 @@ impl PageLayout for StructPage {
         // valid one; `self` is a unique, aligned reference to one.
         unsafe { (self as *mut StructPage).cast::<[u64; 8]>().write(words) };
     }
-    #[inline]
+    // The per-page store loop, out of line in a section that
+    // kernel/linker.ld keeps within one 4 KiB page (why: there).
+    #[inline(never)]
+    #[unsafe(link_section = ".text.struct_page_loops")]
     fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
         init_four_per_turn(pages, flags, refcount);
     }

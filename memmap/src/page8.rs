@@ -139,7 +139,10 @@ impl PageLayout for StructPage8 {
     }
     /// One word for every page, eight stores a loop iteration: under TCG
     /// every guest instruction costs, and a store per page is the floor.
-    #[inline]
+    // The per-page store loop, out of line in a section that
+    // kernel/linker.ld keeps within one 4 KiB page (why: there).
+    #[inline(never)]
+    #[unsafe(link_section = ".text.struct_page_loops")]
     fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
         let mut page = StructPage8::ZERO;
         page.init_with_flags(flags, refcount);

@@ -578,9 +578,7 @@ fn ready_free_pages<B: MemmapBacking>(
 /// nothing else. Every touch path (eager, workers, bench) goes through here.
 #[inline]
 pub fn touch_pages<P: PageLayout>(pages: &mut [P], start_pfn: Pfn) {
-    for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-        *page = P::touched(pfn);
-    }
+    P::touch_all(pages, start_pfn);
 }
 
 /// The floor over `ranges`: [`touch_pages`] on every page. Returns the

@@ -201,8 +201,16 @@ pub trait PageLayout: Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// measures the cost of one store of a whole struct page.
     fn touched(pfn: Pfn) -> Self;
     /// [`touched`](Self::touched) written to every page of `pages`, the
-    /// first page's PFN `start_pfn`: the store floor's loop.
-    fn touch_all(pages: &mut [Self], start_pfn: Pfn);
+    /// first page's PFN `start_pfn`: the store floor's loop, out of line in
+    /// the section kernel/linker.ld keeps within one 4 KiB page with the
+    /// layouts' `init_all_with_flags`.
+    #[inline(never)]
+    #[unsafe(link_section = ".text.struct_page_loops")]
+    fn touch_all(pages: &mut [Self], start_pfn: Pfn) {
+        for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
+            *page = Self::touched(pfn);
+        }
+    }
     /// True when the page was initialised for `(pfn, zone, nid)`: its link
     /// bits match, or, in a layout that derives zone and node from the
     /// PFN, it has a type init writes.
@@ -497,14 +505,6 @@ impl PageLayout for StructPage {
     #[unsafe(link_section = ".text.struct_page_loops")]
     fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
         init_four_per_turn(pages, flags, refcount);
-    }
-    // The store floor's loop, in the same page as the init loops (above).
-    #[inline(never)]
-    #[unsafe(link_section = ".text.struct_page_loops")]
-    fn touch_all(pages: &mut [Self], start_pfn: Pfn) {
-        for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-            *page = Self::touched(pfn);
-        }
     }
     #[inline]
     fn touched(pfn: Pfn) -> Self {

@@ -110,14 +110,6 @@ impl PageLayout for StructPage32 {
     fn init_all_with_flags(pages: &mut [Self], flags: u64, refcount: i32) {
         crate::page::init_four_per_turn(pages, flags, refcount);
     }
-    // The store floor's loop, in the same page as the init loops (above).
-    #[inline(never)]
-    #[unsafe(link_section = ".text.struct_page_loops")]
-    fn touch_all(pages: &mut [Self], start_pfn: Pfn) {
-        for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-            *page = Self::touched(pfn);
-        }
-    }
     #[inline]
     fn touched(pfn: Pfn) -> Self {
         StructPage32 {

@@ -152,14 +152,6 @@ impl PageLayout for StructPage8 {
         }
         eights.into_remainder().fill(page);
     }
-    // The store floor's loop, in the same page as the init loops (above).
-    #[inline(never)]
-    #[unsafe(link_section = ".text.struct_page_loops")]
-    fn touch_all(pages: &mut [Self], start_pfn: Pfn) {
-        for (pfn, page) in (start_pfn..).zip(pages.iter_mut()) {
-            *page = Self::touched(pfn);
-        }
-    }
     #[inline]
     fn touched(pfn: Pfn) -> Self {
         StructPage8 { memdesc: pfn }

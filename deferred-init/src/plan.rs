@@ -194,6 +194,20 @@ impl NodePlan {
         let windows = self.chunk_windows(chunk);
         (pfn < windows.from(0).end).then_some(chunk)
     }
+    /// The first chunk whose windows end above `pfn` (`nr_chunks()` when
+    /// none does; binary search: chunks ascend by PFN).
+    pub fn first_chunk_ending_above(&self, pfn: Pfn) -> usize {
+        let (mut lo, mut hi) = (0, self.nr_chunks());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.chunk_windows(mid).from(0).end <= pfn {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
     /// Window `w` of chunk `chunk` and the pieces that intersect it.
     pub fn window_pieces(&self, chunk: usize, w: u32) -> (PfnRange, &[Piece]) {
         let window = self.chunk_windows(chunk).window(w);

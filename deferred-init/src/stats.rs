@@ -55,6 +55,10 @@ pub struct NodeStats {
     /// Growth steps that began while another claim of the node (a worker's
     /// or another grower's) was being processed: the races that happened.
     pub nr_contended_growth_steps: u64,
+    /// Reserved pages taken out of the pool before any claim reached them,
+    /// their struct pages written then (HVO's freed vmemmap under
+    /// `ondemand`).
+    pub nr_taken_pages: u64,
     /// First worker start to last worker end (workers that claimed work).
     pub wall_ns: u64,
     /// Every chunk processed.

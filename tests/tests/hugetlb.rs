@@ -289,27 +289,44 @@ fn a_write_beyond_the_kept_page_faults_naming_the_page() {
 /// page it aliases and passes; at 8 bytes a page's struct pages fill one
 /// base page and a line says there is nothing to free. The freed frames
 /// join either free-block store (`buddy=lists`, `buddy=bitmaps`, whose
-/// bitmaps must grow to cover ranges managed late).
+/// bitmaps must grow to cover ranges managed late). With `ondemand` the
+/// frames lie in the untouched pool at the node's top: they are taken out
+/// of it first (their struct pages written then), the line says so, and
+/// the drain that later claims their windows leaves them free.
 #[test]
 fn hvo_frees_the_vmemmap_of_2m_pages_at_each_size() {
     const PAGES: u64 = 64;
-    for (struct_page, freed_per_page, buddy) in [
-        (64u64, 7u64, "lists"),
-        (32, 3, "lists"),
-        (8, 0, "bitmaps"),
-        (64, 7, "bitmaps"),
+    for (struct_page, freed_per_page, buddy, memmap) in [
+        (64u64, 7u64, "lists", "deferred"),
+        (32, 3, "lists", "deferred"),
+        (8, 0, "bitmaps", "deferred"),
+        (64, 7, "bitmaps", "deferred"),
+        (64, 7, "lists", "ondemand"),
+        (32, 3, "bitmaps", "ondemand"),
     ] {
+        let mut args = vec![
+            "hugepagesz=2M".to_string(),
+            format!("hugepages={PAGES}"),
+            "hugetlb_free_vmemmap=on".into(),
+            format!("struct_page={struct_page}"),
+            format!("buddy={buddy}"),
+            format!("memmap={memmap}"),
+        ];
+        if memmap == "ondemand" {
+            // The drain claims the windows the taken frames lie in: it
+            // must leave them as HVO freed them.
+            args.push("ondemand_drain=on".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let b = boot(
             &["-m", "4G", "--nodes", "2"],
-            &[
-                "hugepagesz=2M",
-                &format!("hugepages={PAGES}"),
-                "hugetlb_free_vmemmap=on",
-                &format!("struct_page={struct_page}"),
-                &format!("buddy={buddy}"),
-            ],
+            &args,
             Duration::from_secs(300),
         );
+        let from_pool = b
+            .messages_with("HugeTLB: HVO: the vmemmap of ")
+            .any(|m| m.contains("taken out of the pool first"));
+        assert_eq!(from_pool, memmap == "ondemand", "{}", b.describe());
         assert_eq!(b.summary_json()["buddy_store"].as_str(), Some(buddy));
         assert_eq!(b.run.exit_code, exit_code::OK, "{}", b.describe());
         assert_eq!(b.summary().verify, "ok", "{}", b.describe());

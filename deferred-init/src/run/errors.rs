@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use memmap::NodeId;
+use memmap::{NodeId, Pfn};
 
 use crate::buddy::BuddyError;
 use crate::plan::CpuId;
@@ -22,6 +22,8 @@ pub enum DeferredInitError {
         cpu: CpuId,
         nr_cpus: usize,
     },
+    /// `take_from_pool` was asked for free memory still in the pool.
+    TakesFreeMemory { nid: NodeId, pfn: Pfn },
 }
 
 impl fmt::Display for DeferredInitError {
@@ -39,6 +41,10 @@ impl fmt::Display for DeferredInitError {
             DeferredInitError::NoSuchCpu { worker, cpu, nr_cpus } => write!(
                 f,
                 "worker {worker} is planned on CPU {cpu} but the executor has {nr_cpus} CPUs; build the plan's NodeCpus from the CPUs that are online"
+            ),
+            DeferredInitError::TakesFreeMemory { nid, pfn } => write!(
+                f,
+                "node {nid}: page {pfn:#x} is free memory in the pool, not reserved; only reserved memory can be taken out of the pool (free memory is the allocator's to hand out), a memboot bug"
             ),
         }
     }

@@ -88,6 +88,7 @@ mod errors;
 mod grow;
 mod pool;
 mod report;
+mod taken;
 mod window_init;
 mod workers;
 
@@ -145,6 +146,8 @@ struct NodeRuntime {
     /// Growth steps that began while another claim of the node was being
     /// processed: the grower raced a worker or another grower.
     nr_contended_growth_steps: AtomicU64,
+    /// Pages taken out of the pool ([`DeferredInit::take_from_pool`]).
+    nr_taken_pages: AtomicU64,
 }
 
 impl NodeRuntime {
@@ -166,6 +169,7 @@ impl NodeRuntime {
             nr_grown_windows: AtomicU64::new(0),
             nr_grown_pages: AtomicU64::new(0),
             nr_contended_growth_steps: AtomicU64::new(0),
+            nr_taken_pages: AtomicU64::new(0),
         }
     }
 
@@ -242,6 +246,10 @@ pub struct DeferredInit<'m, B> {
     /// What a test fault does in the claim loop; nothing unless given
     /// ([`DeferredInit::set_claim_hooks`]).
     hooks: &'m dyn ClaimHooks,
+    /// Reserved ranges taken out of the pool, per node, in the order taken
+    /// ([`DeferredInit::take_from_pool`]); `has_taken` says whether any is.
+    taken: spin::Mutex<Vec<(NodeId, PfnRange)>>,
+    has_taken: AtomicBool,
     /// Test-only: called with every range a worker or grower initialises.
     #[cfg(test)]
     pub(crate) init_hook: Option<InitHook>,
@@ -289,6 +297,8 @@ impl<'m, B: MemmapBacking> DeferredInit<'m, B> {
             nodes,
             workers,
             hooks: &NoClaimHooks,
+            taken: spin::Mutex::new(Vec::new()),
+            has_taken: AtomicBool::new(false),
             #[cfg(test)]
             init_hook: None,
         })

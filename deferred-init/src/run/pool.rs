@@ -45,8 +45,9 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
             .is_none_or(|pos| self.nodes[pos].windows_done_total() == self.claimed_windows(pos))
     }
 
-    /// The pool: every deferred piece nobody has claimed, ascending per node
-    /// (O(chunks); reads no struct page). Only stable while nothing claims.
+    /// The pool: every deferred piece nobody has claimed, ascending per node,
+    /// less what was taken out of it (O(chunks); reads no struct page).
+    /// Only stable while nothing claims.
     pub fn pool_pieces(&self) -> impl Iterator<Item = PoolPiece> + '_ {
         self.plan
             .nodes()
@@ -59,9 +60,12 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
                         let windows = plan.chunk_windows(c);
                         let claimed = rt.next[c].load(Ordering::Acquire).min(windows.nr);
                         let untouched = windows.from(claimed);
-                        plan.chunk_pieces(c).iter().filter_map(move |p| {
-                            p.pfns.intersect(&untouched).map(|pfns| PoolPiece {
-                                nid: plan.nid(),
+                        plan.chunk_pieces(c).iter().flat_map(move |p| {
+                            let nid = plan.nid();
+                            let parts = p.pfns.intersect(&untouched);
+                            let parts = parts.map(|r| self.untaken(nid, r));
+                            parts.into_iter().flatten().map(move |pfns| PoolPiece {
+                                nid,
                                 piece: Piece { pfns, ..*p },
                             })
                         })

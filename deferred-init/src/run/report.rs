@@ -61,6 +61,7 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
                     nr_grown_windows: rt.nr_grown_windows.load(Ordering::Relaxed),
                     nr_grown_pages: rt.nr_grown_pages.load(Ordering::Relaxed),
                     nr_contended_growth_steps: rt.nr_contended_growth_steps.load(Ordering::Relaxed),
+                    nr_taken_pages: rt.nr_taken_pages.load(Ordering::Relaxed),
                     wall_ns: match (start, end) {
                         (Some(s), Some(e)) => e.saturating_sub(s),
                         _ => 0,

@@ -39,7 +39,8 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
     /// The one init path of claimed memory: write the struct pages of the
     /// pieces in `window` (of chunk `chunk` of node position `pos`) as the
     /// mode says, and count the window in the chunk's init counter.
-    /// Returns the window's present pages.
+    /// Returns the pages it initialised (present, not taken out of the
+    /// pool before).
     fn init_window(&self, pos: usize, chunk: usize, window: PfnRange, pieces: &[Piece]) -> u64 {
         let nid = self.plan.nodes()[pos].nid();
         let mut nr_pages = 0;
@@ -47,11 +48,24 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
             let Some(r) = p.pfns.intersect(&window) else {
                 continue;
             };
-            nr_pages += r.nr_pages();
-            match self.mode {
-                InitMode::Touch => self.touch_range(r),
-                InitMode::InitOnly => self.init_range(p, r, nid, false),
-                InitMode::InitAndFree => self.init_range(p, r, nid, true),
+            let will_free = match self.mode {
+                InitMode::Touch => {
+                    nr_pages += r.nr_pages();
+                    self.touch_range(r);
+                    continue;
+                }
+                InitMode::InitOnly => false,
+                InitMode::InitAndFree => true,
+            };
+            if p.reserved && self.has_taken() {
+                // Parts of it were taken out of the pool, written then.
+                for part in self.untaken(nid, r) {
+                    nr_pages += part.nr_pages();
+                    self.init_range(p, part, nid, will_free);
+                }
+            } else {
+                nr_pages += r.nr_pages();
+                self.init_range(p, r, nid, will_free);
             }
         }
         self.nodes[pos].initialised[chunk].fetch_add(1, Ordering::Relaxed);
@@ -82,7 +96,7 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
     /// `__init_single_page` over `r` (part of piece `p`), then `PG_reserved`
     /// for reserved pieces or, with `will_free`, `_refcount = 0`.
     #[inline]
-    fn init_range(&self, p: &Piece, r: PfnRange, nid: NodeId, will_free: bool) {
+    pub(super) fn init_range(&self, p: &Piece, r: PfnRange, nid: NodeId, will_free: bool) {
         // SAFETY: `r` is part of a window claimed by this thread (or of the
         // eager ranges, never passed here); no other reference to these
         // struct pages exists until the window is done.

@@ -277,6 +277,44 @@ fn pool_setup_touches_no_struct_page_and_growth_is_one_window_per_step() {
     );
 }
 
+/// [`DeferredInit::take_from_pool`] on the reserved pages of `pfns`: it
+/// takes exactly those of them still in the pool (its count, and the pool
+/// after), and refuses free memory still in the pool.
+fn take(
+    di: &DeferredInit<'_, TestBacking>,
+    ranges: &[DeferredRange],
+    reserved: &[PfnRange],
+    pfns: PfnRange,
+) {
+    let before = PoolCheck::new(di);
+    for r in ranges {
+        let Some(part) = r.pfns.intersect(&pfns) else {
+            continue;
+        };
+        let reserved_parts = reserved.iter().filter_map(|res| res.intersect(&part));
+        for res in reserved_parts {
+            // Reserved ranges may overlap: count against the pool as it is.
+            let now = PoolCheck::new(di);
+            let expected = (res.start..res.end).filter(|&p| now.contains(p)).count() as u64;
+            assert_eq!(di.take_from_pool(r.nid, res), Ok(expected), "{res:?}");
+        }
+        let free_in_pool = (part.start..part.end)
+            .find(|&p| before.contains(p) && !is_reserved_pfn(reserved, p));
+        if let Some(pfn) = free_in_pool {
+            let one = PfnRange::new(pfn, pfn + 1);
+            assert_eq!(
+                di.take_from_pool(r.nid, one),
+                Err(DeferredInitError::TakesFreeMemory { nid: r.nid, pfn })
+            );
+        }
+    }
+    let after = PoolCheck::new(di);
+    for pfn in pfns.start..pfns.end {
+        let in_pool = before.contains(pfn) && !is_reserved_pfn(reserved, pfn);
+        assert_eq!(after.contains(pfn), in_pool, "pfn {pfn:#x}");
+    }
+}
+
 fn arb_world() -> impl Strategy<Value = (Vec<DeferredRange>, Vec<PfnRange>)> {
     // Up to 3 ranges over sections 33..45 with unaligned ends, per node.
     let range = (0u32..2, 33u64..44, 1u64..3, 0u64..3000, 0u64..3000);
@@ -312,6 +350,9 @@ enum Op {
     Alloc { nid: NodeId, order_idx: usize },
     Free { idx: usize },
     Drain { worker: usize },
+    /// Take the reserved pages among `len` pages from `start` out of the
+    /// pool (as HVO takes freed vmemmap frames).
+    Take { start: Pfn, len: u64 },
 }
 
 fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
@@ -320,6 +361,7 @@ fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
             6 => (0u32..2, 0usize..4).prop_map(|(nid, order_idx)| Op::Alloc { nid, order_idx }),
             3 => (0usize..64).prop_map(|idx| Op::Free { idx }),
             1 => (0usize..4).prop_map(|worker| Op::Drain { worker }),
+            1 => (33 * S..45 * S, 1u64..3000).prop_map(|(start, len)| Op::Take { start, len }),
         ],
         1..80,
     )
@@ -361,6 +403,7 @@ proptest! {
                     di.worker_step(worker % nr_workers, &clock).unwrap();
                 }
                 Op::Drain { .. } => {}
+                Op::Take { start, len } => take(&di, &ranges, &reserved, PfnRange::new(start, start + len)),
             }
         }
         check_pool_state(&mm, &di, &ranges, &reserved, &counter, &held);

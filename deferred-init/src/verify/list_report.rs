@@ -239,8 +239,9 @@ pub enum BuddyMismatch {
         pfn: Pfn,
         order: u32,
     },
-    /// Claimed windows vs what the claimants reported initialising: a
-    /// difference means a window was initialised twice, or not at all.
+    /// Pages out of the pool (claimed windows, pages taken out of it) vs
+    /// what the claimants and takers reported initialising: a difference
+    /// means a window was initialised twice, or not at all.
     ClaimedPages {
         nid: NodeId,
         claimed: u64,
@@ -371,7 +372,7 @@ impl fmt::Display for BuddyMismatch {
                 initialised,
             } => write!(
                 f,
-                "verify: node {nid}: {claimed} pages in claimed windows, but claimants initialised {initialised}: a window was initialised twice or not at all"
+                "verify: node {nid}: {claimed} pages out of the pool (claimed windows and pages taken out), but claimants and takers initialised {initialised}: a window was initialised twice or not at all"
             ),
             BuddyMismatch::WindowInits {
                 nid,

@@ -70,8 +70,9 @@ impl PoolCheck {
                 .iter()
                 .find(|(nid, _)| *nid == n.nid)
                 .map_or(0, |(_, p)| *p);
+            // Out of the pool: claimed windows, and pages taken out alone.
             let claimed = n.nr_pages - in_pool;
-            let initialised = n.nr_worker_pages + n.nr_grown_pages;
+            let initialised = n.nr_worker_pages + n.nr_grown_pages + n.nr_taken_pages;
             if claimed != initialised {
                 pool.problems.push(BuddyMismatch::ClaimedPages {
                     nid: n.nid,

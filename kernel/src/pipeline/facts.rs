@@ -108,12 +108,12 @@ impl MmFacts {
     /// Struct pages written so far: the boot CPU's (eager pages and the
     /// hole pages it initialised as reserved), the holes a lazy vmemmap
     /// wrote with their sections, and those of deferred-init workers,
-    /// drain workers and growth (`report`).
+    /// drain workers, growth and pages taken out of the pool (`report`).
     pub fn pages_initialised(&self, report: &DeferredReport) -> u64 {
         let after_boot_cpu: u64 = report
             .nodes
             .iter()
-            .map(|n| n.nr_worker_pages + n.nr_grown_pages)
+            .map(|n| n.nr_worker_pages + n.nr_grown_pages + n.nr_taken_pages)
             .sum();
         self.eager_pages + self.hole_pages + self.hole_pages_on_first_use + after_boot_cpu
     }

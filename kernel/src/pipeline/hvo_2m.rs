@@ -7,17 +7,20 @@
 //! remapped read-only onto it, and the frames they had go back to the
 //! allocator. Those frames are memblock-reserved vmemmap memory (their
 //! struct pages `PG_reserved`), freed as Linux frees bootmem pages: the
-//! allocator manages them from now on ([`BuddyAllocator::manage`]), memblock
-//! forgets them, and [`BuddyAllocator::free_initialised_range`] clears
-//! `PG_reserved` and frees them. The plan is `memmap::hugetlb::hvo_2m`;
-//! here are only the calls.
+//! allocator manages them from now on ([`manage`](deferred_init::BuddyAllocator::manage)), memblock
+//! forgets them, and [`free_initialised_range`](deferred_init::BuddyAllocator::free_initialised_range) clears
+//! `PG_reserved` and frees them. Under `memmap=ondemand` they may still lie
+//! in the pool, their struct pages unwritten: they are taken out of it
+//! first ([`DeferredInit::take_from_pool`]), which writes those. The plan is `memmap::hugetlb::hvo_2m`; here are only the calls.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
 use deferred_init::hugetlb_pool::HugePool;
-use deferred_init::{BuddyAllocator, FreeError, ManageError, ManagedRange, PageAllocator};
+use deferred_init::{
+    DeferredInit, DeferredInitError, FreeError, ManageError, ManagedRange, PageAllocator,
+};
 use memmap::hugetlb::hvo_2m::{self, Plan};
 use memmap::memblock::{Memblock, MemblockError};
 use memmap::page::PageLayout;
@@ -27,7 +30,6 @@ use memmap::{Pfn, PfnRange, ZoneType, PAGE_SHIFT, PAGE_SIZE};
 
 use super::context::Ctx;
 use super::error::PipelineError;
-use super::mode::VmemmapMapping;
 use super::seams::{MapError, VmemmapMapper};
 use super::vmemmap::SectionMapper;
 
@@ -48,6 +50,7 @@ pub enum HvoError {
     Manage(ManageError),
     Free(FreeError),
     Memblock(MemblockError),
+    Pool(DeferredInitError),
     /// A freed frame lies in no memory memblock knows.
     NotMemory {
         pfn: Pfn,
@@ -62,6 +65,7 @@ impl fmt::Display for HvoError {
             HvoError::Manage(e) => write!(f, "{e}"),
             HvoError::Free(e) => write!(f, "freeing the vmemmap pages: {e}"),
             HvoError::Memblock(e) => write!(f, "forgetting the freed vmemmap pages: {e}"),
+            HvoError::Pool(e) => write!(f, "taking the freed vmemmap pages out of the pool: {e}"),
             HvoError::NotMemory { pfn } => write!(
                 f,
                 "the vmemmap page {pfn:#x} lies in no memory memblock knows; a memboot bug, report it with the log"
@@ -78,7 +82,7 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
     cx: &Ctx<'_>,
     sections: &SectionMapper<'_, M>,
     memmap: &Memmap<VmemmapBacking<P>>,
-    buddy: &BuddyAllocator<'_, VmemmapBacking<P>>,
+    di: &DeferredInit<'_, VmemmapBacking<P>>,
     pages: PageAllocator<'_, '_, VmemmapBacking<P>>,
     mb: &mut Memblock,
     layout: &ZoneLayout,
@@ -95,12 +99,6 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
         ));
         return Ok(Hvo2m::default());
     }
-    if cx.mode.vmemmap == VmemmapMapping::OnFirstUse {
-        cx.log.line(format_args!(
-            "HugeTLB: HVO of the 2.00 MiB pages not applied: memmap=ondemand may not have written the struct pages of the vmemmap's own memory yet, so its freed pages could not join the allocator"
-        ));
-        return Ok(Hvo2m::default());
-    }
     let heads: Vec<Pfn> = pool.pages.iter().map(|p| p.pfn).collect();
     let plan = hvo_2m::plan(&memmap.backing().area(), &heads, P::BYTES);
     let Some(tables) = take_tables(&plan, pool, pages, layout) else {
@@ -114,12 +112,17 @@ pub fn run<M: VmemmapMapper, P: PageLayout>(
         .lend_mapper(|mapper| remap(mapper, &plan, &tables))
         .map_err(|e| PipelineError::Hvo(HvoError::Map(e)))?;
     let freed = hvo_2m::freed_frames(&plan, |split| phys[&split]);
-    let freed_pages = give_back(buddy, mb, &freed).map_err(PipelineError::Hvo)?;
+    let given = give_back(di, mb, &freed).map_err(PipelineError::Hvo)?;
+    let freed_pages = given.nr_pages;
     cx.log.line(format_args!(
-        "HugeTLB: HVO: the vmemmap of {} pages of 2.00 MiB remapped onto one kept page each, {} vmemmap mappings split, {} KiB freed to the page allocator",
+        "HugeTLB: HVO: the vmemmap of {} pages of 2.00 MiB remapped onto one kept page each, {} vmemmap mappings split, {} KiB freed to the page allocator{}",
         heads.len(),
         plan.splits.len(),
-        (freed_pages * PAGE_SIZE) >> 10
+        (freed_pages * PAGE_SIZE) >> 10,
+        match given.nr_taken_from_pool {
+            0 => alloc::string::String::new(),
+            n => alloc::format!(" ({n} of them taken out of the pool first)"),
+        }
     ));
     cx.facts
         .record(|f| f.hvo_2m_vmemmap_bytes_freed = freed_pages * PAGE_SIZE);
@@ -195,14 +198,26 @@ fn remap<M: VmemmapMapper>(
     Ok(phys)
 }
 
+/// What [`give_back`] did.
+struct Given {
+    nr_pages: u64,
+    /// Pages taken out of the pool so that their struct pages exist.
+    nr_taken_from_pool: u64,
+}
+
 /// Give the frames of `freed` (ascending PFN runs, no longer mapped) to
-/// the allocator, as Linux frees bootmem pages. Returns the pages freed.
+/// the allocator, as Linux frees bootmem pages, their struct pages first
+/// written if they are still in `di`'s pool. Runs on the boot CPU alone.
 fn give_back<B: memmap::store::MemmapBacking>(
-    buddy: &BuddyAllocator<'_, B>,
+    di: &DeferredInit<'_, B>,
     mb: &mut Memblock,
     freed: &[PfnRange],
-) -> Result<u64, HvoError> {
-    let mut nr_pages = 0;
+) -> Result<Given, HvoError> {
+    let buddy = di.buddy();
+    let mut given = Given {
+        nr_pages: 0,
+        nr_taken_from_pool: 0,
+    };
     for &run in freed {
         let nid = mb
             .memory()
@@ -211,6 +226,7 @@ fn give_back<B: memmap::store::MemmapBacking>(
             .find(|r| r.pfns().start <= run.start && run.end <= r.pfns().end)
             .map(|r| r.nid)
             .ok_or(HvoError::NotMemory { pfn: run.start })?;
+        given.nr_taken_from_pool += di.take_from_pool(nid, run).map_err(HvoError::Pool)?;
         let zone = ZoneType::of_pfn(run.start);
         buddy
             .manage(ManagedRange {
@@ -224,10 +240,10 @@ fn give_back<B: memmap::store::MemmapBacking>(
         // SAFETY: the frames held struct pages of the huge pages' tails,
         // which no mapping names any more (`remap`), and their own struct
         // pages were initialised as reserved memory when memory was made
-        // ready; no one else refers to them, and the allocator owns them
-        // from now on.
+        // ready or just now, taken out of the pool; no one else refers to them,
+        // and the allocator owns them from now on.
         unsafe { buddy.free_initialised_range(run) }.map_err(HvoError::Free)?;
-        nr_pages += run.nr_pages();
+        given.nr_pages += run.nr_pages();
     }
-    Ok(nr_pages)
+    Ok(given)
 }

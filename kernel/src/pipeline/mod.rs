@@ -152,7 +152,7 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
     let huge_2m = hugetlb::run(cx, &memmap, pages, huge, layout, &hvo)?;
     let pool = huge_2m.as_ref();
     let hvo_2m = hvo_2m::run(
-        cx, &sections, &memmap, &buddy, pages, &mut mb, layout, pool, huge.hvo,
+        cx, &sections, &memmap, &di, pages, &mut mb, layout, pool, huge.hvo,
     )?;
     let first_hvo = hvo.first().map(|h| h.huge.pfn);
     cx.faults

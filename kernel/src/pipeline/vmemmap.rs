@@ -203,6 +203,8 @@ impl VmemmapStats {
 /// Map struct pages (of layout `P`) for every present section of `mb`,
 /// node-local; the sections of the 1 GiB pages in `hvo` (ascending) as
 /// HVO maps them (`map_hvo`).
+// Out of line: it opens the profile's `vmemmap` phase.
+#[inline(never)]
 pub fn populate<M: VmemmapMapper, P: PageLayout>(
     mb: &mut Memblock,
     mapper: &mut M,
@@ -483,6 +485,8 @@ impl<'m, M: VmemmapMapper> SectionMapper<'m, M> {
     /// page. The sections of the 1 GiB pages in `hvo` (ascending) are
     /// mapped now, as HVO maps them (`map_hvo`): their struct pages are
     /// written in the huge-page phase, never by first use.
+    // Out of line: it opens the profile's `vmemmap` phase.
+    #[inline(never)]
     pub fn reserve<P: PageLayout>(
         &self,
         mb: &mut Memblock,

@@ -191,6 +191,8 @@ fn alloc_one(
 /// Reserve the 1 GiB pages `request` asks for from `mb` (module docs).
 /// Never fails for lack of room: that is a [`Shortfall`]; an error is a
 /// memblock table that cannot take another region.
+// Out of line: it opens the profile's `vmemmap` phase.
+#[inline(never)]
 pub fn reserve_gigantic(
     mb: &mut Memblock,
     request: &Request,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use memboot_contract::summary::{Summary, SUMMARY_PREFIX};
 
-use crate::phases::{BOOT_CPU, BUDDY_HANDOFF, DEFERRED, FREE_BITMAPS, HUGETLB};
+use crate::phases::{BOOT_CPU, BUDDY_HANDOFF, DEFERRED, FREE_BITMAPS, HUGETLB, VMEMMAP};
 use crate::symbols::Symbols;
 
 const TEXT_LINE: &str = "memboot: image text [";
@@ -44,6 +44,7 @@ pub fn memboot_pages(log: &str, symbols: &Symbols) -> Result<HashMap<String, u64
         (DEFERRED.to_string(), summary.deferred_pages),
         (BOOT_CPU.to_string(), summary.eager_pages),
         (FREE_BITMAPS.to_string(), summary.present_pages),
+        (VMEMMAP.to_string(), summary.present_pages),
         (BUDDY_HANDOFF.to_string(), summary.eager_pages),
         (HUGETLB.to_string(), summary.hugetlb_struct_pages),
     ]))

@@ -86,6 +86,12 @@ pub const TO_READY: &str = "to_ready";
 /// pages (`hugepagesz=1G hugepages=N`) and the 2 MiB pages taken from the
 /// allocator and written so (`hugepagesz=2M`), per struct page written.
 pub const HUGETLB: &str = "hugetlb";
+/// memboot's vmemmap: the struct pages' storage reserved and mapped (at
+/// boot, or reserved for first use), with the 1 GiB pages reserved and
+/// their HVO frames, per present page. Linux 7.3 does the same in its
+/// boot-CPU phase (`mm_core_init_early`); 6.1 and 6.12 do it in
+/// `sparse_init()`, before theirs, counted in no phase.
+pub const VMEMMAP: &str = "vmemmap";
 /// memboot's memory-block creation (`memory_block_lookup=` decides how each
 /// section finds its block), per boot: one call.
 pub const MEMORY_BLOCKS: &str = "memory_blocks";
@@ -189,6 +195,15 @@ const MEMBOOT_PHASES: &[PhaseDef] = &[
         &[
             "memboot_kernel::pipeline::hugetlb::prep_all",
             "memboot_kernel::pipeline::hugetlb::take_pool",
+        ],
+    ),
+    PhaseDef::all(
+        VMEMMAP,
+        &[
+            "memmap::hugetlb::reserve_gigantic",
+            "memmap::hugetlb::hvo::reserve_frames",
+            "memboot_kernel::pipeline::vmemmap::populate",
+            "memboot_kernel::pipeline::vmemmap::SectionMapper<M>::reserve",
         ],
     ),
     PhaseDef {

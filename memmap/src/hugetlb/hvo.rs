@@ -136,6 +136,8 @@ pub fn without_sections(
 /// Reserve the frames HVO needs for `reservation`'s pages at struct pages
 /// of `page_bytes`: one block per node, on that node (node-local as the
 /// vmemmap is), carved in page order.
+// Out of line: it opens the profile's `vmemmap` phase.
+#[inline(never)]
 pub fn reserve_frames(
     mb: &mut Memblock,
     reservation: &Reservation,

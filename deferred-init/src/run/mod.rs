@@ -246,7 +246,7 @@ pub struct DeferredInit<'m, B> {
     /// What a test fault does in the claim loop; nothing unless given
     /// ([`DeferredInit::set_claim_hooks`]).
     hooks: &'m dyn ClaimHooks,
-    /// Reserved ranges taken out of the pool, per node, in the order taken
+    /// Reserved ranges taken out of the pool, sorted by (node, PFN)
     /// ([`DeferredInit::take_from_pool`]); `has_taken` says whether any is.
     taken: spin::Mutex<Vec<(NodeId, PfnRange)>>,
     has_taken: AtomicBool,

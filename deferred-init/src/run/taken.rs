@@ -48,7 +48,11 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
         let mut nr_pages = 0;
         for (p, seg) in taken {
             self.init_range(&p, seg, nid, false);
-            self.taken.lock().push((nid, seg));
+            // Kept sorted by (node, PFN) for `Untaken`'s binary search;
+            // HVO takes its runs ascending, so this appends.
+            let mut all = self.taken.lock();
+            let at = all.partition_point(|(n, t)| (*n, t.start) < (nid, seg.start));
+            all.insert(at, (nid, seg));
             nr_pages += seg.nr_pages();
         }
         // Pairs with the Acquire in `has_taken`: whoever sees the flag sees
@@ -77,7 +81,7 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
 }
 
 /// [`DeferredInit::untaken`]: each step looks up the lowest taken range
-/// left in what remains (taken ranges are few: HVO's freed runs).
+/// left in what remains (a binary search: HVO frees a run per huge page).
 pub(super) struct Untaken<'a, 'm, B> {
     di: &'a DeferredInit<'m, B>,
     nid: NodeId,
@@ -92,12 +96,14 @@ impl<B: MemmapBacking> Iterator for Untaken<'_, '_, B> {
         while self.at < self.r.end {
             let rest = PfnRange::new(self.at, self.r.end);
             let cut = if self.di.has_taken() {
+                // Taken ranges of a node are disjoint and sorted, so by
+                // end too: the first ending above `at` is the one to cut.
                 let taken = self.di.taken.lock();
+                let i = taken.partition_point(|(n, t)| (*n, t.end) <= (self.nid, self.at));
                 taken
-                    .iter()
-                    .filter(|(nid, _)| *nid == self.nid)
-                    .filter_map(|(_, t)| t.intersect(&rest))
-                    .min_by_key(|t| t.start)
+                    .get(i)
+                    .filter(|(n, _)| *n == self.nid)
+                    .and_then(|(_, t)| t.intersect(&rest))
             } else {
                 None
             };

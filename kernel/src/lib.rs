@@ -16,6 +16,7 @@ pub mod image_sizes;
 pub mod logbuf;
 pub mod node_ram;
 pub mod pipeline;
+pub mod pit_edge;
 pub mod pvh_start_info;
 pub mod report;
 pub mod smp_error;

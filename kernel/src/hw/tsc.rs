@@ -8,13 +8,15 @@
 //! mode 0 for a fixed count, gate it on through port 0x61 and count TSC
 //! cycles until OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be
 //! descheduled by a busy host between two polls, which moves the edge we
-//! see; each round therefore keeps bounds on where the edge was, and the
+//! see; each round therefore keeps bounds on where the edge was
+//! (`memboot_kernel::pit_edge`), and the
 //! first tight round (else the tightest) wins. Given `tsc_khz=` (what
 //! run-qemu.sh passes under TCG, the value Linux gets as `tsc_early_khz=`),
 //! nothing is asked or measured.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use memboot_kernel::pit_edge::EdgeBounds;
 use memboot_kernel::tsc_cpuid::TscSource;
 use x86_64::instructions::port::Port;
 
@@ -45,8 +47,8 @@ pub fn entry_tsc() -> u64 {
 }
 
 /// One PIT interval as bounds on its length in TSC cycles: the count starts
-/// between the two TSC reads around the write that arms it, and ends between
-/// the last poll that saw OUT2 low and the first that saw it high.
+/// between the two TSC reads around the write that arms it, and ends where
+/// [`EdgeBounds`] puts OUT2's rise among the polls.
 fn pit_round() -> (u64, u64) {
     let latch = PIT_HZ * ROUND_MS / 1000;
     let mut ctrl = Port::<u8>::new(0x61);
@@ -62,14 +64,15 @@ fn pit_round() -> (u64, u64) {
         let before_start = rdtsc();
         ch2.write((latch >> 8) as u8); // counting starts with the high byte
         let after_start = rdtsc();
-        let mut last_low = after_start;
+        let mut edge = EdgeBounds::new(after_start);
+        let mut before_poll = after_start;
         loop {
             let high = ctrl.read() & 0x20 != 0;
             let now = rdtsc();
-            if high {
-                return (last_low - after_start, now - before_start);
+            if let Some((lo, hi)) = edge.poll(before_poll, high, now) {
+                return (lo - after_start, hi - before_start);
             }
-            last_low = now;
+            before_poll = now;
         }
     }
 }

@@ -178,21 +178,10 @@ impl NodePlan {
         };
         start as usize..self.zone_chunk_end[z] as usize
     }
-    /// The chunk whose windows hold `pfn`, if any (binary search: chunks
-    /// ascend by PFN).
+    /// The chunk whose windows hold `pfn`, if any.
     pub fn chunk_of(&self, pfn: Pfn) -> Option<usize> {
-        let (mut lo, mut hi) = (0, self.nr_chunks());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.chunk_windows(mid).base <= pfn {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let chunk = lo.checked_sub(1)?;
-        let windows = self.chunk_windows(chunk);
-        (pfn < windows.from(0).end).then_some(chunk)
+        let chunk = self.first_chunk_ending_above(pfn);
+        (chunk < self.nr_chunks() && self.chunk_windows(chunk).base <= pfn).then_some(chunk)
     }
     /// The first chunk whose windows end above `pfn` (`nr_chunks()` when
     /// none does; binary search: chunks ascend by PFN).

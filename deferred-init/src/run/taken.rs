@@ -45,19 +45,24 @@ impl<B: MemmapBacking> DeferredInit<'_, B> {
                 taken.extend(self.untaken(nid, r).map(|seg| (*p, seg)));
             }
         }
-        let mut nr_pages = 0;
-        for (p, seg) in taken {
-            self.init_range(&p, seg, nid, false);
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        for (p, seg) in &taken {
+            self.init_range(p, *seg, nid, false);
+        }
+        let mut all = self.taken.lock();
+        for &(_, seg) in &taken {
             // Kept sorted by (node, PFN) for `Untaken`'s binary search;
             // HVO takes its runs ascending, so this appends.
-            let mut all = self.taken.lock();
             let at = all.partition_point(|(n, t)| (*n, t.start) < (nid, seg.start));
             all.insert(at, (nid, seg));
-            nr_pages += seg.nr_pages();
         }
+        drop(all);
         // Pairs with the Acquire in `has_taken`: whoever sees the flag sees
         // the ranges (they are read under the lock anyway).
         self.has_taken.store(true, Ordering::Release);
+        let nr_pages = taken.iter().map(|(_, seg)| seg.nr_pages()).sum();
         rt.nr_taken_pages.fetch_add(nr_pages, Ordering::Relaxed);
         Ok(nr_pages)
     }

@@ -7,11 +7,14 @@
 //! remapped read-only onto it, and the frames they had go back to the
 //! allocator. Those frames are memblock-reserved vmemmap memory (their
 //! struct pages `PG_reserved`), freed as Linux frees bootmem pages: the
-//! allocator manages them from now on ([`manage`](deferred_init::BuddyAllocator::manage)), memblock
-//! forgets them, and [`free_initialised_range`](deferred_init::BuddyAllocator::free_initialised_range) clears
-//! `PG_reserved` and frees them. Under `memmap=ondemand` they may still lie
-//! in the pool, their struct pages unwritten: they are taken out of it
-//! first ([`DeferredInit::take_from_pool`]), which writes those. The plan is `memmap::hugetlb::hvo_2m`; here are only the calls.
+//! allocator manages them from now on
+//! ([`manage`](deferred_init::BuddyAllocator::manage)), memblock forgets
+//! them, and
+//! [`free_initialised_range`](deferred_init::BuddyAllocator::free_initialised_range)
+//! clears `PG_reserved` and frees them. Under `memmap=ondemand` they may
+//! still lie in the pool, their struct pages unwritten: they are taken out
+//! of it first ([`DeferredInit::take_from_pool`]), which writes those. The
+//! plan is `memmap::hugetlb::hvo_2m`; here are only the calls.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;

@@ -58,7 +58,9 @@ pub fn run<'m, B: MemmapBacking>(
     let (buddy, free_bitmaps_ns) = cx.timed(Phase::FreeBitmaps, || {
         BuddyAllocator::with_store(
             memmap,
-            plan.managed_ranges().chain(outcome.eager.iter().copied()),
+            // Each node's eager ranges lie below its deferred ones: in
+            // this order the ranges come nearly sorted.
+            outcome.eager.iter().copied().chain(plan.managed_ranges()),
             zone_spans(layout),
             cx.opts.buddy_store(),
         )

@@ -98,10 +98,16 @@ boot_elf=$image_dir/memboot-kernel.elf
 build_kernel() {
     # `cargo kbuild` is the alias in .cargo/config.toml (target, profile, target dir).
     (cd "$ROOT" && cargo kbuild -q) || die_setup "kernel build failed"
-    if [ ! "$boot_elf" -nt "$kernel_elf" ]; then
+    # The copy records which ELF it was made from (inode, size, mtime): cargo
+    # can hand back an artifact it built earlier (a change reverted), older
+    # than the copy, so "is the ELF newer" alone would boot a stale kernel.
+    local from
+    from=$(stat -c '%i %s %Y' "$kernel_elf") || die_setup "no kernel ELF at $kernel_elf after the build"
+    if [ ! -f "$boot_elf" ] || [ "$(cat "$boot_elf.from" 2>/dev/null)" != "$from" ]; then
         local objcopy
         objcopy="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-objcopy"
         "$objcopy" --strip-debug "$kernel_elf" "$boot_elf.tmp" && mv "$boot_elf.tmp" "$boot_elf" \
+            && printf '%s\n' "$from" > "$boot_elf.from" \
             || die_setup "stripping the kernel ELF failed ($objcopy, from the llvm-tools component)"
     fi
 }

@@ -9,8 +9,8 @@
 //! cycles until OUT2 (port 0x61 bit 5) rises. Under TCG the vCPU can be
 //! descheduled by a busy host between two polls, which moves the edge we
 //! see; each round therefore keeps bounds on where the edge was
-//! (`memboot_kernel::pit_edge`), and the
-//! first tight round (else the tightest) wins. Given `tsc_khz=` (what
+//! (`memboot_kernel::pit_edge`), and the first tight round (else the
+//! tightest) wins. Given `tsc_khz=` (what
 //! run-qemu.sh passes under TCG, the value Linux gets as `tsc_early_khz=`),
 //! nothing is asked or measured.
 

@@ -43,13 +43,13 @@ pub fn run<B: MemmapBacking>(
     let report = run_workers(di, cx.executor, cx.clock, &make_blocks)?;
     // The boot CPU is back from its wait for the workers: memory init no
     // longer blocks the boot (Linux: page_alloc_init_late() returns).
-    let joined_ns = cx.clock.now_ns();
+    if cx.mode.has_allocator() {
+        cx.facts.memory_ready(cx.clock);
+        // A vmemmap mapped at boot writes no hole on first use.
+        cx.facts.written_at_ready(&report, 0);
+    }
     log_lines(cx.log, &report);
     record(cx, &report, layout);
-    if cx.mode.has_allocator() {
-        // A vmemmap mapped at boot writes no hole on first use.
-        cx.facts.memory_ready(joined_ns, &report, 0);
-    }
     created
         .into_inner()
         .expect("the boot CPU's job created the memory blocks")

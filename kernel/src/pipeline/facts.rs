@@ -9,7 +9,7 @@ use core::ops::{Deref, DerefMut};
 use memmap::page::MAX_NUMNODES;
 use memmap::NodeId;
 
-use deferred_init::DeferredReport;
+use deferred_init::{Clock, DeferredReport};
 
 use memmap::MAX_ORDER;
 
@@ -187,14 +187,23 @@ impl Facts {
         });
     }
 
-    /// Memory is ready at `now_ns` (the definition: [`Summary::allocatable_ns`]),
-    /// with the struct pages `report` says were written by then, and the
-    /// `holes_on_first_use` a lazy vmemmap had written. Never inlined: its
-    /// first instruction ends the instruction profile's `to_ready` phase.
+    /// Memory is ready now (the definition: [`Summary::allocatable_ns`]):
+    /// stamped from `clock` and returned. Never inlined, and the clock is
+    /// read first thing inside: its first instruction ends the instruction
+    /// profile's `to_ready` phase, so what that phase and
+    /// `tests/first-run-code.sh` count is what the stamp times.
     #[inline(never)]
-    pub fn memory_ready(&self, now_ns: u64, report: &DeferredReport, holes_on_first_use: u64) {
+    pub fn memory_ready(&self, clock: &dyn Clock) -> u64 {
+        let now_ns = clock.now_ns();
+        self.record(|f| f.allocatable_ns = now_ns);
+        now_ns
+    }
+
+    /// The struct pages written by the time memory was ready: those
+    /// `report` counts and the `holes_on_first_use` a lazy vmemmap had
+    /// written.
+    pub fn written_at_ready(&self, report: &DeferredReport, holes_on_first_use: u64) {
         self.record(|f| {
-            f.allocatable_ns = now_ns;
             f.hole_pages_on_first_use = holes_on_first_use;
             f.pages_initialised_at_allocatable = f.pages_initialised(report);
         });

@@ -20,10 +20,10 @@ pub fn run<P: PageLayout>(
     memmap: &Memmap<VmemmapBacking<P>>,
     mb: &Memblock,
 ) -> Result<Created, PipelineError> {
-    let now = cx.clock.now_ns();
+    let now = cx.facts.memory_ready(cx.clock);
     let report = di.report();
     let holes = memmap.backing().hole_pages_on_first_use();
-    cx.facts.memory_ready(now, &report, holes);
+    cx.facts.written_at_ready(&report, holes);
     let windows: u64 = report.nodes.iter().map(|n| n.nr_windows).sum();
     cx.log.line(format_args!(
         "ondemand: {} pages in {} block windows of {} nodes handed to the allocator untouched; every page allocatable at {} us",

@@ -20,7 +20,7 @@ use super::qemu::marker_socket;
 use super::qemu_binary::{self, Version};
 use super::quote::{quote, quote_words};
 use super::stop::{exit, note, Stop};
-use super::{cpu_time, host_state};
+use super::{cpu_time, host_kernel, host_state};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.
@@ -348,12 +348,13 @@ fn run_tapped(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin, markers);
+    let counters_before = host_kernel::Counters::read();
     let tap = Command::new(paths.tool("memboot-tap"))
         .env(crate::tap::CLOCK_ORIGIN_ENV, origin_epoch_ns.to_string())
         .arg("--log")
         .arg(log)
         .arg("--")
-        .args(["/usr/bin/time", "-f", "%M %R", "-o"])
+        .args(["/usr/bin/time", "-f", "%M %R %U %S", "-o"])
         .arg(&time_file)
         .args(["timeout", "--kill-after=10", &timeout_s.to_string()])
         .args(qemu)
@@ -372,6 +373,9 @@ fn run_tapped(
     let samples = sampler.finish();
     host_state::record_exit();
     report_time(&time_file, log);
+    if let (Some(before), Some(after)) = (counters_before, host_kernel::Counters::read()) {
+        note_and_log(log, &after.line_since(&before));
+    }
     for line in cpu_time::report(&samples, log) {
         note_and_log(log, &line);
     }
@@ -567,6 +571,11 @@ fn report_time(time_file: &Path, log: &Path) {
     }
     if let Some(faults) = number(figures.next()) {
         note_and_log(log, &format!("host minor page faults {faults} (QEMU's)"));
+    }
+    if let (Some(user), Some(system)) = (figures.next(), figures.next()) {
+        if let Some(line) = host_kernel::cpu_line(user, system) {
+            note_and_log(log, &line);
+        }
     }
 }
 

@@ -17,6 +17,9 @@ pub const PORT: u16 = 0xe9;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum HostMarker {
+    /// The kernel was entered (its first instruction after the TSC stamp
+    /// every timestamp counts from), on either entry path.
+    Entered = 0xb0,
     /// Every AP that was planned came up and settled (ran its first job or
     /// halted): the `smp: bring-up ended` instant. Not written when an AP
     /// failed to come up.
@@ -34,6 +37,7 @@ impl HostMarker {
     /// The marker a byte read from the port names, if any.
     pub const fn from_byte(byte: u8) -> Option<HostMarker> {
         match byte {
+            0xb0 => Some(HostMarker::Entered),
             0xb1 => Some(HostMarker::BringupEnded),
             0xb2 => Some(HostMarker::MemoryReady),
             _ => None,
@@ -43,6 +47,7 @@ impl HostMarker {
     /// Its name in the host's lines.
     pub const fn name(self) -> &'static str {
         match self {
+            HostMarker::Entered => "entry",
             HostMarker::BringupEnded => "bring-up ended",
             HostMarker::MemoryReady => "memory ready",
         }
@@ -55,13 +60,18 @@ mod tests {
 
     #[test]
     fn each_marker_reads_back_from_its_byte_and_nothing_else_does() {
-        for m in [HostMarker::BringupEnded, HostMarker::MemoryReady] {
+        let all = [
+            HostMarker::Entered,
+            HostMarker::BringupEnded,
+            HostMarker::MemoryReady,
+        ];
+        for m in all {
             assert_eq!(HostMarker::from_byte(m.byte()), Some(m));
         }
         let named = (0..=255u8)
             .filter(|&b| HostMarker::from_byte(b).is_some())
             .count();
-        assert_eq!(named, 2);
+        assert_eq!(named, all.len());
         assert!((0..0x80u8).all(|b| HostMarker::from_byte(b).is_none()));
     }
 }

@@ -22,10 +22,11 @@ use memboot_kernel::pvh_start_info::{
     MEMMAP_ENTRY_BYTES, START_INFO_BYTES,
 };
 
+use memboot_contract::host_marker::HostMarker;
 use memboot_kernel::boot_error::BootError;
 
 use crate::hw::boot::{self, Entry, Handoff};
-use crate::hw::{image, interrupts, serial, tsc};
+use crate::hw::{host_marker, image, interrupts, serial, tsc};
 
 /// The early stack, for [`pvh_main`] until it switches to the guard-paged
 /// one.
@@ -218,6 +219,7 @@ fn write_page_tables(layout: &Layout) -> u64 {
 /// From `pvh_start32`, on the early stack, with the stub's tables.
 extern "C" fn pvh_main(start_info_phys: u64) -> ! {
     tsc::mark_entry();
+    host_marker::tell(HostMarker::Entered);
     serial::init();
     boot::entry_line(Entry::Pvh);
     interrupts::init(boot::fail);

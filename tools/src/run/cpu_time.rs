@@ -7,17 +7,20 @@
 //! `/proc/PID/task/TID/schedstat` gives each thread's time on a CPU in ns.
 //! A thread of this tool samples them every [`SAMPLE_MS`] while QEMU runs
 //! (its threads are gone once it exits), each sample stamped with the time
-//! since QEMU started. memboot also tells the host two instants on a debug
-//! port ([`super::markers`]): when bring-up ended (the last planned AP ran
-//! its first job or halted) and when memory is ready. The sampler takes a
-//! sample the moment each arrives, tagged with it ([`Sample::marker`]),
-//! and between the two samples every [`FAST_SAMPLE_MS`] ([`Pace`]): only
+//! since QEMU started. memboot also tells the host three instants on a debug
+//! port ([`super::markers`]): its entry, when bring-up ended (the last
+//! planned AP ran its first job or halted) and when memory is ready. The
+//! sampler takes a sample the moment each arrives, tagged with it
+//! ([`Sample::marker`]), and between the last two every [`FAST_SAMPLE_MS`] ([`Pace`]): only
 //! the boot vCPU runs then, so the reads take no host time a vCPU wanted,
 //! and a window only a few sample intervals long holds a sample about
 //! every [`FAST_SAMPLE_MS`] of it (the reads and the wake-up stretch it a
 //! little) instead of fewer than two.
 //!
-//! After the boot, three windows ([`report_text`]). The whole boot. From
+//! After the boot, four windows ([`report_text`]). The whole boot. From
+//! entry to memory ready, between the two markers' samples, with what the
+//! boot vCPU did in it: ran, or waited runnable for a host CPU
+//! (`schedstat`'s second field). From
 //! the last CPU up to memory ready: the guest's log says when its last CPU
 //! came up (memboot's last `smpboot: CPU n … up` line, Linux's `smp:
 //! Brought up`), which with the entry latency the serial tap measured is a
@@ -75,6 +78,9 @@ pub struct ThreadTime {
     /// Its name (`comm`): `CPU 3/TCG` for a vCPU.
     pub name: String,
     pub cpu_ns: u64,
+    /// Its time runnable but waiting for a host CPU (`schedstat`'s second
+    /// field): what the host's other work took from it.
+    pub wait_ns: u64,
 }
 
 /// QEMU's threads at one instant.
@@ -103,13 +109,15 @@ pub fn read_threads(pid: u32) -> Option<Vec<ThreadTime>> {
         let (Some(name), Some(stat)) = (read("comm"), read("schedstat")) else {
             continue; // the thread ended meanwhile
         };
-        let Some(cpu_ns) = stat.split_whitespace().next().and_then(|n| n.parse().ok()) else {
+        let mut fields = stat.split_whitespace().map(|n| n.parse().ok());
+        let (Some(Some(cpu_ns)), Some(Some(wait_ns))) = (fields.next(), fields.next()) else {
             continue;
         };
         threads.push(ThreadTime {
             tid,
             name: name.trim_end().to_string(),
             cpu_ns,
+            wait_ns,
         });
     }
     Some(threads)
@@ -141,7 +149,7 @@ impl Pace {
             HostMarker::BringupEnded if !self.ready => {
                 self.fast_until = Some(now + Duration::from_millis(FAST_BOUND_MS));
             }
-            HostMarker::BringupEnded => {}
+            HostMarker::BringupEnded | HostMarker::Entered => {}
             HostMarker::MemoryReady => {
                 self.ready = true;
                 self.fast_until = None;
@@ -219,6 +227,9 @@ pub struct Window {
     /// Each thread's CPU time in it, by thread name (threads of one name
     /// summed), ns.
     pub usage: BTreeMap<String, u64>,
+    /// Each thread's time runnable but waiting for a host CPU in it, the
+    /// same way.
+    pub waits: BTreeMap<String, u64>,
     /// Its first and last sample's start, ns since QEMU started.
     pub from_ns: u64,
     pub to_ns: u64,
@@ -266,18 +277,21 @@ pub fn usage_between(samples: &[Sample], from_ns: u64, to_ns: u64) -> Option<Win
     if last.at_ns <= first.at_ns {
         return None;
     }
-    let before: BTreeMap<u32, u64> = first.threads.iter().map(|t| (t.tid, t.cpu_ns)).collect();
+    let before: BTreeMap<u32, &ThreadTime> = first.threads.iter().map(|t| (t.tid, t)).collect();
     let mut latest: BTreeMap<u32, &ThreadTime> = BTreeMap::new();
     for t in samples[start..=end].iter().flat_map(|s| &s.threads) {
         latest.insert(t.tid, t);
     }
-    let mut usage = BTreeMap::new();
+    let (mut usage, mut waits) = (BTreeMap::new(), BTreeMap::new());
     for t in latest.values() {
-        let used = t.cpu_ns - before.get(&t.tid).copied().unwrap_or(0).min(t.cpu_ns);
-        *usage.entry(t.name.clone()).or_insert(0) += used;
+        let earlier = before.get(&t.tid);
+        let since = |now: u64, then: Option<u64>| now - then.unwrap_or(0).min(now);
+        *usage.entry(t.name.clone()).or_insert(0) += since(t.cpu_ns, earlier.map(|e| e.cpu_ns));
+        *waits.entry(t.name.clone()).or_insert(0) += since(t.wait_ns, earlier.map(|e| e.wait_ns));
     }
     Some(Window {
         usage,
+        waits,
         from_ns: first.at_ns,
         to_ns: last.at_ns,
         samples: end - start + 1,
@@ -348,6 +362,34 @@ pub fn usage_line(what: &str, w: &Window) -> String {
     )
 }
 
+/// The window from the guest's entry marker to its memory-ready marker
+/// (samples taken at each): the usage line, and what the boot vCPU did in
+/// it: ran, or waited runnable for a host CPU. Before memory is ready the
+/// boot CPU works alone (`ondemand`) or first (the worker modes), so a
+/// slow round whose vCPU 0 ran the whole window was slow in QEMU's work for
+/// it (translating code run for the first time, faulting memory in), and
+/// one whose vCPU 0 waited lost that time to the host's other work. `None`
+/// without both markers (Linux writes none).
+fn entry_to_ready_line(samples: &[Sample]) -> Option<String> {
+    let at = |m| samples.iter().find(|s| s.marker == Some(m));
+    let (entered, ready) = (at(HostMarker::Entered)?, at(HostMarker::MemoryReady)?);
+    let w = usage_between(samples, entered.at_ns, ready.done_ns)?;
+    let boot_cpu = |m: &BTreeMap<String, u64>| -> u64 {
+        m.iter()
+            .filter(|(name, _)| vcpu_index(name) == Some(0))
+            .map(|(_, &ns)| ns)
+            .sum()
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    Some(format!(
+        "{}; vCPU 0 ran {:.1} ms and waited {:.1} ms for a host CPU, of the window's {:.1} ms",
+        usage_line("from entry to memory ready", &w),
+        ms(boot_cpu(&w.usage)),
+        ms(boot_cpu(&w.waits)),
+        ms(w.to_ns - w.from_ns)
+    ))
+}
+
 /// `[    s.micros] message` → (µs, message).
 fn stamped(line: &str) -> Option<(u64, &str)> {
     let rest = line.strip_prefix('[')?;
@@ -415,6 +457,9 @@ pub fn report_text(samples: &[Sample], text: &str) -> Vec<String> {
     if let Some(w) = usage_between(samples, 0, u64::MAX) {
         lines.push(usage_line("whole boot", &w));
     }
+    if let Some(line) = entry_to_ready_line(samples) {
+        lines.push(line);
+    }
     // The tap's instants count from when it started QEMU, a little after
     // the sampler's origin: moved onto the sampler's clock.
     let offset_us = crate::tap::clock_offset_us(text).unwrap_or(0);
@@ -453,6 +498,7 @@ mod tests {
             tid,
             name: name.into(),
             cpu_ns: ms * 1_000_000,
+            wait_ns: 0,
         }
     }
 
@@ -578,16 +624,19 @@ mod tests {
                     tid: 1,
                     name: "qemu-system-x86".into(),
                     cpu_ns: 3_000_000,
+                    wait_ns: 0,
                 },
                 ThreadTime {
                     tid: 2,
                     name: "CPU 0/TCG".into(),
                     cpu_ns: at_us * 1000,
+                    wait_ns: 0,
                 },
                 ThreadTime {
                     tid: 3,
                     name: "CPU 1/TCG".into(),
                     cpu_ns: ap_us * 1000,
+                    wait_ns: 0,
                 },
             ],
         }
@@ -689,6 +738,46 @@ mod tests {
             after.contains("(0.114–0.115 s after QEMU started; shorter than two samples, so 0.4 ms past its end; the first at the guest's bring-up ended marker, the last at the guest's memory ready marker): 0.9 ms; vCPU 0 100.0 %, the other 1 vCPUs 0.0 %"),
             "{after}"
         );
+    }
+
+    #[test]
+    fn entry_to_ready_says_what_the_boot_vcpu_ran_and_waited() {
+        // Entry marker at 51 ms, ready marker at 116 ms; between them the
+        // boot vCPU ran 40 ms and waited 25 ms runnable.
+        let boot_cpu = |at_us: u64, ran_ms: u64, waited_ms: u64, marker| Sample {
+            at_ns: at_us * 1000,
+            done_ns: at_us * 1000,
+            marker,
+            threads: vec![ThreadTime {
+                wait_ns: waited_ms * 1_000_000,
+                ..t(2, "CPU 0/TCG", ran_ms)
+            }],
+        };
+        let samples = vec![
+            boot_cpu(40_000, 1, 0, None),
+            boot_cpu(51_000, 2, 1, Some(HostMarker::Entered)),
+            boot_cpu(90_000, 20, 10, None),
+            boot_cpu(116_000, 42, 26, Some(HostMarker::MemoryReady)),
+            boot_cpu(126_000, 50, 26, None),
+        ];
+        let lines = report_text(&samples, LOG);
+        let entry = line(&lines, "from entry to memory ready").unwrap();
+        assert!(
+            entry.starts_with("host CPU time from entry to memory ready (0.051–0.116 s after QEMU started; 3 samples; the first at the guest's entry marker, the last at the guest's memory ready marker): 40.0 ms; vCPU 0 100.0 %"),
+            "{entry}"
+        );
+        assert!(
+            entry.ends_with(
+                "; vCPU 0 ran 40.0 ms and waited 25.0 ms for a host CPU, of the window's 65.0 ms"
+            ),
+            "{entry}"
+        );
+        // Without the entry marker (Linux, or a kernel before it), no line.
+        let unmarked: Vec<Sample> = samples
+            .into_iter()
+            .filter(|s| s.marker != Some(HostMarker::Entered))
+            .collect();
+        assert!(line(&report_text(&unmarked, LOG), "from entry to memory ready").is_none());
     }
 
     #[test]

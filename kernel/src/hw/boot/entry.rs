@@ -5,12 +5,13 @@
 use bootloader_api::config::{BootloaderConfig, Mapping};
 use bootloader_api::info::MemoryRegionKind;
 use bootloader_api::BootInfo;
+use memboot_contract::host_marker::HostMarker;
 use memboot_kernel::boot_error::BootError;
 
 use super::finish::{fail, fail_early};
 use super::flow::start;
 use super::handoff::{entry_line, keep_handoff, Entry, Handoff};
-use crate::hw::{interrupts, serial, tsc};
+use crate::hw::{host_marker, interrupts, serial, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
 /// tables and, later, to build the vmemmap); a 1 MiB boot stack.
@@ -26,6 +27,7 @@ bootloader_api::entry_point!(bootloader_main, config = &BOOTLOADER_CONFIG);
 /// From rust-osdev/bootloader, in long mode on its page tables and stack.
 fn bootloader_main(boot_info: &'static mut BootInfo) -> ! {
     tsc::mark_entry();
+    host_marker::tell(HostMarker::Entered);
     serial::init();
     let uefi = boot_info
         .memory_regions

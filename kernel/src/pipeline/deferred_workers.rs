@@ -50,6 +50,7 @@ pub fn run<B: MemmapBacking>(
     }
     log_lines(cx.log, &report);
     record(cx, &report, layout);
+    cx.log.memory_ready();
     created
         .into_inner()
         .expect("the boot CPU's job created the memory blocks")

@@ -145,7 +145,6 @@ fn run_memmap<M: VmemmapMapper, P: PageLayout>(
         Deferral::Workers => deferred_workers::run(cx, &di, &mb, layout)?,
         Deferral::Pool => ondemand_pool::run(cx, &di, &memmap, &mb)?,
     };
-    cx.log.memory_ready();
     start(StartCpus::WhenMemoryReady)?;
     online(StartCpus::WhenMemoryReady)?;
     memory_blocks::run(cx, blocks, pages, &di, layout);

@@ -32,6 +32,9 @@ pub fn run<P: PageLayout>(
         di.plan().nodes().len(),
         now / 1000
     ));
+    // Before the memory blocks, which at 59T take the boot CPU a while:
+    // the host's memory-ready marker goes with the console's let-go.
+    cx.log.memory_ready();
     memory_blocks::create_timed(
         mb,
         cx.opts.memory_block_size,

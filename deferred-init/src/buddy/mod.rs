@@ -692,8 +692,6 @@ impl<'m, B: MemmapBacking> BuddyAllocator<'m, B> {
     }
 }
 
-/// The range of sorted, disjoint `ranges` holding `pfn`, and its slot.
-#[inline]
 /// Sort the managed ranges by first PFN. A few per node, nearly in order
 /// (each owner's ranges come ascending), so an insertion sort: its loop is
 /// a few instructions, where the library's sort runs some 500 for the
@@ -709,6 +707,8 @@ fn sort_by_start(v: &mut [ManagedRange]) {
     }
 }
 
+/// The range of sorted, disjoint `ranges` holding `pfn`, and its slot.
+#[inline]
 fn find_range(ranges: &[(PfnRange, u32)], pfn: Pfn) -> Option<(PfnRange, usize)> {
     let i = ranges.partition_point(|(r, _)| r.start <= pfn);
     let (r, s) = *ranges.get(i.checked_sub(1)?)?;

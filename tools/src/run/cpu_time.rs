@@ -11,11 +11,14 @@
 //! port ([`super::markers`]): its entry, when bring-up ended (the last
 //! planned AP ran its first job or halted) and when memory is ready. The
 //! sampler takes a sample the moment each arrives, tagged with it
-//! ([`Sample::marker`]), and between the last two every [`FAST_SAMPLE_MS`] ([`Pace`]): only
-//! the boot vCPU runs then, so the reads take no host time a vCPU wanted,
-//! and a window only a few sample intervals long holds a sample about
+//! ([`Sample::marker`]), and between the last two every [`FAST_SAMPLE_MS`] ([`Pace`]),
+//! so a window only a few sample intervals long holds a sample about
 //! every [`FAST_SAMPLE_MS`] of it (the reads and the wake-up stretch it a
-//! little) instead of fewer than two.
+//! little) instead of fewer than two. With deferred init the APs work in
+//! that stretch too, every vCPU on a host CPU of its own on a host with
+//! as many: a sample is a read of each thread's open `schedstat`
+//! ([`ThreadReader`]), a few microseconds, so that the host CPU it takes
+//! from a working vCPU stays small.
 //!
 //! After the boot, four windows ([`report_text`]). The whole boot. From
 //! entry to memory ready, between the two markers' samples, with what the
@@ -96,36 +99,120 @@ pub struct Sample {
     pub marker: Option<HostMarker>,
 }
 
-/// Every thread of process `pid`, if it still runs.
-pub fn read_threads(pid: u32) -> Option<Vec<ThreadTime>> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut threads = Vec::new();
-    for entry in dir.flatten() {
-        let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
-            continue;
-        };
-        let path = entry.path();
-        let read = |f: &str| std::fs::read_to_string(path.join(f)).ok();
-        let (Some(name), Some(stat)) = (read("comm"), read("schedstat")) else {
-            continue; // the thread ended meanwhile
-        };
-        let mut fields = stat.split_whitespace().map(|n| n.parse().ok());
-        let (Some(Some(cpu_ns)), Some(Some(wait_ns))) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        threads.push(ThreadTime {
-            tid,
-            name: name.trim_end().to_string(),
-            cpu_ns,
-            wait_ns,
-        });
+/// Reads a process's threads' times, cheaply enough to run every
+/// [`FAST_SAMPLE_MS`] beside busy vCPUs: each thread's `schedstat` stays
+/// open and is read again from its start (`/proc`'s files are regenerated
+/// then); the task directory is listed, and new threads opened, only every
+/// [`SAMPLE_MS`]. Listing it and opening two files a thread every sample
+/// took ~70 µs a sample against ~5 µs so, and at one sample a millisecond
+/// during deferred init the workers lost that much of their host CPUs
+/// (`tests/bench-results/sampler-cost/notes.md`).
+pub struct ThreadReader {
+    pid: u32,
+    threads: BTreeMap<u32, OpenThread>,
+    listed_at: Option<Instant>,
+}
+
+struct OpenThread {
+    name: String,
+    schedstat: std::fs::File,
+}
+
+impl ThreadReader {
+    pub fn new(pid: u32) -> Self {
+        ThreadReader {
+            pid,
+            threads: BTreeMap::new(),
+            listed_at: None,
+        }
     }
-    Some(threads)
+
+    /// Every thread's times now; `None` once the process is gone.
+    pub fn read(&mut self) -> Option<Vec<ThreadTime>> {
+        let due = self
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_millis(SAMPLE_MS));
+        if due {
+            self.list()?;
+        }
+        let mut threads = Vec::with_capacity(self.threads.len());
+        let mut ended = Vec::new();
+        let mut buf = [0u8; 128];
+        for (&tid, t) in &self.threads {
+            use std::os::unix::fs::FileExt;
+            let Some((cpu_ns, wait_ns)) = t
+                .schedstat
+                .read_at(&mut buf, 0)
+                .ok()
+                .and_then(|n| parse_schedstat(&buf[..n]))
+            else {
+                ended.push(tid);
+                continue;
+            };
+            threads.push(ThreadTime {
+                tid,
+                name: t.name.clone(),
+                cpu_ns,
+                wait_ns,
+            });
+        }
+        for tid in ended {
+            self.threads.remove(&tid);
+        }
+        if threads.is_empty() && !due {
+            // Every thread ended: the process may be gone.
+            self.list()?;
+        }
+        Some(threads)
+    }
+
+    /// List the task directory: open threads not seen before, and read the
+    /// name again of those still named as the process (QEMU names a thread
+    /// just after starting it).
+    fn list(&mut self) -> Option<()> {
+        let dir = std::fs::read_dir(format!("/proc/{}/task", self.pid)).ok()?;
+        self.listed_at = Some(Instant::now());
+        let process_name = std::fs::read_to_string(format!("/proc/{}/comm", self.pid)).ok()?;
+        let process_name = process_name.trim_end();
+        for entry in dir.flatten() {
+            let Some(tid) = entry.file_name().to_str().and_then(|t| t.parse().ok()) else {
+                continue;
+            };
+            let path = entry.path();
+            let unnamed = |t: &OpenThread| t.name == process_name && tid != self.pid;
+            if self.threads.get(&tid).is_some_and(|t| !unnamed(t)) {
+                continue;
+            }
+            let (Ok(name), Ok(schedstat)) = (
+                std::fs::read_to_string(path.join("comm")),
+                std::fs::File::open(path.join("schedstat")),
+            ) else {
+                continue; // the thread ended meanwhile
+            };
+            self.threads.insert(
+                tid,
+                OpenThread {
+                    name: name.trim_end().to_string(),
+                    schedstat,
+                },
+            );
+        }
+        Some(())
+    }
+}
+
+/// A `schedstat` file's first two fields: time on a CPU and time runnable
+/// waiting for one, ns.
+fn parse_schedstat(text: &[u8]) -> Option<(u64, u64)> {
+    let mut fields = std::str::from_utf8(text).ok()?.split_whitespace();
+    let cpu_ns = fields.next()?.parse().ok()?;
+    let wait_ns = fields.next()?.parse().ok()?;
+    Some((cpu_ns, wait_ns))
 }
 
 /// How often the threads are sampled between the bring-up marker and the
-/// memory-ready marker: only the boot vCPU runs then, so the host's other
-/// core is free for the reads.
+/// memory-ready marker (the deferred workers may run then: see
+/// [`ThreadReader`] for what a sample costs them).
 pub const FAST_SAMPLE_MS: u64 = 1;
 
 /// The longest the fast sampling lasts when the memory-ready marker never
@@ -183,18 +270,19 @@ impl Sampler {
         let stopped = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
             let mut samples = Vec::new();
-            let mut pid = None;
+            let mut reader: Option<ThreadReader> = None;
             let mut pace = Pace::default();
             let mut marker = None;
             while !stopped.load(Ordering::Relaxed) {
-                pid = pid.or_else(|| {
+                reader = reader.or_else(|| {
                     std::fs::read_to_string(&pidfile)
                         .ok()
                         .and_then(|p| p.trim().parse::<u32>().ok())
+                        .map(ThreadReader::new)
                 });
                 let began = Instant::now();
                 let at_ns = began.duration_since(started).as_nanos() as u64;
-                if let Some(threads) = pid.and_then(read_threads) {
+                if let Some(threads) = reader.as_mut().and_then(ThreadReader::read) {
                     samples.push(Sample {
                         at_ns,
                         done_ns: started.elapsed().as_nanos() as u64,
@@ -492,6 +580,45 @@ pub fn report_text(samples: &[Sample], text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reader_sees_a_thread_started_later_by_its_name_and_its_time_grow() {
+        let mut reader = ThreadReader::new(std::process::id());
+        let before = reader.read().expect("this process runs");
+        let (named, stop) = std::sync::mpsc::channel::<()>();
+        let spinner = std::thread::Builder::new()
+            .name("reader-spin".into())
+            .spawn(move || {
+                let start = Instant::now();
+                while stop.try_recv().is_err() && start.elapsed() < Duration::from_secs(5) {
+                    std::hint::spin_loop();
+                }
+            })
+            .unwrap();
+        // The directory is listed again only SAMPLE_MS after the last time.
+        std::thread::sleep(Duration::from_millis(SAMPLE_MS + 5));
+        let first = reader.read().expect("this process runs");
+        let spin_ns =
+            |s: &[ThreadTime]| s.iter().find(|t| t.name == "reader-spin").map(|t| t.cpu_ns);
+        assert_eq!(spin_ns(&before), None);
+        let at_first = spin_ns(&first).expect("the new thread is listed by its name");
+        std::thread::sleep(Duration::from_millis(20));
+        let later = reader.read().expect("this process runs");
+        let at_later = spin_ns(&later).expect("still listed");
+        assert!(at_later > at_first, "{at_later} ns after {at_first} ns");
+        named.send(()).unwrap();
+        spinner.join().unwrap();
+        std::thread::sleep(Duration::from_millis(SAMPLE_MS + 5));
+        let after = reader.read().expect("this process runs");
+        assert_eq!(spin_ns(&after), None, "an ended thread is dropped");
+    }
+
+    #[test]
+    fn schedstat_gives_its_first_two_fields() {
+        assert_eq!(parse_schedstat(b"123 45 6\n"), Some((123, 45)));
+        assert_eq!(parse_schedstat(b"123\n"), None);
+        assert_eq!(parse_schedstat(b""), None);
+    }
 
     fn t(tid: u32, name: &str, ms: u64) -> ThreadTime {
         ThreadTime {

@@ -217,15 +217,20 @@ fn idle_cpus_halt_and_each_vcpu_thread_is_timed() {
             .find(|l| l.starts_with(&format!("run-qemu.sh: host CPU time {what} (")))
             .unwrap_or_else(|| panic!("no host CPU time line for {what}\n{}", b.describe()));
         assert!(line.contains("the other 3 vCPUs"), "{line}");
-        let each = line.split("each vCPU's % [").nth(1).unwrap_or_default();
-        let listed: Vec<&str> = each
-            .split(']')
-            .next()
-            .unwrap_or_default()
-            .split(", ")
-            .filter_map(|v| v.split(':').next())
-            .collect();
-        assert_eq!(listed, ["0", "1", "2", "3"], "{line}");
+        for bracket in [
+            "each vCPU's % [",
+            "each vCPU's ms waiting runnable for a host CPU [",
+        ] {
+            let each = line.split(bracket).nth(1).unwrap_or_default();
+            let listed: Vec<&str> = each
+                .split(']')
+                .next()
+                .unwrap_or_default()
+                .split(", ")
+                .filter_map(|v| v.split(':').next())
+                .collect();
+            assert_eq!(listed, ["0", "1", "2", "3"], "{bracket}: {line}");
+        }
     }
 }
 

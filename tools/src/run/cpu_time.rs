@@ -398,8 +398,10 @@ pub fn vcpu_index(name: &str) -> Option<u32> {
 /// The line for a window: where it lies (its samples, or how far past
 /// its end a window too short for two samples reaches, and the guest's
 /// markers its first and last samples were taken at), total, each vCPU's share (CPU
-/// 0, the boot CPU, apart from the others together), and QEMU's other
-/// threads.
+/// 0, the boot CPU, apart from the others together), QEMU's other
+/// threads, and how long each vCPU waited runnable for a host CPU: the
+/// host's other work (or another vCPU) held its CPU, time a timed phase
+/// running on it then counts though the guest did nothing.
 pub fn usage_line(what: &str, w: &Window) -> String {
     let total: u64 = w.usage.values().sum();
     let share = |ns: u64| {
@@ -422,6 +424,16 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         .iter()
         .map(|&(i, ns)| format!("{i}: {:.1}", share(ns)))
         .collect();
+    let mut waited: Vec<(u32, u64)> = w
+        .waits
+        .iter()
+        .filter_map(|(name, &ns)| Some((vcpu_index(name)?, ns)))
+        .collect();
+    waited.sort();
+    let waited: Vec<String> = waited
+        .iter()
+        .map(|&(i, ns)| format!("{i}: {:.1}", ns as f64 / 1e6))
+        .collect();
     let mut detail = if w.past_ns == 0 {
         format!("; {} samples", w.samples)
     } else {
@@ -438,7 +450,7 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         (None, None) => {}
     }
     format!(
-        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]",
+        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]; each vCPU's ms waiting runnable for a host CPU [{}]",
         w.from_ns as f64 / 1e9,
         w.to_ns as f64 / 1e9,
         total as f64 / 1e6,
@@ -446,7 +458,8 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         vcpus.iter().filter(|v| v.0 != 0).count(),
         share(aps),
         share(other),
-        each.join(", ")
+        each.join(", "),
+        waited.join(", ")
     )
 }
 
@@ -611,6 +624,33 @@ mod tests {
         std::thread::sleep(Duration::from_millis(SAMPLE_MS + 5));
         let after = reader.read().expect("this process runs");
         assert_eq!(spin_ns(&after), None, "an ended thread is dropped");
+    }
+
+    #[test]
+    fn a_window_line_says_how_long_each_vcpu_waited_for_a_host_cpu() {
+        let thread = |tid, name: &str, ms: u64, waited_ms: u64| ThreadTime {
+            tid,
+            name: name.into(),
+            cpu_ns: ms * 1_000_000,
+            wait_ns: waited_ms * 1_000_000,
+        };
+        let sample = |at_ms: u64, waits: [u64; 3]| Sample {
+            at_ns: at_ms * 1_000_000,
+            done_ns: at_ms * 1_000_000,
+            marker: None,
+            threads: vec![
+                thread(1, "qemu-system-x86", at_ms, waits[0]),
+                thread(3, "CPU 1/TCG", at_ms, waits[2]),
+                thread(2, "CPU 0/TCG", at_ms, waits[1]),
+            ],
+        };
+        let samples = [sample(10, [1, 1, 2]), sample(20, [9, 3, 7])];
+        let w = usage_between(&samples, 0, u64::MAX).unwrap();
+        let line = usage_line("whole boot", &w);
+        assert!(
+            line.ends_with("; each vCPU's ms waiting runnable for a host CPU [0: 2.0, 1: 5.0]"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use memboot_contract::summary::Summary;
 use super::entries::{is_linux, linux_series, size_mib};
 use crate::hugetlb_log::{self, HugeSize};
 use crate::linux_log;
+use crate::run::cpu_time::{most_waited_ns, ENTRY_TO_READY, LAST_CPU_UP_TO_READY};
 
 /// One boot's figures.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +47,10 @@ pub struct Row {
     pub entry_latency_us: Option<u64>,
     pub qemu_start_to_ready_us: Option<u64>,
     pub minor_faults: Option<u64>,
+    /// The most any vCPU waited runnable for a host CPU
+    /// (`run::cpu_time::most_waited_ns`): memboot from its entry to memory
+    /// ready, Linux (no markers) from its last CPU up to memory ready.
+    pub most_vcpu_wait_ns: Option<u64>,
     /// memboot: the pages its boot CPU initialised (`eager_pages`).
     pub boot_cpu_pages: Option<u64>,
     /// Linux: its slowest node's deferred init as its line says (jiffies),
@@ -63,6 +68,8 @@ impl Row {
         self.host_memory = crate::serial_log::host_memory_state(text);
         (self.entry_latency_us, self.qemu_start_to_ready_us) = crate::tap::host_timing_us(text);
         self.minor_faults = crate::serial_log::host_minor_faults(text);
+        self.most_vcpu_wait_ns = most_waited_ns(text, ENTRY_TO_READY)
+            .or_else(|| most_waited_ns(text, LAST_CPU_UP_TO_READY));
         self
     }
 }
@@ -136,6 +143,7 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         entry_latency_us: None,
         qemu_start_to_ready_us: None,
         minor_faults: None,
+        most_vcpu_wait_ns: None,
         boot_cpu_pages: measured(s.eager_pages),
         deferred_jiffies_ms: None,
         deferred_printk_ns: None,
@@ -209,6 +217,7 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
         entry_latency_us: None,
         qemu_start_to_ready_us: None,
         minor_faults: None,
+        most_vcpu_wait_ns: None,
         boot_cpu_pages: None,
         deferred_jiffies_ms: Some(boot.deferred_ms()),
         deferred_printk_ns: boot.deferred_printk_ns,
@@ -224,5 +233,29 @@ pub fn row_from_log(text: &str, size: &str, entry: &str, round: u32) -> Result<R
         linux_row(text, size, entry, round)
     } else {
         memboot_row(text, size, entry, round)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// memboot's row takes the most a vCPU waited from entry to memory
+    /// ready, where its markers bound every timed phase; a log without that
+    /// window falls back to the one from the last CPU up (Linux's).
+    #[test]
+    fn the_most_a_vcpu_waited_comes_from_the_entry_to_ready_window() {
+        let log = include_str!("../../../kernel/tests/fixtures/4g-deferred.log");
+        let window = |what: &str, waits: &str| {
+            format!(
+                "run-qemu.sh: host CPU time {what} (0.1–0.2 s after QEMU started; 9 samples): 9.0 ms; vCPU 0 50.0 %, the other 1 vCPUs 50.0 %, QEMU's other threads 0.0 %; each vCPU's % [0: 50.0, 1: 50.0]; each vCPU's ms waiting runnable for a host CPU [{waits}]\n"
+            )
+        };
+        let row = |text: &str| row_from_log(text, "4G", "deferred", 1).unwrap();
+        assert_eq!(row(log).most_vcpu_wait_ns, None);
+        let last_up = format!("{log}{}", window(LAST_CPU_UP_TO_READY, "0: 0.1, 1: 0.2"));
+        assert_eq!(row(&last_up).most_vcpu_wait_ns, Some(200_000));
+        let both = format!("{last_up}{}", window(ENTRY_TO_READY, "0: 1.5, 1: 3.0"));
+        assert_eq!(row(&both).most_vcpu_wait_ns, Some(3_000_000));
     }
 }

@@ -30,8 +30,14 @@ fn median_range(mut values: Vec<f64>, show: impl Fn(f64) -> String) -> String {
 }
 
 /// The columns of [`comparison`] after `size | kernel | mode`; `touch`:
-/// the run boots the store floor, and a column divides by it.
-fn comparison_columns(peers: &[&str], touch: bool) -> Vec<String> {
+/// the run boots the store floor, and a column divides by it; `waits`:
+/// its logs say how long the vCPUs waited for a host CPU.
+/// The column of [`Row::most_vcpu_wait_ns`], in runs whose logs list the
+/// vCPUs' waits (run-qemu.sh since d4a2464).
+const MOST_WAITED: &str =
+    "most a vCPU waited for a host CPU ms (memboot: entry → ready; Linux: last CPU up → ready)";
+
+fn comparison_columns(peers: &[&str], touch: bool, waits: bool) -> Vec<String> {
     let mut out: Vec<String> = [
         "memmap ms",
         "memory ready ms",
@@ -43,6 +49,9 @@ fn comparison_columns(peers: &[&str], touch: bool) -> Vec<String> {
     ]
     .map(String::from)
     .to_vec();
+    if waits {
+        out.push(MOST_WAITED.to_string());
+    }
     for p in peers {
         let label = peer_label(p);
         out.push(format!("memmap × {label}"));
@@ -76,7 +85,8 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
         .entries
         .iter()
         .any(|e| e.split('+').next() == Some("touch"));
-    let columns = comparison_columns(&peers, touch);
+    let waits = results.rows.iter().any(|r| r.most_vcpu_wait_ns.is_some());
+    let columns = comparison_columns(&peers, touch, waits);
     let mut out = format!(
         "\ncomparison, host memory {state}: median (min–max) over the rounds; ratios round by round\n\n| size | kernel | mode |"
     );
@@ -109,6 +119,9 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
                 median_range(of(&|r| r.boot_cpu_pages), pages),
                 median_range(of(&|r| r.pages_initialised_at_allocatable), pages),
             );
+            if waits {
+                line += &format!(" {} |", median_range(of(&|r| r.most_vcpu_wait_ns), ms));
+            }
             // Round i of the entry over round i of `other`, median (min–max).
             let over = |other: &str, f: fn(&Row) -> Option<u64>| -> String {
                 let base = series(&results.rows, size, other);
@@ -174,6 +187,7 @@ mod tests {
             // Host-timed from QEMU's start: firmware and entry before it.
             qemu_start_to_ready_us: Some((ready_ms + 100) * 1000),
             minor_faults: None,
+            most_vcpu_wait_ns: None,
             boot_cpu_pages: (!is_linux(mode)).then_some(851_839),
             deferred_jiffies_ms: None,
             deferred_printk_ns: None,
@@ -272,5 +286,44 @@ mod tests {
         let mut old = results;
         old.rows.iter_mut().for_each(|r| r.host_memory = None);
         assert_eq!(comparison(&old, &plan), None);
+    }
+
+    /// Logs that list the vCPUs' waits add a column of the most any waited;
+    /// a run whose logs do not has no such column.
+    #[test]
+    fn the_most_a_vcpu_waited_is_a_column_only_where_the_logs_say() {
+        let waited = |mode, round, ms: u64| Row {
+            most_vcpu_wait_ns: Some(ms * 1_000_000),
+            ..row(mode, round, 10, 20)
+        };
+        let rows = vec![
+            waited("deferred", 1, 4),
+            waited("deferred", 2, 1),
+            waited("deferred", 3, 2),
+        ];
+        let (sizes, entries) = (vec!["16G".to_string()], vec!["deferred".to_string()]);
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 3,
+        };
+        let mut results = Results {
+            rows,
+            skipped: vec![],
+            warmups: vec![],
+        };
+        let text = comparison(&results, &plan).unwrap();
+        assert!(
+            text.contains(&format!("| pages by ready | {MOST_WAITED} |")),
+            "{text}"
+        );
+        let line = text.lines().find(|l| l.contains("| deferred |")).unwrap();
+        assert!(line.ends_with("| 2.0 (1.0–4.0) |"), "{line}");
+        results
+            .rows
+            .iter_mut()
+            .for_each(|r| r.most_vcpu_wait_ns = None);
+        let text = comparison(&results, &plan).unwrap();
+        assert!(!text.contains(MOST_WAITED), "{text}");
     }
 }

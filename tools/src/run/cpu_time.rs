@@ -389,6 +389,38 @@ pub fn usage_between(samples: &[Sample], from_ns: u64, to_ns: u64) -> Option<Win
     })
 }
 
+/// The window from the guest's last CPU up to memory ready: both kernels'
+/// boots have it (memboot's last `smpboot: CPU n … up`, Linux's `smp:
+/// Brought up`), so the bench sets their waits side by side.
+pub const LAST_CPU_UP_TO_READY: &str = "from the last CPU up to memory ready";
+
+/// The window from memboot's entry marker to its memory-ready marker
+/// (every memboot mode writes both; Linux neither): all of memboot's timed
+/// memmap phases lie in it.
+pub const ENTRY_TO_READY: &str = "from entry to memory ready";
+
+/// Where a window's line lists each vCPU's wait for a host CPU.
+const EACH_WAITED: &str = "each vCPU's ms waiting runnable for a host CPU [";
+
+/// The most any vCPU waited runnable for a host CPU in window `what` of a
+/// boot's log (its `run-qemu.sh: host CPU time {what} (…` line), ns:
+/// how much host time a phase timed in it may have counted while its
+/// vCPU had no CPU. `None` without the line (a log from before the waits
+/// were listed, or a boot without the window).
+pub fn most_waited_ns(log: &str, what: &str) -> Option<u64> {
+    let head = format!("run-qemu.sh: host CPU time {what} (");
+    let line = log.lines().find(|l| l.starts_with(&head))?;
+    let list = line.split(EACH_WAITED).nth(1)?.split(']').next()?;
+    list.split(", ")
+        .map(|v| {
+            let ms: f64 = v.split(": ").nth(1)?.parse().ok()?;
+            Some((ms * 1e6).round() as u64)
+        })
+        .collect::<Option<Vec<u64>>>()?
+        .into_iter()
+        .max()
+}
+
 /// A vCPU thread's index (`CPU 3/TCG` → 3).
 pub fn vcpu_index(name: &str) -> Option<u32> {
     let rest = name.strip_prefix("CPU ")?;
@@ -450,7 +482,7 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         (None, None) => {}
     }
     format!(
-        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]; each vCPU's ms waiting runnable for a host CPU [{}]",
+        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]; {EACH_WAITED}{}]",
         w.from_ns as f64 / 1e9,
         w.to_ns as f64 / 1e9,
         total as f64 / 1e6,
@@ -484,7 +516,7 @@ fn entry_to_ready_line(samples: &[Sample]) -> Option<String> {
     let ms = |ns: u64| ns as f64 / 1e6;
     Some(format!(
         "{}; vCPU 0 ran {:.1} ms and waited {:.1} ms for a host CPU, of the window's {:.1} ms",
-        usage_line("from entry to memory ready", &w),
+        usage_line(ENTRY_TO_READY, &w),
         ms(boot_cpu(&w.usage)),
         ms(boot_cpu(&w.waits)),
         ms(w.to_ns - w.from_ns)
@@ -572,10 +604,7 @@ pub fn report_text(samples: &[Sample], text: &str) -> Vec<String> {
         .find(|s| s.marker == Some(HostMarker::BringupEnded))
         .map(|s| s.at_ns);
     for (start_ns, what) in [
-        (
-            on_host_ns(cpus_up_us(text)),
-            "from the last CPU up to memory ready",
-        ),
+        (on_host_ns(cpus_up_us(text)), LAST_CPU_UP_TO_READY),
         (
             bringup_marker_ns.or_else(|| on_host_ns(bringup_ended_us(text))),
             "from the end of bring-up to memory ready",
@@ -651,6 +680,34 @@ mod tests {
             line.ends_with("; each vCPU's ms waiting runnable for a host CPU [0: 2.0, 1: 5.0]"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn the_most_a_vcpu_waited_is_read_back_from_its_windows_line() {
+        let thread = |tid, name: &str, waited_ms: u64| ThreadTime {
+            tid,
+            name: name.into(),
+            cpu_ns: 0,
+            wait_ns: waited_ms * 1_000_000,
+        };
+        let sample = |at_ms: u64, waits: [u64; 2]| Sample {
+            at_ns: at_ms * 1_000_000,
+            done_ns: at_ms * 1_000_000,
+            marker: None,
+            threads: vec![
+                thread(2, "CPU 0/TCG", waits[0]),
+                thread(3, "CPU 1/TCG", waits[1]),
+            ],
+        };
+        let w = usage_between(&[sample(10, [1, 2]), sample(20, [4, 9])], 0, u64::MAX).unwrap();
+        let log = format!(
+            "[    0.001000] boot\nrun-qemu.sh: {}\n",
+            usage_line(LAST_CPU_UP_TO_READY, &w)
+        );
+        assert_eq!(most_waited_ns(&log, LAST_CPU_UP_TO_READY), Some(7_000_000));
+        assert_eq!(most_waited_ns(&log, "whole boot"), None);
+        let before_waits = log.split("; each vCPU's ms").next().unwrap();
+        assert_eq!(most_waited_ns(before_waits, LAST_CPU_UP_TO_READY), None);
     }
 
     #[test]

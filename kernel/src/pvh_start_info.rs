@@ -36,8 +36,16 @@ pub const KERNEL_VIRT_BASE: u64 = 0xffff_ffff_8000_0000;
 /// Where all physical memory is mapped on the PVH path (Linux's
 /// `__PAGE_OFFSET` with 4-level paging); the bootloader picks its own.
 pub const DIRECT_MAP_BASE: u64 = 0xffff_8880_0000_0000;
-/// The boot stack: as large as the bootloader's (`BOOTLOADER_CONFIG`).
-pub const STACK_BYTES: u64 = 1 << 20;
+/// The boot stack, on both entry paths (`BOOTLOADER_CONFIG` asks the
+/// bootloader for as much): five times the deepest a boot has used, 12 KiB
+/// (`verify=full` at 16G and at 1T over 16 nodes), Linux's boot stack being
+/// 16 KiB. Small, so that the heap [`Layout::plan`]'s caller puts after the
+/// tables starts in the 2 MiB page of guest RAM the image's loading already
+/// touched: a heap that fits there (`ondemand` at 64G over 16 nodes uses
+/// 231 KiB) first touches no other page before memory is ready, and under
+/// a hypervisor backing guest RAM with 2 MiB pages such a first touch cost
+/// a boot up to ~5 ms (tests/bench-results/ondemand-ready-host-faults-cb23b9b).
+pub const STACK_BYTES: u64 = 64 << 10;
 /// What the stub's static tables map (identity and kernel mapping): the
 /// start info, the image and everything [`Layout::plan`] places after it
 /// must lie below this.
@@ -616,7 +624,7 @@ mod tests {
         let l = Layout::plan(image_phys(&s), 0x4000_0000, DirectMapPage::Gib1);
         assert_eq!(l.image, 0x100_0000..0x109_a000);
         assert_eq!(l.guard, 0x109_a000..0x109_b000);
-        assert_eq!(l.stack, 0x109_b000..0x119_b000);
+        assert_eq!(l.stack, 0x109_b000..0x10a_b000);
         assert_eq!(l.tables.start, l.stack.end);
         // top + one direct-map table (4 GiB) + two kernel levels + one
         // 4 KiB table for [16 MiB, 18 MiB).
@@ -646,7 +654,8 @@ mod tests {
     #[test]
     fn layout_refused_where_ram_is_missing() {
         let map = MemoryMap::from_e820(
-            [entry(0, 0x9_fc00, 1), entry(0x10_0000, 0x100_0000, 1)]
+            // RAM ends inside the boot stack.
+            [entry(0, 0x9_fc00, 1), entry(0x10_0000, 0xfa_0000, 1)]
                 .iter()
                 .map(region_of_entry),
         );

@@ -14,11 +14,11 @@ use super::handoff::{entry_line, keep_handoff, Entry, Handoff};
 use crate::hw::{host_marker, interrupts, serial, tsc};
 
 /// Physical memory mapped at a bootloader-chosen offset (needed to read ACPI
-/// tables and, later, to build the vmemmap); a 1 MiB boot stack.
+/// tables and, later, to build the vmemmap); the PVH entry's boot stack size.
 pub static BOOTLOADER_CONFIG: BootloaderConfig = {
     let mut config = BootloaderConfig::new_default();
     config.mappings.physical_memory = Some(Mapping::Dynamic);
-    config.kernel_stack_size = 1 << 20;
+    config.kernel_stack_size = memboot_kernel::pvh_start_info::STACK_BYTES;
     config
 };
 

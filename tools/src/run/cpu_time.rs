@@ -58,6 +58,7 @@
 //! thread sleeps, and its figure is exact.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -139,7 +140,6 @@ impl ThreadReader {
         let mut ended = Vec::new();
         let mut buf = [0u8; 128];
         for (&tid, t) in &self.threads {
-            use std::os::unix::fs::FileExt;
             let Some((cpu_ns, wait_ns)) = t
                 .schedstat
                 .read_at(&mut buf, 0)

@@ -34,6 +34,7 @@
 use alloc::vec::Vec;
 
 use crate::firmware::{FirmwareRegion, NodeAffinity, RegionKind};
+use crate::memory_block::NodeMask;
 use crate::page::MAX_NUMNODES;
 pub use crate::region_table::{MemblockError, MemblockRegion, RegionFlags, RegionTable, TableKind};
 use crate::{NodeId, Pfn, PfnRange, PAGE_SHIFT, PAGE_SIZE};
@@ -401,10 +402,13 @@ impl Memblock {
         Ok(base)
     }
 
-    /// `memblock_find_in_range_node()` top-down: free ranges ascend, so the
-    /// last fitting candidate is the highest. Like Linux it never hands out
-    /// the first page (`start = max(start, PAGE_SIZE)`): address 0 reads as
-    /// NULL to every caller.
+    /// `memblock_find_in_range_node()` top-down: the free ranges of `nid`
+    /// (or of all nodes) walked from the top, as Linux's
+    /// `for_each_free_mem_range_reverse()`, and the first that fits taken:
+    /// one allocation per node visits that node's top ranges, not every
+    /// range of the machine. Like Linux it never hands out the first page
+    /// (`start = max(start, PAGE_SIZE)`): address 0 reads as NULL to every
+    /// caller.
     pub(crate) fn find_top_down(
         &self,
         size: u64,
@@ -414,19 +418,41 @@ impl Memblock {
         nid: Option<NodeId>,
     ) -> Option<u64> {
         let min_addr = min_addr.max(PAGE_SIZE);
-        let mut best = None;
-        for (pfns, _) in self.free_ranges(nid) {
-            let lo = (pfns.start << PAGE_SHIFT).max(min_addr);
-            let hi = (pfns.end << PAGE_SHIFT).min(max_addr);
+        let fit = |free: PfnRange| {
+            let lo = (free.start << PAGE_SHIFT).max(min_addr);
+            let hi = (free.end << PAGE_SHIFT).min(max_addr);
             if hi < lo || hi - lo < size {
-                continue;
+                return None;
             }
             let candidate = (hi - size) & !(align - 1);
-            if candidate >= lo {
-                best = Some(candidate);
+            (candidate >= lo).then_some(candidate)
+        };
+        let reserved = self.reserved.regions();
+        let memory = self.memory.regions().iter().rev();
+        for mem in memory.filter(|r| nid.is_none_or(|n| n == r.nid)) {
+            let mem = mem.pfns();
+            // The gaps between the reserved regions inside `mem`, from
+            // the top: `end` is where the next gap down ends.
+            let mut end = mem.end;
+            let below_end = reserved.partition_point(|r| r.pfns().start < mem.end);
+            for rsv in reserved[..below_end].iter().rev().map(|r| r.pfns()) {
+                if rsv.end <= mem.start {
+                    break;
+                }
+                if rsv.end < end {
+                    if let Some(found) = fit(PfnRange::new(rsv.end, end)) {
+                        return Some(found);
+                    }
+                }
+                end = end.min(rsv.start);
+            }
+            if mem.start < end {
+                if let Some(found) = fit(PfnRange::new(mem.start, end)) {
+                    return Some(found);
+                }
             }
         }
-        best
+        None
     }
 
     /// The `memory` table.
@@ -453,20 +479,16 @@ impl Memblock {
         self.memory.regions().last().map(|r| r.pfns().end)
     }
 
-    /// Node ids with memory, ascending.
+    /// Node ids with memory, ascending: a mask, not a sort (SRAT may number
+    /// nodes in any address order, and a sort of a few dozen ids runs
+    /// several hundred instructions of quicksort the boot runs nowhere
+    /// else before memory is ready).
     pub fn node_ids(&self) -> Vec<NodeId> {
-        let mut nids: Vec<NodeId> = self.memory.regions().iter().map(|r| r.nid).collect();
-        nids.sort_unstable();
-        nids.dedup();
-        nids
-    }
-
-    /// `[lowest, highest)` PFN of node `nid`'s memory (`get_pfn_range_for_nid()`).
-    pub(crate) fn node_span(&self, nid: NodeId) -> Option<PfnRange> {
-        let mut it = self.memory.regions().iter().filter(|r| r.nid == nid);
-        let first = it.next()?;
-        let last = it.next_back().unwrap_or(first);
-        Some(PfnRange::new(first.pfns().start, last.pfns().end))
+        let mut nids = NodeMask::default();
+        for r in self.memory.regions() {
+            nids.set(r.nid);
+        }
+        nids.iter().collect()
     }
 }
 

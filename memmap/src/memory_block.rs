@@ -124,6 +124,8 @@ impl fmt::Display for BlockError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct NodeMask(pub u64);
 
+const _: () = assert!(crate::page::MAX_NUMNODES <= 64);
+
 impl NodeMask {
     pub(crate) fn set(&mut self, nid: NodeId) {
         self.0 |= 1 << (nid % 64);

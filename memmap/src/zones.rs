@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::memblock::Memblock;
+use crate::page::MAX_NUMNODES;
 use crate::sections::present_section_ranges;
 use crate::{NodeId, PfnRange, ZoneType, PAGES_PER_SECTION, PAGE_SHIFT, PAGE_SIZE};
 
@@ -111,35 +112,48 @@ pub struct ZoneLayout {
 impl ZoneLayout {
     /// Compute the layout (`free_area_init()` without the allocations).
     pub fn new(mb: &Memblock) -> Self {
+        // One pass over the memory regions, whatever the number of nodes:
+        // each node's span (`get_pfn_range_for_nid()`) and present pages,
+        // in total and per zone.
+        #[derive(Clone, Copy, Default)]
+        struct Seen {
+            span: Option<PfnRange>,
+            present_pages: u64,
+            zone_present_pages: [u64; ZoneType::ALL.len()],
+        }
+        let mut seen = [Seen::default(); MAX_NUMNODES as usize];
+        for (r, nid) in mb.mem_pfn_ranges(None) {
+            let s = &mut seen[nid as usize];
+            s.span = Some(s.span.map_or(r, |span| {
+                PfnRange::new(span.start.min(r.start), span.end.max(r.end))
+            }));
+            s.present_pages += r.nr_pages();
+            for zone in ZoneType::ALL {
+                if let Some(piece) = r.intersect(&zone.pfn_limit()) {
+                    s.zone_present_pages[zone as usize] += piece.nr_pages();
+                }
+            }
+        }
         let mut nodes = Vec::new();
         let mut zones = Vec::new();
-        for nid in mb.node_ids() {
-            let Some(span) = mb.node_span(nid) else {
+        for (nid, s) in (0..).zip(&seen) {
+            let Some(span) = s.span else {
                 continue;
             };
-            let present_pages = mb
-                .mem_pfn_ranges(Some(nid))
-                .map(|(r, _)| r.nr_pages())
-                .sum();
             nodes.push(NodeInfo {
                 nid,
                 span,
-                present_pages,
+                present_pages: s.present_pages,
             });
             for zone in ZoneType::ALL {
                 let Some(zspan) = span.intersect(&zone.pfn_limit()) else {
                     continue;
                 };
-                let present_pages = mb
-                    .mem_pfn_ranges(Some(nid))
-                    .filter_map(|(r, _)| r.intersect(&zspan))
-                    .map(|r| r.nr_pages())
-                    .sum();
                 zones.push(ZoneInfo {
                     nid,
                     zone,
                     span: zspan,
-                    present_pages,
+                    present_pages: s.zone_present_pages[zone as usize],
                 });
             }
         }
@@ -162,11 +176,7 @@ impl ZoneLayout {
         let mut hole_pfn = 0;
         let mut last = None;
         for (range, nid) in mb.mem_pfn_ranges(None) {
-            for z in self
-                .zones
-                .iter()
-                .filter(|z| z.nid == nid && z.is_populated())
-            {
+            for z in self.node_zones(nid).filter(|z| z.is_populated()) {
                 if let Some(piece) = range.intersect(&z.span) {
                     if hole_pfn < piece.start {
                         out.push(self.unavailable(
@@ -219,12 +229,15 @@ impl ZoneLayout {
     pub fn zones(&self) -> &[ZoneInfo] {
         &self.zones
     }
-    /// Zones of one node, in zone order.
+    /// Zones of one node, in zone order: a slice of `zones`, which is
+    /// node-major with nodes ascending.
     pub(crate) fn node_zones(&self, nid: NodeId) -> impl Iterator<Item = &ZoneInfo> + '_ {
-        self.zones.iter().filter(move |z| z.nid == nid)
+        let first = self.zones.partition_point(|z| z.nid < nid);
+        let len = self.zones[first..].partition_point(|z| z.nid == nid);
+        self.zones[first..first + len].iter()
     }
     pub fn zone(&self, nid: NodeId, zone: ZoneType) -> Option<&ZoneInfo> {
-        self.zones.iter().find(|z| z.nid == nid && z.zone == zone)
+        self.node_zones(nid).find(|z| z.zone == zone)
     }
     /// The node's zone that ends at the node's end (`pgdat_end_pfn`), the
     /// only zone whose init may be deferred.

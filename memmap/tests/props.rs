@@ -414,6 +414,26 @@ proptest! {
 
         let layout = ZoneLayout::new(&mb);
         prop_assert_eq!(layout.present_pages(), mem_pages);
+        // Nodes and zones against a scan of each node's ranges (the layout
+        // gathers every node in one pass over the regions).
+        let mut nids: Vec<u32> = mb.mem_pfn_ranges(None).map(|(_, nid)| nid).collect();
+        nids.sort_unstable();
+        nids.dedup();
+        prop_assert_eq!(layout.nodes().iter().map(|n| n.nid).collect::<Vec<_>>(), nids);
+        let mut zones = Vec::new();
+        for n in layout.nodes() {
+            let node_mem: Vec<PfnRange> = mb.mem_pfn_ranges(Some(n.nid)).map(|(r, _)| r).collect();
+            prop_assert_eq!(n.span, PfnRange::new(node_mem[0].start, node_mem[node_mem.len() - 1].end));
+            prop_assert_eq!(n.present_pages, node_mem.iter().map(|r| r.nr_pages()).sum::<u64>());
+            for zone in ZoneType::ALL {
+                if let Some(span) = n.span.intersect(&zone.pfn_limit()) {
+                    let present: u64 = node_mem.iter().filter_map(|r| r.intersect(&span)).map(|r| r.nr_pages()).sum();
+                    zones.push((n.nid, zone, span, present));
+                    prop_assert_eq!(layout.zone(n.nid, zone).map(|z| (z.span, z.present_pages)), Some((span, present)));
+                }
+            }
+        }
+        prop_assert_eq!(layout.zones().iter().map(|z| (z.nid, z.zone, z.span, z.present_pages)).collect::<Vec<_>>(), zones);
         prop_assert_eq!(layout.zones().iter().map(|z| z.present_pages).sum::<u64>(), mem_pages);
         for z in layout.zones() {
             prop_assert!(z.span.start >= z.zone.pfn_limit().start && z.span.end <= z.zone.pfn_limit().end);

@@ -310,7 +310,9 @@ fn affinity_splits_at_node_boundaries() {
         ]
     );
     assert_eq!(report.no_affinity_bytes, GIB);
-    assert_eq!(mb.node_span(0), Some(PfnRange::new(0, (8 * GIB) >> 12)));
+    // Node 0's span covers node 1's and 2's memory between its pieces.
+    let layout = crate::zones::ZoneLayout::new(&mb);
+    assert_eq!(layout.nodes()[0].span, PfnRange::new(0, (8 * GIB) >> 12));
     let err = mb
         .apply_affinity(
             [
@@ -431,4 +433,54 @@ fn add_over_existing_regions_fills_only_the_gaps() {
             (3 * MIB, 4 * MIB, 0)
         ]
     );
+}
+
+proptest::proptest! {
+    /// The top-down search from the top equals taking the highest fit over
+    /// the free ranges in ascending order (`free_ranges`), for any node,
+    /// size, alignment and limits, on maps whose nodes interleave.
+    #[test]
+    fn find_top_down_equals_the_last_fit_of_the_ascending_free_ranges(
+        ram in proptest::collection::vec((0u64..64, 1u64..16), 1..8),
+        nodes in proptest::collection::vec((0u64..64, 0u32..3), 0..6),
+        reserve in proptest::collection::vec((0u64..1024, 1u64..48), 0..10),
+        size in 1u64..(8 * MIB),
+        align_shift in 12u32..23,
+        limits in (0u64..(64 * 16 * MIB), 0u64..(64 * 16 * MIB)),
+        nid in proptest::option::of(0u32..3),
+        tight in proptest::option::of(proptest::prelude::any::<proptest::sample::Index>()),
+    ) {
+        // RAM in 16 MiB units, nodes in 16 MiB units, reservations in 1 MiB
+        // units: ranges that share, split and straddle each other.
+        let map: Vec<FirmwareEntry> = ram.iter().map(|&(at, len)| FirmwareEntry::new(at * 16 * MIB, len * 16 * MIB, Usable)).collect();
+        let (mut mb, mut report) = build(&map);
+        let affinity: Vec<NodeAffinity> = nodes.iter().map(|&(at, n)| NodeAffinity::new(at * 16 * MIB, 8 * 16 * MIB, n)).collect();
+        if mb.apply_affinity(affinity, &mut report).is_err() {
+            return Ok(()); // overlapping entries of two nodes: refused, nothing to search
+        }
+        for &(at, len) in &reserve {
+            mb.reserve(at * MIB + 0x800, len * MIB).unwrap();
+        }
+        let (min_addr, max_addr) = (limits.0.min(limits.1), limits.0.max(limits.1));
+        // Half the searches ask for exactly one free range's size: a fit
+        // with no page to spare, where an edge off by one shows.
+        let free: Vec<PfnRange> = mb.free_ranges(nid).map(|(r, _)| r).collect();
+        let (size, align) = match tight.filter(|_| !free.is_empty()) {
+            Some(i) => (i.get(&free).nr_pages() << PAGE_SHIFT, PAGE_SIZE),
+            None => (page_round_up(size), 1u64 << align_shift),
+        };
+        let (min_addr, max_addr) = if tight.is_some() { (0, u64::MAX) } else { (min_addr, max_addr) };
+        let mut expect = None;
+        for (free, _) in mb.free_ranges(nid) {
+            let lo = (free.start << PAGE_SHIFT).max(min_addr.max(PAGE_SIZE));
+            let hi = (free.end << PAGE_SHIFT).min(max_addr);
+            if hi >= lo && hi - lo >= size {
+                let candidate = (hi - size) & !(align - 1);
+                if candidate >= lo {
+                    expect = Some(candidate);
+                }
+            }
+        }
+        proptest::prop_assert_eq!(mb.find_top_down(size, align, min_addr, max_addr, nid), expect);
+    }
 }

@@ -349,23 +349,37 @@ impl DeferredPlan {
         }
         let reserved = normalise(reserved);
 
-        let mut nids: Vec<NodeId> = sorted.iter().map(|r| r.nid).collect();
-        nids.sort_unstable();
-        nids.dedup();
-
-        let mut nodes = Vec::with_capacity(nids.len());
-        for &nid in &nids {
-            nodes.push(Self::node_plan(
-                nid,
-                &sorted,
-                &reserved,
-                opts.sections_per_chunk,
-            ));
+        // Each node's ranges together, in PFN order, by counting (nodes
+        // interleave in address order, and a sort or a scan per node grows
+        // with the square of a 64-node machine's ranges).
+        let mut node_start = [0usize; MAX_NUMNODES as usize + 1];
+        for r in &sorted {
+            node_start[r.nid as usize + 1] += 1;
+        }
+        for nid in 1..node_start.len() {
+            node_start[nid] += node_start[nid - 1];
+        }
+        let mut by_node = sorted.clone();
+        let mut next = node_start;
+        for r in &sorted {
+            by_node[next[r.nid as usize]] = *r;
+            next[r.nid as usize] += 1;
+        }
+        let mut nodes = Vec::new();
+        for (nid, w) in (0..).zip(node_start.windows(2)) {
+            if w[0] < w[1] {
+                nodes.push(Self::node_plan(
+                    nid,
+                    &by_node[w[0]..w[1]],
+                    &reserved,
+                    opts.sections_per_chunk,
+                ));
+            }
         }
         let cap = opts.max_threads_per_node.unwrap_or(usize::MAX);
         let workers = Self::assign_workers(&mut nodes, node_cpus, cap)?;
 
-        let max_nid = nids.last().map_or(0, |&n| n as usize + 1);
+        let max_nid = nodes.last().map_or(0, |n| n.nid as usize + 1);
         let mut node_index = alloc::vec![None; max_nid];
         for (i, n) in nodes.iter().enumerate() {
             node_index[n.nid as usize] = Some(i as u32);
@@ -458,15 +472,16 @@ impl DeferredPlan {
         Ok(workers)
     }
 
+    /// The plan of node `nid`, whose ranges `ranges` are, in PFN order.
     fn node_plan(
         nid: NodeId,
-        sorted: &[DeferredRange],
+        ranges: &[DeferredRange],
         reserved: &[PfnRange],
         sections_per_chunk: u32,
     ) -> NodePlan {
         let mut pieces = Vec::new();
         let (mut nr_pages, mut nr_reserved_pages) = (0, 0);
-        for r in sorted.iter().filter(|r| r.nid == nid) {
+        for r in ranges {
             nr_pages += r.pfns.nr_pages();
             for sp in group_pieces(r.pfns, sections_per_chunk) {
                 // First reserved range that ends after the piece starts.

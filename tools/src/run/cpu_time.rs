@@ -16,9 +16,9 @@
 //! every [`FAST_SAMPLE_MS`] of it (the reads and the wake-up stretch it a
 //! little) instead of fewer than two. With deferred init the APs work in
 //! that stretch too, every vCPU on a host CPU of its own on a host with
-//! as many: a sample is a read of each thread's open `schedstat`
-//! ([`ThreadReader`]), a few microseconds, so that the host CPU it takes
-//! from a working vCPU stays small.
+//! as many: a sample is a read of each thread's open `schedstat` and
+//! `stat` ([`ThreadReader`]), a few microseconds, so that the host CPU it
+//! takes from a working vCPU stays small.
 //!
 //! After the boot, four windows ([`report_text`]). The whole boot. From
 //! entry to memory ready, between the two markers' samples, with what the
@@ -85,6 +85,11 @@ pub struct ThreadTime {
     /// Its time runnable but waiting for a host CPU (`schedstat`'s second
     /// field): what the host's other work took from it.
     pub wait_ns: u64,
+    /// Its minor page faults (`stat`'s tenth field): host pages it touched
+    /// first, of guest RAM or, for a vCPU translating code run for the
+    /// first time, of TCG's translation buffer. Read in the samples taken
+    /// at the guest's markers and at the slow pace only ([`ThreadReader::read`]).
+    pub minflt: Option<u64>,
 }
 
 /// QEMU's threads at one instant.
@@ -101,9 +106,9 @@ pub struct Sample {
 }
 
 /// Reads a process's threads' times, cheaply enough to run every
-/// [`FAST_SAMPLE_MS`] beside busy vCPUs: each thread's `schedstat` stays
-/// open and is read again from its start (`/proc`'s files are regenerated
-/// then); the task directory is listed, and new threads opened, only every
+/// [`FAST_SAMPLE_MS`] beside busy vCPUs: each thread's `schedstat` and
+/// `stat` stay open and are read again from their start (`/proc`'s files
+/// are regenerated then); the task directory is listed, and new threads opened, only every
 /// [`SAMPLE_MS`]. Listing it and opening two files a thread every sample
 /// took ~70 µs a sample against ~5 µs so, and at one sample a millisecond
 /// during deferred init the workers lost that much of their host CPUs
@@ -117,6 +122,7 @@ pub struct ThreadReader {
 struct OpenThread {
     name: String,
     schedstat: std::fs::File,
+    stat: std::fs::File,
 }
 
 impl ThreadReader {
@@ -128,8 +134,12 @@ impl ThreadReader {
         }
     }
 
-    /// Every thread's times now; `None` once the process is gone.
-    pub fn read(&mut self) -> Option<Vec<ThreadTime>> {
+    /// Every thread's times now, and with `faults` their page faults;
+    /// `None` once the process is gone. `stat`, which holds the faults,
+    /// costs the kernel more to write than `schedstat` (~23 µs a sample of
+    /// six threads against ~5 µs without it), too much for every sample
+    /// beside working vCPUs.
+    pub fn read(&mut self, faults: bool) -> Option<Vec<ThreadTime>> {
         let due = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= Duration::from_millis(SAMPLE_MS));
@@ -138,14 +148,14 @@ impl ThreadReader {
         }
         let mut threads = Vec::with_capacity(self.threads.len());
         let mut ended = Vec::new();
-        let mut buf = [0u8; 128];
+        let mut buf = [0u8; 1024];
         for (&tid, t) in &self.threads {
-            let Some((cpu_ns, wait_ns)) = t
-                .schedstat
-                .read_at(&mut buf, 0)
-                .ok()
-                .and_then(|n| parse_schedstat(&buf[..n]))
-            else {
+            let times =
+                (t.schedstat.read_at(&mut buf, 0).ok()).and_then(|n| parse_schedstat(&buf[..n]));
+            let minflt = faults
+                .then(|| t.stat.read_at(&mut buf, 0).ok())
+                .map(|n| n.and_then(|n| parse_minflt(&buf[..n])));
+            let (Some((cpu_ns, wait_ns)), None | Some(Some(_))) = (times, minflt) else {
                 ended.push(tid);
                 continue;
             };
@@ -154,6 +164,7 @@ impl ThreadReader {
                 name: t.name.clone(),
                 cpu_ns,
                 wait_ns,
+                minflt: minflt.flatten(),
             });
         }
         for tid in ended {
@@ -183,9 +194,10 @@ impl ThreadReader {
             if self.threads.get(&tid).is_some_and(|t| !unnamed(t)) {
                 continue;
             }
-            let (Ok(name), Ok(schedstat)) = (
+            let (Ok(name), Ok(schedstat), Ok(stat)) = (
                 std::fs::read_to_string(path.join("comm")),
                 std::fs::File::open(path.join("schedstat")),
+                std::fs::File::open(path.join("stat")),
             ) else {
                 continue; // the thread ended meanwhile
             };
@@ -194,6 +206,7 @@ impl ThreadReader {
                 OpenThread {
                     name: name.trim_end().to_string(),
                     schedstat,
+                    stat,
                 },
             );
         }
@@ -208,6 +221,15 @@ fn parse_schedstat(text: &[u8]) -> Option<(u64, u64)> {
     let cpu_ns = fields.next()?.parse().ok()?;
     let wait_ns = fields.next()?.parse().ok()?;
     Some((cpu_ns, wait_ns))
+}
+
+/// A `stat` file's minor page faults (its tenth field; the second, the
+/// name, is in parentheses and may hold spaces and parentheses itself).
+fn parse_minflt(text: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(text).ok()?;
+    let after_name = &text[text.rfind(')')? + 1..];
+    // Fields 3 (state) to 9 come before it.
+    after_name.split_whitespace().nth(7)?.parse().ok()
 }
 
 /// How often the threads are sampled between the bring-up marker and the
@@ -246,10 +268,16 @@ impl Pace {
 
     /// The time from the start of a sample taken at `now` to the next.
     pub fn interval(&self, now: Instant) -> Duration {
-        match self.fast_until {
-            Some(until) if now < until => Duration::from_millis(FAST_SAMPLE_MS),
-            _ => Duration::from_millis(SAMPLE_MS),
-        }
+        Duration::from_millis(if self.fast(now) {
+            FAST_SAMPLE_MS
+        } else {
+            SAMPLE_MS
+        })
+    }
+
+    /// Is `now` in the fast stretch?
+    pub fn fast(&self, now: Instant) -> bool {
+        self.fast_until.is_some_and(|until| now < until)
     }
 }
 
@@ -282,7 +310,8 @@ impl Sampler {
                 });
                 let began = Instant::now();
                 let at_ns = began.duration_since(started).as_nanos() as u64;
-                if let Some(threads) = reader.as_mut().and_then(ThreadReader::read) {
+                let faults = marker.is_some() || !pace.fast(began);
+                if let Some(threads) = reader.as_mut().and_then(|r| r.read(faults)) {
                     samples.push(Sample {
                         at_ns,
                         done_ns: started.elapsed().as_nanos() as u64,
@@ -318,6 +347,9 @@ pub struct Window {
     /// Each thread's time runnable but waiting for a host CPU in it, the
     /// same way.
     pub waits: BTreeMap<String, u64>,
+    /// Each thread's minor page faults in it, the same way; empty unless
+    /// its first and last samples both read them.
+    pub faults: BTreeMap<String, u64>,
     /// Its first and last sample's start, ns since QEMU started.
     pub from_ns: u64,
     pub to_ns: u64,
@@ -370,16 +402,24 @@ pub fn usage_between(samples: &[Sample], from_ns: u64, to_ns: u64) -> Option<Win
     for t in samples[start..=end].iter().flat_map(|s| &s.threads) {
         latest.insert(t.tid, t);
     }
-    let (mut usage, mut waits) = (BTreeMap::new(), BTreeMap::new());
+    let (mut usage, mut waits, mut faults) = (BTreeMap::new(), BTreeMap::new(), BTreeMap::new());
     for t in latest.values() {
         let earlier = before.get(&t.tid);
         let since = |now: u64, then: Option<u64>| now - then.unwrap_or(0).min(now);
         *usage.entry(t.name.clone()).or_insert(0) += since(t.cpu_ns, earlier.map(|e| e.cpu_ns));
         *waits.entry(t.name.clone()).or_insert(0) += since(t.wait_ns, earlier.map(|e| e.wait_ns));
+        if let (Some(now), Some(then)) = (t.minflt, earlier.map_or(Some(0), |e| e.minflt)) {
+            *faults.entry(t.name.clone()).or_insert(0) += now - then.min(now);
+        }
+    }
+    let faults_read = |s: &Sample| s.threads.iter().all(|t| t.minflt.is_some());
+    if !(faults_read(first) && faults_read(last)) {
+        faults.clear();
     }
     Some(Window {
         usage,
         waits,
+        faults,
         from_ns: first.at_ns,
         to_ns: last.at_ns,
         samples: end - start + 1,
@@ -401,6 +441,9 @@ pub const ENTRY_TO_READY: &str = "from entry to memory ready";
 
 /// Where a window's line lists each vCPU's wait for a host CPU.
 const EACH_WAITED: &str = "each vCPU's ms waiting runnable for a host CPU [";
+
+/// Where a window's line lists each vCPU's host page faults.
+const EACH_FAULTED: &str = "each vCPU's host page faults [";
 
 /// The most any vCPU waited runnable for a host CPU in window `what` of a
 /// boot's log (its `run-qemu.sh: host CPU time {what} (…` line), ns:
@@ -431,9 +474,11 @@ pub fn vcpu_index(name: &str) -> Option<u32> {
 /// its end a window too short for two samples reaches, and the guest's
 /// markers its first and last samples were taken at), total, each vCPU's share (CPU
 /// 0, the boot CPU, apart from the others together), QEMU's other
-/// threads, and how long each vCPU waited runnable for a host CPU: the
-/// host's other work (or another vCPU) held its CPU, time a timed phase
-/// running on it then counts though the guest did nothing.
+/// threads, how long each vCPU waited runnable for a host CPU (the
+/// host's other work, or another vCPU, held its CPU: time a timed phase
+/// running on it then counts though the guest did nothing), and each
+/// vCPU's host page faults (a host page first touched: guest RAM, or the
+/// translation buffer as code runs for the first time).
 pub fn usage_line(what: &str, w: &Window) -> String {
     let total: u64 = w.usage.values().sum();
     let share = |ns: u64| {
@@ -443,12 +488,7 @@ pub fn usage_line(what: &str, w: &Window) -> String {
             100.0 * ns as f64 / total as f64
         }
     };
-    let mut vcpus: Vec<(u32, u64)> = w
-        .usage
-        .iter()
-        .filter_map(|(name, &ns)| Some((vcpu_index(name)?, ns)))
-        .collect();
-    vcpus.sort();
+    let vcpus = by_vcpu(&w.usage);
     let boot_cpu: u64 = vcpus.iter().filter(|v| v.0 == 0).map(|v| v.1).sum();
     let aps: u64 = vcpus.iter().filter(|v| v.0 != 0).map(|v| v.1).sum();
     let other = total - boot_cpu - aps;
@@ -456,16 +496,19 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         .iter()
         .map(|&(i, ns)| format!("{i}: {:.1}", share(ns)))
         .collect();
-    let mut waited: Vec<(u32, u64)> = w
-        .waits
-        .iter()
-        .filter_map(|(name, &ns)| Some((vcpu_index(name)?, ns)))
-        .collect();
-    waited.sort();
-    let waited: Vec<String> = waited
+    let waited: Vec<String> = by_vcpu(&w.waits)
         .iter()
         .map(|&(i, ns)| format!("{i}: {:.1}", ns as f64 / 1e6))
         .collect();
+    let faulted: Vec<String> = by_vcpu(&w.faults)
+        .iter()
+        .map(|&(i, n)| format!("{i}: {n}"))
+        .collect();
+    let faulted = if faulted.is_empty() {
+        String::new()
+    } else {
+        format!("; {EACH_FAULTED}{}]", faulted.join(", "))
+    };
     let mut detail = if w.past_ns == 0 {
         format!("; {} samples", w.samples)
     } else {
@@ -482,7 +525,7 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         (None, None) => {}
     }
     format!(
-        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]; {EACH_WAITED}{}]",
+        "host CPU time {what} ({:.3}–{:.3} s after QEMU started{detail}): {:.1} ms; vCPU 0 {:.1} %, the other {} vCPUs {:.1} %, QEMU's other threads {:.1} %; each vCPU's % [{}]; {EACH_WAITED}{}]{faulted}",
         w.from_ns as f64 / 1e9,
         w.to_ns as f64 / 1e9,
         total as f64 / 1e6,
@@ -493,6 +536,16 @@ pub fn usage_line(what: &str, w: &Window) -> String {
         each.join(", "),
         waited.join(", ")
     )
+}
+
+/// The vCPU threads' figures of a window's map, by vCPU index.
+fn by_vcpu(by_name: &BTreeMap<String, u64>) -> Vec<(u32, u64)> {
+    let mut vcpus: Vec<(u32, u64)> = by_name
+        .iter()
+        .filter_map(|(name, &v)| Some((vcpu_index(name)?, v)))
+        .collect();
+    vcpus.sort();
+    vcpus
 }
 
 /// The window from the guest's entry marker to its memory-ready marker
@@ -626,7 +679,7 @@ mod tests {
     #[test]
     fn the_reader_sees_a_thread_started_later_by_its_name_and_its_time_grow() {
         let mut reader = ThreadReader::new(std::process::id());
-        let before = reader.read().expect("this process runs");
+        let before = reader.read(false).expect("this process runs");
         let (named, stop) = std::sync::mpsc::channel::<()>();
         let spinner = std::thread::Builder::new()
             .name("reader-spin".into())
@@ -639,19 +692,27 @@ mod tests {
             .unwrap();
         // The directory is listed again only SAMPLE_MS after the last time.
         std::thread::sleep(Duration::from_millis(SAMPLE_MS + 5));
-        let first = reader.read().expect("this process runs");
+        let first = reader.read(true).expect("this process runs");
         let spin_ns =
             |s: &[ThreadTime]| s.iter().find(|t| t.name == "reader-spin").map(|t| t.cpu_ns);
         assert_eq!(spin_ns(&before), None);
         let at_first = spin_ns(&first).expect("the new thread is listed by its name");
         std::thread::sleep(Duration::from_millis(20));
-        let later = reader.read().expect("this process runs");
+        let later = reader.read(false).expect("this process runs");
         let at_later = spin_ns(&later).expect("still listed");
         assert!(at_later > at_first, "{at_later} ns after {at_first} ns");
+        // Page faults only when asked for, and they count first touches.
+        assert!(first.iter().all(|t| t.minflt.is_some()), "{first:?}");
+        assert!(later.iter().all(|t| t.minflt.is_none()), "{later:?}");
+        let faults = |s: &[ThreadTime]| s.iter().filter_map(|t| t.minflt).sum::<u64>();
+        let touched = std::hint::black_box(vec![1u8; 8 << 20]);
+        let after_touch = reader.read(true).expect("this process runs");
+        assert!(faults(&after_touch) > faults(&first), "{after_touch:?}");
+        drop(touched);
         named.send(()).unwrap();
         spinner.join().unwrap();
         std::thread::sleep(Duration::from_millis(SAMPLE_MS + 5));
-        let after = reader.read().expect("this process runs");
+        let after = reader.read(true).expect("this process runs");
         assert_eq!(spin_ns(&after), None, "an ended thread is dropped");
     }
 
@@ -662,6 +723,7 @@ mod tests {
             name: name.into(),
             cpu_ns: ms * 1_000_000,
             wait_ns: waited_ms * 1_000_000,
+            minflt: Some(waited_ms * 10),
         };
         let sample = |at_ms: u64, waits: [u64; 3]| Sample {
             at_ns: at_ms * 1_000_000,
@@ -677,9 +739,39 @@ mod tests {
         let w = usage_between(&samples, 0, u64::MAX).unwrap();
         let line = usage_line("whole boot", &w);
         assert!(
-            line.ends_with("; each vCPU's ms waiting runnable for a host CPU [0: 2.0, 1: 5.0]"),
+            line.ends_with(
+                "; each vCPU's ms waiting runnable for a host CPU [0: 2.0, 1: 5.0]; \
+                 each vCPU's host page faults [0: 20, 1: 50]"
+            ),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_window_lists_page_faults_only_when_both_its_ends_read_them() {
+        let sample = |at_ms: u64, minflt: Option<u64>| Sample {
+            at_ns: at_ms * 1_000_000,
+            done_ns: at_ms * 1_000_000,
+            marker: None,
+            threads: vec![ThreadTime {
+                tid: 2,
+                name: "CPU 0/TCG".into(),
+                cpu_ns: at_ms * 1_000_000,
+                wait_ns: 0,
+                minflt,
+            }],
+        };
+        let line =
+            |samples: &[Sample]| usage_line("w", &usage_between(samples, 0, u64::MAX).unwrap());
+        let both = line(&[sample(10, Some(5)), sample(15, None), sample(20, Some(12))]);
+        assert!(
+            both.ends_with("; each vCPU's host page faults [0: 7]"),
+            "{both}"
+        );
+        for ends in [[None, Some(12)], [Some(5), None]] {
+            let one = line(&[sample(10, ends[0]), sample(20, ends[1])]);
+            assert!(!one.contains("page faults"), "{one}");
+        }
     }
 
     #[test]
@@ -689,6 +781,7 @@ mod tests {
             name: name.into(),
             cpu_ns: 0,
             wait_ns: waited_ms * 1_000_000,
+            minflt: Some(0),
         };
         let sample = |at_ms: u64, waits: [u64; 2]| Sample {
             at_ns: at_ms * 1_000_000,
@@ -711,6 +804,17 @@ mod tests {
     }
 
     #[test]
+    fn stat_gives_the_minor_faults_whatever_the_thread_is_called() {
+        let line = |name: &str| {
+            format!("4242 ({name}) S 1 4242 4242 0 -1 4194560 123456 0 7 0 10 20 0 0 20 0 9 0\n")
+        };
+        assert_eq!(parse_minflt(line("CPU 0/TCG").as_bytes()), Some(123456));
+        assert_eq!(parse_minflt(line("a) b (c").as_bytes()), Some(123456));
+        assert_eq!(parse_minflt(b"4242 (x) S 1 2 3"), None);
+        assert_eq!(parse_minflt(b""), None);
+    }
+
+    #[test]
     fn schedstat_gives_its_first_two_fields() {
         assert_eq!(parse_schedstat(b"123 45 6\n"), Some((123, 45)));
         assert_eq!(parse_schedstat(b"123\n"), None);
@@ -723,6 +827,7 @@ mod tests {
             name: name.into(),
             cpu_ns: ms * 1_000_000,
             wait_ns: 0,
+            minflt: Some(0),
         }
     }
 
@@ -849,18 +954,21 @@ mod tests {
                     name: "qemu-system-x86".into(),
                     cpu_ns: 3_000_000,
                     wait_ns: 0,
+                    minflt: Some(0),
                 },
                 ThreadTime {
                     tid: 2,
                     name: "CPU 0/TCG".into(),
                     cpu_ns: at_us * 1000,
                     wait_ns: 0,
+                    minflt: Some(0),
                 },
                 ThreadTime {
                     tid: 3,
                     name: "CPU 1/TCG".into(),
                     cpu_ns: ap_us * 1000,
                     wait_ns: 0,
+                    minflt: Some(0),
                 },
             ],
         }
@@ -974,6 +1082,7 @@ mod tests {
             marker,
             threads: vec![ThreadTime {
                 wait_ns: waited_ms * 1_000_000,
+                minflt: Some(0),
                 ..t(2, "CPU 0/TCG", ran_ms)
             }],
         };

@@ -20,7 +20,7 @@ use super::qemu::marker_socket;
 use super::qemu_binary::{self, Version};
 use super::quote::{quote, quote_words};
 use super::stop::{exit, note, Stop};
-use super::{cpu_time, host_kernel, host_state};
+use super::{cpu_time, host_kernel, host_speed, host_state};
 
 /// QEMU's isa-debug-exit status is (value << 1) | 1; kernel/src/hw/exit.rs
 /// writes 0x10 for success and 0x11 for failure.
@@ -347,6 +347,7 @@ fn run_tapped(
     let origin_epoch_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
+    let speed_before = host_speed::probe();
     let sampler = cpu_time::Sampler::start(pidfile(tmpdir), origin, markers);
     let counters_before = host_kernel::Counters::read();
     let tap = Command::new(paths.tool("memboot-tap"))
@@ -371,12 +372,16 @@ fn run_tapped(
         }
     };
     let samples = sampler.finish();
+    let speed_after = host_speed::probe();
     host_state::record_exit();
     report_time(&time_file, log);
     if let (Some(before), Some(after)) = (counters_before, host_kernel::Counters::read()) {
         note_and_log(log, &after.line_since(&before));
     }
     for line in cpu_time::report(&samples, log) {
+        note_and_log(log, &line);
+    }
+    if let Some(line) = host_speed::line(&speed_before, &speed_after) {
         note_and_log(log, &line);
     }
     status

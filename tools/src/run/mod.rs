@@ -14,6 +14,7 @@ pub mod boot;
 mod check;
 pub mod cpu_time;
 pub mod host_kernel;
+pub mod host_speed;
 pub mod host_state;
 pub mod markers;
 pub mod need;

@@ -51,6 +51,9 @@ pub struct Row {
     /// (`run::cpu_time::most_waited_ns`): memboot from its entry to memory
     /// ready, Linux (no markers) from its last CPU up to memory ready.
     pub most_vcpu_wait_ns: Option<u64>,
+    /// The slowest of run-qemu.sh's host CPU probes around the boot
+    /// (`run::host_speed::slowest_probe_ns`).
+    pub slowest_probe_ns: Option<u64>,
     /// memboot: the pages its boot CPU initialised (`eager_pages`).
     pub boot_cpu_pages: Option<u64>,
     /// Linux: its slowest node's deferred init as its line says (jiffies),
@@ -70,6 +73,7 @@ impl Row {
         self.minor_faults = crate::serial_log::host_minor_faults(text);
         self.most_vcpu_wait_ns = most_waited_ns(text, ENTRY_TO_READY)
             .or_else(|| most_waited_ns(text, LAST_CPU_UP_TO_READY));
+        self.slowest_probe_ns = crate::run::host_speed::slowest_probe_ns(text);
         self
     }
 }
@@ -144,6 +148,7 @@ fn memboot_row(text: &str, size: &str, mode: &str, round: u32) -> Result<Row, St
         qemu_start_to_ready_us: None,
         minor_faults: None,
         most_vcpu_wait_ns: None,
+        slowest_probe_ns: None,
         boot_cpu_pages: measured(s.eager_pages),
         deferred_jiffies_ms: None,
         deferred_printk_ns: None,
@@ -218,6 +223,7 @@ fn linux_row(text: &str, size: &str, entry: &str, round: u32) -> Result<Row, Str
         qemu_start_to_ready_us: None,
         minor_faults: None,
         most_vcpu_wait_ns: None,
+        slowest_probe_ns: None,
         boot_cpu_pages: None,
         deferred_jiffies_ms: Some(boot.deferred_ms()),
         deferred_printk_ns: boot.deferred_printk_ns,

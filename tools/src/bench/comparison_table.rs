@@ -31,13 +31,36 @@ fn median_range(mut values: Vec<f64>, show: impl Fn(f64) -> String) -> String {
 
 /// The columns of [`comparison`] after `size | kernel | mode`; `touch`:
 /// the run boots the store floor, and a column divides by it; `waits`:
-/// its logs say how long the vCPUs waited for a host CPU.
+/// its logs say how long the vCPUs waited for a host CPU; `probes`: how
+/// fast the host CPUs ran a fixed loop around each boot.
 /// The column of [`Row::most_vcpu_wait_ns`], in runs whose logs list the
 /// vCPUs' waits (run-qemu.sh since d4a2464).
 const MOST_WAITED: &str =
     "most a vCPU waited for a host CPU ms (memboot: entry → ready; Linux: last CPU up → ready)";
 
-fn comparison_columns(peers: &[&str], touch: bool, waits: bool) -> Vec<String> {
+/// The column of [`Row::slowest_probe_ns`], in runs whose logs have
+/// run-qemu.sh's host CPU speed line (since 49ce30e).
+const SLOWEST_PROBE: &str =
+    "slowest host CPU probe ms (a fixed loop before and after QEMU; lower is faster)";
+
+/// The cells of the host's columns an entry's rows `rs` have: the most a
+/// vCPU waited (`waits`), the slowest host CPU probe (`probes`).
+fn host_cells(rs: &[&Row], waits: bool, probes: bool) -> String {
+    let of =
+        |f: fn(&Row) -> Option<u64>| rs.iter().filter_map(|r| f(r)).map(|v| v as f64).collect();
+    let mut cells = String::new();
+    if waits {
+        let ms = |v: f64| format!("{:.1}", v / 1e6);
+        cells += &format!(" {} |", median_range(of(|r| r.most_vcpu_wait_ns), ms));
+    }
+    if probes {
+        let ms = |v: f64| format!("{:.2}", v / 1e6);
+        cells += &format!(" {} |", median_range(of(|r| r.slowest_probe_ns), ms));
+    }
+    cells
+}
+
+fn comparison_columns(peers: &[&str], touch: bool, waits: bool, probes: bool) -> Vec<String> {
     let mut out: Vec<String> = [
         "memmap ms",
         "memory ready ms",
@@ -51,6 +74,9 @@ fn comparison_columns(peers: &[&str], touch: bool, waits: bool) -> Vec<String> {
     .to_vec();
     if waits {
         out.push(MOST_WAITED.to_string());
+    }
+    if probes {
+        out.push(SLOWEST_PROBE.to_string());
     }
     for p in peers {
         let label = peer_label(p);
@@ -86,7 +112,8 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
         .iter()
         .any(|e| e.split('+').next() == Some("touch"));
     let waits = results.rows.iter().any(|r| r.most_vcpu_wait_ns.is_some());
-    let columns = comparison_columns(&peers, touch, waits);
+    let probes = results.rows.iter().any(|r| r.slowest_probe_ns.is_some());
+    let columns = comparison_columns(&peers, touch, waits, probes);
     let mut out = format!(
         "\ncomparison, host memory {state}: median (min–max) over the rounds; ratios round by round\n\n| size | kernel | mode |"
     );
@@ -119,9 +146,7 @@ pub fn comparison(results: &Results, plan: &Plan) -> Option<String> {
                 median_range(of(&|r| r.boot_cpu_pages), pages),
                 median_range(of(&|r| r.pages_initialised_at_allocatable), pages),
             );
-            if waits {
-                line += &format!(" {} |", median_range(of(&|r| r.most_vcpu_wait_ns), ms));
-            }
+            line += &host_cells(&rs, waits, probes);
             // Round i of the entry over round i of `other`, median (min–max).
             let over = |other: &str, f: fn(&Row) -> Option<u64>| -> String {
                 let base = series(&results.rows, size, other);
@@ -188,6 +213,7 @@ mod tests {
             qemu_start_to_ready_us: Some((ready_ms + 100) * 1000),
             minor_faults: None,
             most_vcpu_wait_ns: None,
+            slowest_probe_ns: None,
             boot_cpu_pages: (!is_linux(mode)).then_some(851_839),
             deferred_jiffies_ms: None,
             deferred_printk_ns: None,
@@ -325,5 +351,44 @@ mod tests {
             .for_each(|r| r.most_vcpu_wait_ns = None);
         let text = comparison(&results, &plan).unwrap();
         assert!(!text.contains(MOST_WAITED), "{text}");
+    }
+
+    /// Logs with run-qemu.sh's host CPU probes add a column of the slowest
+    /// probe, after the waits'; a run whose logs have none has no such
+    /// column.
+    #[test]
+    fn the_slowest_host_cpu_probe_is_a_column_only_where_the_logs_say() {
+        let probed = |round, us: u64| Row {
+            most_vcpu_wait_ns: Some(1_000_000),
+            slowest_probe_ns: Some(us * 1000),
+            ..row("deferred", round, 10, 20)
+        };
+        let (sizes, entries) = (vec!["16G".to_string()], vec!["deferred".to_string()]);
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 3,
+        };
+        let mut results = Results {
+            rows: vec![probed(1, 400), probed(2, 750), probed(3, 410)],
+            skipped: vec![],
+            warmups: vec![],
+        };
+        let text = comparison(&results, &plan).unwrap();
+        assert!(
+            text.contains(&format!("| {MOST_WAITED} | {SLOWEST_PROBE} |")),
+            "{text}"
+        );
+        let line = text.lines().find(|l| l.contains("| deferred |")).unwrap();
+        assert!(
+            line.ends_with("| 1.0 (1.0–1.0) | 0.41 (0.40–0.75) |"),
+            "{line}"
+        );
+        results
+            .rows
+            .iter_mut()
+            .for_each(|r| r.slowest_probe_ns = None);
+        let text = comparison(&results, &plan).unwrap();
+        assert!(!text.contains(SLOWEST_PROBE), "{text}");
     }
 }

@@ -23,6 +23,7 @@ fn row_json(r: &Row) -> Value {
         "host_memory": r.host_memory, "entry_latency_us": r.entry_latency_us,
         "qemu_start_to_ready_us": r.qemu_start_to_ready_us, "minor_faults": r.minor_faults,
         "most_vcpu_wait_ns": r.most_vcpu_wait_ns,
+        "slowest_probe_ns": r.slowest_probe_ns,
         "boot_cpu_pages": r.boot_cpu_pages,
         "deferred_jiffies_ms": r.deferred_jiffies_ms, "deferred_printk_ns": r.deferred_printk_ns,
     });

@@ -76,6 +76,9 @@ pub fn probe() -> Vec<(usize, u64)> {
     speeds
 }
 
+/// How the line for the probes starts (after `run-qemu.sh: `).
+const LINE_HEAD: &str = "host CPU speed: a loop of ";
+
 /// The log line for the probes before and after a boot: per CPU, the
 /// loop's mean time before / after, ms.
 pub fn line(before: &[(usize, u64)], after: &[(usize, u64)]) -> Option<String> {
@@ -93,9 +96,25 @@ pub fn line(before: &[(usize, u64)], after: &[(usize, u64)]) -> Option<String> {
         .map(|&(cpu, _)| format!("CPU {cpu} {} / {}", ms(before, cpu), ms(after, cpu)))
         .collect();
     Some(format!(
-        "host CPU speed: a loop of {LOOP_ITERATIONS} multiply-adds took {} ms just before QEMU started / after it exited (lower is faster; on a shared host a CPU's speed can halve for stretches of milliseconds to tens of milliseconds)",
+        "{LINE_HEAD}{LOOP_ITERATIONS} multiply-adds took {} ms just before QEMU started / after it exited (lower is faster; on a shared host a CPU's speed can halve for stretches of milliseconds to tens of milliseconds)",
         each.join(", ")
     ))
+}
+
+/// The slowest probe of a boot's log (its `host CPU speed` line), ns:
+/// how slow the host's CPUs were found around the boot. `None` without
+/// the line (logs from before it, or a host whose affinity could not be
+/// set).
+pub fn slowest_probe_ns(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .find_map(|l| l.strip_prefix("run-qemu.sh: ")?.strip_prefix(LINE_HEAD))?;
+    let list = line.split(" took ").nth(1)?.split(" ms ").next()?;
+    list.split(", ")
+        .flat_map(|cpu| cpu.split_whitespace().skip(2).filter(|w| *w != "/"))
+        .filter_map(|ms| ms.parse::<f64>().ok())
+        .map(|ms| (ms * 1e6).round() as u64)
+        .max()
 }
 
 #[cfg(test)]
@@ -119,5 +138,27 @@ mod tests {
             "{line}"
         );
         assert_eq!(super::line(&[], &[(0, 1)]), None);
+    }
+
+    #[test]
+    fn the_slowest_probe_is_read_back_from_the_line() {
+        let line = line(
+            &[(0, 550_000), (1, 1_040_000)],
+            &[(0, 1_100_000), (1, 400_000)],
+        )
+        .unwrap();
+        let log = format!(
+            "[    0.001000] boot\nrun-qemu.sh: {line}\nrun-qemu.sh: kernel reported success\n"
+        );
+        assert_eq!(slowest_probe_ns(&log), Some(1_100_000));
+        let one_missing = super::line(&[(0, 550_000)], &[]).map_or(String::new(), |l| l);
+        assert_eq!(slowest_probe_ns(&one_missing), None);
+        let after_missing = line.replace("1.10", "–");
+        let log = format!("run-qemu.sh: {after_missing}\n");
+        assert_eq!(slowest_probe_ns(&log), Some(1_040_000));
+        assert_eq!(
+            slowest_probe_ns("run-qemu.sh: kernel reported success\n"),
+            None
+        );
     }
 }

@@ -327,29 +327,18 @@ mod tests {
             waited("deferred", 2, 1),
             waited("deferred", 3, 2),
         ];
-        let (sizes, entries) = (vec!["16G".to_string()], vec!["deferred".to_string()]);
-        let plan = Plan {
-            sizes: &sizes,
-            entries: &entries,
-            rounds: 3,
-        };
-        let mut results = Results {
-            rows,
-            skipped: vec![],
-            warmups: vec![],
-        };
-        let text = comparison(&results, &plan).unwrap();
+        let text = deferred_16g(rows.clone());
         assert!(
             text.contains(&format!("| pages by ready | {MOST_WAITED} |")),
             "{text}"
         );
         let line = text.lines().find(|l| l.contains("| deferred |")).unwrap();
         assert!(line.ends_with("| 2.0 (1.0–4.0) |"), "{line}");
-        results
-            .rows
-            .iter_mut()
-            .for_each(|r| r.most_vcpu_wait_ns = None);
-        let text = comparison(&results, &plan).unwrap();
+        let unlisted = rows.into_iter().map(|r| Row {
+            most_vcpu_wait_ns: None,
+            ..r
+        });
+        let text = deferred_16g(unlisted.collect());
         assert!(!text.contains(MOST_WAITED), "{text}");
     }
 
@@ -363,18 +352,8 @@ mod tests {
             slowest_probe_ns: Some(us * 1000),
             ..row("deferred", round, 10, 20)
         };
-        let (sizes, entries) = (vec!["16G".to_string()], vec!["deferred".to_string()]);
-        let plan = Plan {
-            sizes: &sizes,
-            entries: &entries,
-            rounds: 3,
-        };
-        let mut results = Results {
-            rows: vec![probed(1, 400), probed(2, 750), probed(3, 410)],
-            skipped: vec![],
-            warmups: vec![],
-        };
-        let text = comparison(&results, &plan).unwrap();
+        let rows = vec![probed(1, 400), probed(2, 750), probed(3, 410)];
+        let text = deferred_16g(rows.clone());
         assert!(
             text.contains(&format!("| {MOST_WAITED} | {SLOWEST_PROBE} |")),
             "{text}"
@@ -384,11 +363,28 @@ mod tests {
             line.ends_with("| 1.0 (1.0–1.0) | 0.41 (0.40–0.75) |"),
             "{line}"
         );
-        results
-            .rows
-            .iter_mut()
-            .for_each(|r| r.slowest_probe_ns = None);
-        let text = comparison(&results, &plan).unwrap();
+        let unprobed = rows.into_iter().map(|r| Row {
+            slowest_probe_ns: None,
+            ..r
+        });
+        let text = deferred_16g(unprobed.collect());
         assert!(!text.contains(SLOWEST_PROBE), "{text}");
+    }
+
+    /// The comparison of a run of one entry, `deferred` at 16G, in three
+    /// rounds.
+    fn deferred_16g(rows: Vec<Row>) -> String {
+        let (sizes, entries) = (vec!["16G".to_string()], vec!["deferred".to_string()]);
+        let plan = Plan {
+            sizes: &sizes,
+            entries: &entries,
+            rounds: 3,
+        };
+        let results = Results {
+            rows,
+            skipped: vec![],
+            warmups: vec![],
+        };
+        comparison(&results, &plan).unwrap()
     }
 }
